@@ -1,0 +1,224 @@
+//! Conformance checks for claims: atomic first-writer-wins, batches, lookups, prefixes, expiry.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_core::{Parts, StoreError};
+
+use crate::{Harness, id, new_claim, ns, parts};
+
+const TEN_SECONDS: Duration = Duration::from_secs(10);
+
+pub async fn claim_new_then_existing(h: &Harness) {
+    let (store, n) = (&h.store, ns("survey"));
+    let first =
+        store.claim(&n, vec![new_claim(&["s1", "u3", "n2"], Some(r#"{"answer":"A"}"#), None)]).await.expect("claim");
+    assert!(first[0].claimed, "a new key is claimed");
+    assert_eq!(first[0].record.id, id(&["s1", "u3", "n2"]));
+    assert_eq!(first[0].record.created_at, crate::START);
+    assert_eq!(first[0].record.expires_at, None);
+
+    h.clock.advance(Duration::from_secs(5));
+    let second =
+        store.claim(&n, vec![new_claim(&["s1", "u3", "n2"], Some(r#"{"answer":"B"}"#), None)]).await.expect("claim");
+    assert!(!second[0].claimed, "an existing key is not claimed again");
+    let record = &second[0].record;
+    assert_eq!(record.data.as_deref().map(|d| d.get()), Some(r#"{"answer":"A"}"#), "existing record unchanged");
+    assert_eq!(record.created_at, crate::START, "existing record unchanged");
+    let got = store.get(&n, &record.id).await.expect("get").expect("present");
+    assert_eq!(got.parts, parts(&["s1", "u3", "n2"]));
+}
+
+pub async fn key_and_one_part_forms_are_one_key(h: &Harness) {
+    let n = ns("articles");
+    let single = Parts::single("https://example.com/a".into()).expect("valid key");
+    let claim = idem_core::NewClaim { parts: single, data: None, ttl: None };
+    assert!(h.store.claim(&n, vec![claim]).await.expect("claim")[0].claimed);
+    let again = h.store.claim(&n, vec![new_claim(&["https://example.com/a"], None, None)]).await.expect("claim");
+    assert!(!again[0].claimed, "`key` is the one-part form of `parts`");
+}
+
+pub async fn namespaces_are_separate(h: &Harness) {
+    for name in ["notified_articles", "rejected_articles"] {
+        let out = h.store.claim(&ns(name), vec![new_claim(&["url"], None, None)]).await.expect("claim");
+        assert!(out[0].claimed, "{name} has its own keys");
+    }
+    assert!(h.store.get(&ns("other"), &id(&["url"])).await.expect("get").is_none());
+}
+
+pub async fn data_round_trips_exactly(h: &Harness) {
+    let n = ns("data");
+    let data = r#"{"z":1,"a":[true,null,"ü\n",1.5e3],"nested":{"k":"v"}}"#;
+    h.store.claim(&n, vec![new_claim(&["k"], Some(data), None)]).await.expect("claim");
+    let got = h.store.get(&n, &id(&["k"])).await.expect("get").expect("present");
+    assert_eq!(got.data.as_deref().map(|d| d.get()), Some(data));
+    h.store.claim(&n, vec![new_claim(&["no-data"], None, None)]).await.expect("claim");
+    let got = h.store.get(&n, &id(&["no-data"])).await.expect("get").expect("present");
+    assert!(got.data.is_none());
+}
+
+pub async fn batch_answers_in_order_and_first_equal_key_wins(h: &Harness) {
+    let n = ns("batch");
+    h.store.claim(&n, vec![new_claim(&["old"], Some("0"), None)]).await.expect("claim");
+    let items = vec![
+        new_claim(&["a"], Some("1"), None),
+        new_claim(&["old"], Some("2"), None),
+        new_claim(&["b"], Some("3"), None),
+        new_claim(&["a"], Some("4"), None),
+    ];
+    let out = h.store.claim(&n, items).await.expect("batch");
+    let claimed: Vec<bool> = out.iter().map(|o| o.claimed).collect();
+    assert_eq!(claimed, [true, false, true, false]);
+    let data: Vec<&str> = out.iter().map(|o| o.record.data.as_deref().map_or("", |d| d.get())).collect();
+    assert_eq!(data, ["1", "0", "3", "1"], "existing records come back unchanged, in request order");
+}
+
+pub async fn lookup_answers_in_request_order(h: &Harness) {
+    let n = ns("lookup");
+    let items = (0..500).filter(|i| i % 2 == 0).map(|i| new_claim(&[&format!("url-{i}")], None, None)).collect();
+    h.store.claim(&n, items).await.expect("batch");
+    let ids: Vec<_> = (0..500).map(|i| id(&[&format!("url-{i}")])).collect();
+    let found = h.store.lookup(&n, &ids).await.expect("lookup");
+    assert_eq!(found.len(), 500);
+    for (i, record) in found.iter().enumerate() {
+        assert_eq!(record.is_some(), i % 2 == 0, "url-{i}");
+        if let Some(r) = record {
+            assert_eq!(r.id, ids[i]);
+        }
+    }
+}
+
+pub async fn prefix_matches_whole_parts_only(h: &Harness) {
+    let n = ns("survey");
+    h.store.claim(&n, vec![new_claim(&["scenario-1", "user-3", "node-2"], None, None)]).await.expect("claim");
+    h.store
+        .claim(&n, vec![new_claim(&["scenario-10", "user-9", "node-1"], None, Some(TEN_SECONDS))])
+        .await
+        .expect("claim");
+    let exists = |p: &'static [&'static str]| {
+        let store = Arc::clone(&h.store);
+        let n = n.clone();
+        async move { store.prefix_exists(&n, &parts(p)).await.expect("prefix") }
+    };
+    assert!(exists(&["scenario-1", "user-3"]).await);
+    assert!(exists(&["scenario-1"]).await);
+    assert!(exists(&["scenario-1", "user-3", "node-2"]).await, "the whole key is its own prefix");
+    assert!(!exists(&["scenario-1", "user-4"]).await);
+    assert!(!exists(&["scenario-1", "user-"]).await, "a part must match whole, not as a string prefix");
+    assert!(!exists(&["scenario-", "user-3"]).await);
+    assert!(!exists(&["scenario-1", "user-3", "node-2", "more"]).await);
+    assert!(exists(&["scenario-10"]).await);
+    h.clock.advance(TEN_SECONDS);
+    assert!(!exists(&["scenario-10"]).await, "an expired claim matches no prefix");
+    assert!(!h.store.prefix_exists(&ns("other"), &parts(&["scenario-1"])).await.expect("prefix"));
+}
+
+pub async fn expiry_is_exact_for_every_operation(h: &Harness) {
+    let n = ns("ttl");
+    let key = ["k"];
+    let out = h.store.claim(&n, vec![new_claim(&key, None, Some(TEN_SECONDS))]).await.expect("claim");
+    assert_eq!(out[0].record.expires_at, Some(crate::START.plus(TEN_SECONDS)));
+
+    h.clock.advance(TEN_SECONDS - Duration::from_millis(1));
+    assert!(h.store.get(&n, &id(&key)).await.expect("get").is_some(), "alive 1 ms before expiry");
+    assert!(!h.store.claim(&n, vec![new_claim(&key, None, None)]).await.expect("claim")[0].claimed);
+
+    h.clock.advance(Duration::from_millis(1));
+    assert!(h.store.get(&n, &id(&key)).await.expect("get").is_none(), "absent the moment it expires");
+    assert!(h.store.lookup(&n, &[id(&key)]).await.expect("lookup")[0].is_none());
+    assert!(!h.store.prefix_exists(&n, &parts(&key)).await.expect("prefix"));
+    assert!(!h.store.delete(&n, &id(&key)).await.expect("delete"), "deleting an expired claim finds nothing");
+}
+
+pub async fn expired_claim_can_be_claimed_again(h: &Harness) {
+    let n = ns("ttl");
+    h.store.claim(&n, vec![new_claim(&["k"], Some("1"), Some(TEN_SECONDS))]).await.expect("claim");
+    h.clock.advance(TEN_SECONDS);
+    let again = h.store.claim(&n, vec![new_claim(&["k"], Some("2"), None)]).await.expect("claim");
+    assert!(again[0].claimed, "an expired claim behaves as absent");
+    assert_eq!(again[0].record.data.as_deref().map(|d| d.get()), Some("2"));
+    assert_eq!(again[0].record.expires_at, None);
+    assert_eq!(again[0].record.created_at, crate::START.plus(TEN_SECONDS));
+}
+
+pub async fn sweeper_deletes_only_expired_in_bounded_batches(h: &Harness) {
+    let n = ns("sweep");
+    let expiring = (0..5).map(|i| new_claim(&[&format!("old-{i}")], None, Some(TEN_SECONDS))).collect();
+    h.store.claim(&n, expiring).await.expect("batch");
+    let lasting = (0..3).map(|i| new_claim(&[&format!("new-{i}")], None, Some(TEN_SECONDS * 100))).collect();
+    h.store.claim(&n, lasting).await.expect("batch");
+    h.store.claim(&n, vec![new_claim(&["forever"], None, None)]).await.expect("claim");
+    assert_eq!(h.store.sweep_expired(10).await.expect("sweep"), 0, "nothing has expired yet");
+
+    h.clock.advance(TEN_SECONDS);
+    assert_eq!(h.store.sweep_expired(2).await.expect("sweep"), 2, "a sweep is bounded by its limit");
+    assert_eq!(h.store.sweep_expired(100).await.expect("sweep"), 3);
+    assert_eq!(h.store.sweep_expired(100).await.expect("sweep"), 0);
+    for key in ["new-0", "new-1", "new-2", "forever"] {
+        assert!(h.store.get(&n, &id(&[key])).await.expect("get").is_some(), "{key} must survive");
+    }
+}
+
+pub async fn delete_removes_and_reports_absence(h: &Harness) {
+    let n = ns("del");
+    h.store.claim(&n, vec![new_claim(&["k"], None, None)]).await.expect("claim");
+    assert!(h.store.delete(&n, &id(&["k"])).await.expect("delete"));
+    assert!(!h.store.delete(&n, &id(&["k"])).await.expect("delete"), "a second delete finds nothing");
+    assert!(h.store.get(&n, &id(&["k"])).await.expect("get").is_none());
+    assert!(h.store.claim(&n, vec![new_claim(&["k"], None, None)]).await.expect("claim")[0].claimed);
+}
+
+pub async fn race_of_500_has_exactly_one_winner(h: &Harness) {
+    let n = ns("race");
+    let tasks: Vec<_> = (0..500)
+        .map(|i| {
+            let (store, n) = (Arc::clone(&h.store), n.clone());
+            tokio::spawn(async move {
+                let data = format!("{i}");
+                store.claim(&n, vec![new_claim(&["one-key"], Some(&data), None)]).await
+            })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    let mut seen_data = std::collections::HashSet::new();
+    for task in tasks {
+        let out = task.await.expect("task").expect("claim");
+        if out[0].claimed {
+            winners.push(out[0].record.data.as_deref().map(|d| d.get().to_owned()));
+        }
+        seen_data.insert(out[0].record.data.as_deref().map(|d| d.get().to_owned()));
+    }
+    assert_eq!(winners.len(), 1, "exactly one of 500 concurrent claims wins");
+    assert_eq!(seen_data.len(), 1, "every loser sees the winner's record");
+}
+
+pub async fn race_across_20_keys_has_one_winner_each(h: &Harness) {
+    let n = ns("race20");
+    let tasks: Vec<_> = (0..500)
+        .map(|i| {
+            let (store, n) = (Arc::clone(&h.store), n.clone());
+            tokio::spawn(async move {
+                let key = format!("key-{}", i % 20);
+                let out = store.claim(&n, vec![new_claim(&[&key], None, None)]).await;
+                (key, out)
+            })
+        })
+        .collect();
+    let mut winners = std::collections::HashMap::<String, usize>::new();
+    for task in tasks {
+        let (key, out) = task.await.expect("task");
+        if out.expect("claim")[0].claimed {
+            *winners.entry(key).or_default() += 1;
+        }
+    }
+    assert_eq!(winners.len(), 20, "every key has a winner");
+    assert!(winners.values().all(|&w| w == 1), "no key has two winners: {winners:?}");
+}
+
+pub async fn ready_when_open_and_closed_after_close(h: &Harness) {
+    h.store.check_ready().await.expect("an open store is ready");
+    h.store.claim(&ns("c"), vec![new_claim(&["before"], None, None)]).await.expect("claim");
+    h.store.close().await;
+    let after = h.store.claim(&ns("c"), vec![new_claim(&["after"], None, None)]).await;
+    assert!(matches!(after, Err(StoreError::Closed)), "a closed store refuses work: {after:?}");
+}

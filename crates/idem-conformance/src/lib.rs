@@ -1,0 +1,73 @@
+//! The store conformance suite: the behaviour every idem store backend must show, written once.
+//!
+//! A backend's test file calls [`suite!`] with an async factory that returns a fresh, empty
+//! [`Harness`]; the macro expands to one `#[tokio::test]` per check, so every backend runs the very
+//! same functions and a failure names the check that broke.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_core::{ClaimId, ManualClock, Namespace, NewClaim, Parts, Store, Timestamp};
+use serde_json::value::RawValue;
+
+pub mod claims;
+
+/// A fresh store under test, with the clock it reads.
+pub struct Harness {
+    pub store: Arc<dyn Store>,
+    pub clock: Arc<ManualClock>,
+    /// Whatever keeps the store's resources alive (a temporary directory, a database).
+    pub guard: Box<dyn std::any::Any + Send>,
+}
+
+/// The instant every harness clock starts at: 2026-01-01T00:00:00Z.
+pub const START: Timestamp = Timestamp(1_767_225_600_000);
+
+pub fn ns(name: &str) -> Namespace {
+    Namespace::new(name).expect("test namespace is valid")
+}
+
+pub fn parts(p: &[&str]) -> Parts {
+    Parts::new(p.iter().map(|s| s.to_string()).collect()).expect("test parts are valid")
+}
+
+pub fn id(p: &[&str]) -> ClaimId {
+    parts(p).id()
+}
+
+pub fn new_claim(p: &[&str], data: Option<&str>, ttl: Option<Duration>) -> NewClaim {
+    let data = data.map(|d| RawValue::from_string(d.to_owned()).expect("test data is JSON"));
+    NewClaim { parts: parts(p), data, ttl }
+}
+
+/// Expands to one test per conformance check, each on a fresh harness from `$factory`.
+#[macro_export]
+macro_rules! suite {
+    ($factory:path) => {
+        $crate::suite!(@each $factory;
+            claim_new_then_existing,
+            key_and_one_part_forms_are_one_key,
+            namespaces_are_separate,
+            data_round_trips_exactly,
+            batch_answers_in_order_and_first_equal_key_wins,
+            lookup_answers_in_request_order,
+            prefix_matches_whole_parts_only,
+            expiry_is_exact_for_every_operation,
+            expired_claim_can_be_claimed_again,
+            sweeper_deletes_only_expired_in_bounded_batches,
+            delete_removes_and_reports_absence,
+            race_of_500_has_exactly_one_winner,
+            race_across_20_keys_has_one_winner_each,
+            ready_when_open_and_closed_after_close,
+        );
+    };
+    (@each $factory:path; $($check:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $check() {
+                let harness = $factory().await;
+                $crate::claims::$check(&harness).await;
+            }
+        )*
+    };
+}

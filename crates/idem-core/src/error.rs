@@ -1,0 +1,46 @@
+//! The two error kinds of the core boundary: input that breaks a rule (`Invalid`, always the
+//! caller's fault, always names the field) and a store that could not do its job (`StoreError`).
+
+/// Input that breaks one of the contract's rules. `field` is a JSON-path-like location
+/// (`parts[2]`, `items[7].key`) so that the caller can find what to fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct Invalid {
+    pub field: String,
+    pub message: String,
+}
+
+impl Invalid {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { field: field.into(), message: message.into() }
+    }
+
+    /// Places this error inside a containing field: `parts[1]` inside `items[3]` becomes
+    /// `items[3].parts[1]`.
+    pub fn within(mut self, outer: &str) -> Self {
+        self.field = if self.field.is_empty() {
+            outer.to_owned()
+        } else if self.field.starts_with('[') {
+            format!("{outer}{}", self.field)
+        } else {
+            format!("{outer}.{}", self.field)
+        };
+        self
+    }
+}
+
+/// Why a store could not complete an operation. The text is for logs only: the HTTP layer never
+/// shows it to a client.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// The store cannot be read or written right now (disk full, file locked, database down).
+    /// Nothing was changed; the operation may be retried.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// The store has been closed (the server is shutting down).
+    #[error("store closed")]
+    Closed,
+    /// A broken invariant inside the store (corrupt row, impossible state).
+    #[error("store internal error: {0}")]
+    Internal(String),
+}

@@ -1,0 +1,18 @@
+//! idem's core: the domain types, the store trait and the pure logic every backend and the server
+//! share. Nothing here does I/O; everything here can be tested without a service running.
+
+pub mod claim;
+pub mod clock;
+pub mod duration;
+pub mod error;
+pub mod key;
+pub mod namespace;
+pub mod store;
+
+pub use claim::{ClaimOutcome, ClaimRecord, NewClaim};
+pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
+pub use duration::{format_duration, parse_duration};
+pub use error::{Invalid, StoreError};
+pub use key::{ClaimId, Parts};
+pub use namespace::Namespace;
+pub use store::Store;

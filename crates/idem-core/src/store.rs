@@ -1,0 +1,43 @@
+//! The storage boundary. Every backend implements [`Store`]; the server holds an `Arc<dyn Store>`
+//! and never sees a driver type. The required surface is small: an atomic insert-if-absent
+//! (`claim`), point and prefix reads, a delete, and the sweeper's bounded delete of expired rows.
+//!
+//! Invariants every backend keeps (the conformance suite checks each):
+//! - of any number of concurrent claims of one key, exactly one answers `claimed: true`;
+//! - an answer is given only once what it reports is durable;
+//! - a claim whose `expires_at` is at or before now is absent for every operation, whether or not
+//!   the sweeper has deleted it yet.
+
+use async_trait::async_trait;
+
+use crate::{ClaimId, ClaimOutcome, ClaimRecord, Namespace, NewClaim, Parts, StoreError};
+
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Claims every item in order; within one call the first of two equal keys wins.
+    async fn claim(&self, ns: &Namespace, items: Vec<NewClaim>) -> Result<Vec<ClaimOutcome>, StoreError>;
+
+    /// Reads live claims by id, answering in request order.
+    async fn lookup(&self, ns: &Namespace, ids: &[ClaimId]) -> Result<Vec<Option<ClaimRecord>>, StoreError>;
+
+    /// Is there a live claim whose parts begin with `prefix`? Answered from an index.
+    async fn prefix_exists(&self, ns: &Namespace, prefix: &Parts) -> Result<bool, StoreError>;
+
+    /// Deletes a claim; `false` when there was no live claim with that id.
+    async fn delete(&self, ns: &Namespace, id: &ClaimId) -> Result<bool, StoreError>;
+
+    /// Deletes up to `limit` expired claims and says how many went.
+    async fn sweep_expired(&self, limit: usize) -> Result<usize, StoreError>;
+
+    /// Succeeds when the store can be read and written right now.
+    async fn check_ready(&self) -> Result<(), StoreError>;
+
+    /// Finishes pending writes and releases the store. Later calls answer `StoreError::Closed`.
+    async fn close(&self);
+
+    /// One claim by id.
+    async fn get(&self, ns: &Namespace, id: &ClaimId) -> Result<Option<ClaimRecord>, StoreError> {
+        let mut found = self.lookup(ns, std::slice::from_ref(id)).await?;
+        Ok(found.pop().flatten())
+    }
+}

@@ -1,0 +1,307 @@
+//! The Claims API (contract §1): claim, batch claim, lookup by ids or by prefix, get and delete.
+//! Requests are validated whole before the store is touched, so bad input changes nothing.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use idem_core::claim::MAX_DATA_BYTES;
+use idem_core::{ClaimId, ClaimOutcome, ClaimRecord, Invalid, Namespace, NewClaim, Parts};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use utoipa::ToSchema;
+
+use crate::app::AppState;
+use crate::error::{ApiError, Problem};
+use crate::extract::{ApiJson, ClaimPath};
+
+/// Items in one batch claim or lookup, at most.
+pub const MAX_ITEMS: usize = 10_000;
+/// The longest `ttl_seconds` accepted: 100 years.
+pub const MAX_TTL_SECONDS: u64 = 100 * 365 * 86_400;
+
+/// A key, given as `key` (one part) or `parts`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KeyRef {
+    /// The one-part form of a key.
+    pub key: Option<String>,
+    /// 1 to 16 non-empty parts, each at most 1 KiB, without NUL.
+    pub parts: Option<Vec<String>>,
+}
+
+impl KeyRef {
+    pub fn resolve(self) -> Result<Parts, Invalid> {
+        match (self.key, self.parts) {
+            (Some(key), None) => Parts::single(key).map_err(|e| e.within("key")),
+            (None, Some(parts)) => Parts::new(parts).map_err(|e| e.within("parts")),
+            (Some(_), Some(_)) => Err(Invalid::new("key", "give either key or parts, not both")),
+            (None, None) => Err(Invalid::new("key", "a key or parts is required")),
+        }
+    }
+}
+
+/// One claim to make.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimRequest {
+    pub key: Option<String>,
+    pub parts: Option<Vec<String>>,
+    /// Any JSON, at most 64 KiB, stored with the claim and returned unchanged.
+    #[schema(value_type = Option<Object>)]
+    pub data: Option<Box<RawValue>>,
+    /// Seconds until the claim expires; default: the namespace's `default_ttl`, else never.
+    pub ttl_seconds: Option<u64>,
+}
+
+impl ClaimRequest {
+    /// Validates the request and resolves its TTL against the namespace default.
+    pub fn into_new_claim(self, default_ttl: Option<Duration>) -> Result<NewClaim, Invalid> {
+        let parts = KeyRef { key: self.key, parts: self.parts }.resolve()?;
+        if let Some(data) = &self.data
+            && data.get().len() > MAX_DATA_BYTES
+        {
+            return Err(Invalid::new("data", format!("must be at most {MAX_DATA_BYTES} bytes of JSON")));
+        }
+        let ttl = match self.ttl_seconds {
+            Some(0) => return Err(Invalid::new("ttl_seconds", "must be at least 1")),
+            Some(s) if s > MAX_TTL_SECONDS => {
+                return Err(Invalid::new("ttl_seconds", format!("must be at most {MAX_TTL_SECONDS}")));
+            }
+            Some(s) => Some(Duration::from_secs(s)),
+            None => default_ttl,
+        };
+        let data = self.data.filter(|d| d.get() != "null");
+        Ok(NewClaim { parts, data, ttl })
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BatchRequest {
+    /// 1 to 10,000 claims, answered in this order.
+    pub items: Vec<ClaimRequest>,
+}
+
+/// Either `items` (look up ids) or `prefix` (does any claim begin with these parts?).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LookupRequest {
+    pub items: Option<Vec<KeyRef>>,
+    pub prefix: Option<Vec<String>>,
+}
+
+/// A stored claim.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Record {
+    pub namespace: String,
+    /// Lowercase hex SHA-256 of the parts joined by NUL.
+    pub id: String,
+    pub parts: Vec<String>,
+    #[schema(value_type = Option<Object>)]
+    pub data: Option<Box<RawValue>>,
+    /// RFC 3339, UTC.
+    pub created_at: String,
+    /// RFC 3339, UTC; null: never expires.
+    pub expires_at: Option<String>,
+}
+
+impl From<ClaimRecord> for Record {
+    fn from(r: ClaimRecord) -> Self {
+        Record {
+            namespace: r.namespace.as_str().to_owned(),
+            id: r.id.to_string(),
+            parts: r.parts.into_vec(),
+            data: r.data,
+            created_at: r.created_at.to_rfc3339(),
+            expires_at: r.expires_at.map(|t| t.to_rfc3339()),
+        }
+    }
+}
+
+/// The answer to one claim: `claimed` and the record (the new one, or the existing one unchanged).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ClaimResponse {
+    pub claimed: bool,
+    #[serde(flatten)]
+    pub record: Record,
+}
+
+impl From<ClaimOutcome> for ClaimResponse {
+    fn from(o: ClaimOutcome) -> Self {
+        ClaimResponse { claimed: o.claimed, record: o.record.into() }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BatchResponse {
+    pub results: Vec<ClaimResponse>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LookupResult {
+    pub id: String,
+    pub exists: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub record: Option<Record>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LookupResponse {
+    pub results: Vec<LookupResult>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PrefixResponse {
+    pub exists: bool,
+}
+
+fn count_claims(ns: &Namespace, outcomes: &[ClaimOutcome]) {
+    let claimed = outcomes.iter().filter(|o| o.claimed).count() as u64;
+    let ns = ns.as_str().to_owned();
+    metrics::counter!("idem_claims_total", "namespace" => ns.clone(), "outcome" => "claimed").increment(claimed);
+    metrics::counter!("idem_claims_total", "namespace" => ns, "outcome" => "existing")
+        .increment(outcomes.len() as u64 - claimed);
+}
+
+fn count_lookup(ns: &Namespace, kind: &'static str, keys: usize) {
+    metrics::counter!("idem_lookups_total", "namespace" => ns.as_str().to_owned(), "kind" => kind)
+        .increment(keys as u64);
+}
+
+fn check_item_count(len: usize) -> Result<(), Invalid> {
+    if len == 0 || len > MAX_ITEMS {
+        return Err(Invalid::new("items", format!("must hold 1 to {MAX_ITEMS} items, not {len}")));
+    }
+    Ok(())
+}
+
+/// Claim a key: `201` when new, `200` with the existing record when it exists.
+#[utoipa::path(post, path = "/v1/claims/{ns}", tag = "claims",
+    params(("ns" = String, Path, description = "Namespace: 1-64 of [a-z0-9_.-]")),
+    request_body = ClaimRequest,
+    responses(
+        (status = 201, description = "Claimed: this request was first", body = ClaimResponse),
+        (status = 200, description = "Already claimed: the existing record, unchanged", body = ClaimResponse),
+        (status = 400, description = "Invalid request", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Store unavailable; nothing changed", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn create(
+    State(state): State<AppState>,
+    path: ClaimPath,
+    ApiJson(body): ApiJson<ClaimRequest>,
+) -> Result<Response, ApiError> {
+    let claim = body.into_new_claim(state.config.default_ttl(path.ns.as_str()))?;
+    let mut outcomes = state.store.claim(&path.ns, vec![claim]).await?;
+    count_claims(&path.ns, &outcomes);
+    let outcome = outcomes.pop().ok_or(ApiError::Internal)?;
+    let status = if outcome.claimed { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(ClaimResponse::from(outcome))).into_response())
+}
+
+/// Claim up to 10,000 keys in one request; results come in request order and the first of two
+/// equal keys wins.
+#[utoipa::path(post, path = "/v1/claims/{ns}/batch", tag = "claims",
+    params(("ns" = String, Path, description = "Namespace")),
+    request_body = BatchRequest,
+    responses(
+        (status = 200, description = "One result per item, in request order", body = BatchResponse),
+        (status = 400, description = "Invalid request; nothing was claimed", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn batch(
+    State(state): State<AppState>,
+    path: ClaimPath,
+    ApiJson(body): ApiJson<BatchRequest>,
+) -> Result<Json<BatchResponse>, ApiError> {
+    check_item_count(body.items.len())?;
+    let default_ttl = state.config.default_ttl(path.ns.as_str());
+    let claims = body
+        .items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| item.into_new_claim(default_ttl).map_err(|e| e.within(&format!("items[{i}]"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    let outcomes = state.store.claim(&path.ns, claims).await?;
+    count_claims(&path.ns, &outcomes);
+    Ok(Json(BatchResponse { results: outcomes.into_iter().map(ClaimResponse::from).collect() }))
+}
+
+/// Look up keys by `items` (in request order), or ask whether any live claim begins with `prefix`.
+#[utoipa::path(post, path = "/v1/claims/{ns}/lookup", tag = "claims",
+    params(("ns" = String, Path, description = "Namespace")),
+    request_body = LookupRequest,
+    responses(
+        (status = 200, description = "`{results}` for items, `{exists}` for a prefix", body = LookupResponse),
+        (status = 400, description = "Invalid request", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn lookup(
+    State(state): State<AppState>,
+    path: ClaimPath,
+    ApiJson(body): ApiJson<LookupRequest>,
+) -> Result<Response, ApiError> {
+    match (body.items, body.prefix) {
+        (Some(items), None) => {
+            check_item_count(items.len())?;
+            let ids = items
+                .into_iter()
+                .enumerate()
+                .map(|(i, key)| key.resolve().map(|p| p.id()).map_err(|e| e.within(&format!("items[{i}]"))))
+                .collect::<Result<Vec<ClaimId>, _>>()?;
+            let found = state.store.lookup(&path.ns, &ids).await?;
+            count_lookup(&path.ns, "ids", ids.len());
+            let results = ids
+                .iter()
+                .zip(found)
+                .map(|(id, record)| LookupResult {
+                    id: id.to_string(),
+                    exists: record.is_some(),
+                    record: record.map(Record::from),
+                })
+                .collect();
+            Ok(Json(LookupResponse { results }).into_response())
+        }
+        (None, Some(prefix)) => {
+            let prefix = Parts::new(prefix).map_err(|e| e.within("prefix"))?;
+            let exists = state.store.prefix_exists(&path.ns, &prefix).await?;
+            count_lookup(&path.ns, "prefix", 1);
+            Ok(Json(PrefixResponse { exists }).into_response())
+        }
+        (Some(_), Some(_)) => Err(Invalid::new("items", "give either items or prefix, not both").into()),
+        (None, None) => Err(Invalid::new("items", "items or prefix is required").into()),
+    }
+}
+
+/// Read one claim by id.
+#[utoipa::path(get, path = "/v1/claims/{ns}/{id}", tag = "claims",
+    params(("ns" = String, Path, description = "Namespace"), ("id" = String, Path, description = "64 hex digits")),
+    responses(
+        (status = 200, description = "The live claim", body = Record),
+        (status = 404, description = "No live claim with this id", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn read(State(state): State<AppState>, path: ClaimPath) -> Result<Json<Record>, ApiError> {
+    let id = path.id.ok_or(ApiError::Internal)?;
+    count_lookup(&path.ns, "get", 1);
+    match state.store.get(&path.ns, &id).await? {
+        Some(record) => Ok(Json(record.into())),
+        None => Err(ApiError::NotFound(format!("no claim {id} in namespace {}", path.ns))),
+    }
+}
+
+/// Delete one claim by id.
+#[utoipa::path(delete, path = "/v1/claims/{ns}/{id}", tag = "claims",
+    params(("ns" = String, Path, description = "Namespace"), ("id" = String, Path, description = "64 hex digits")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, description = "No live claim with this id", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn delete(State(state): State<AppState>, path: ClaimPath) -> Result<StatusCode, ApiError> {
+    let id = path.id.ok_or(ApiError::Internal)?;
+    if state.store.delete(&path.ns, &id).await? {
+        metrics::counter!("idem_claims_deleted_total", "namespace" => path.ns.as_str().to_owned()).increment(1);
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::NotFound(format!("no claim {id} in namespace {}", path.ns)))
+    }
+}

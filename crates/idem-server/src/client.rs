@@ -1,0 +1,83 @@
+//! A small HTTP client for the CLI verbs (`idem claims …`, `idem import`) and for tests: plain
+//! HTTP/1.1 with connection pooling, JSON in, status and body out.
+
+use bytes::Bytes;
+use http::{Method, Request, StatusCode, header};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("invalid server URL {0:?}: use http://HOST:PORT")]
+    Url(String),
+    #[error("cannot reach {url}: {message}")]
+    Connect { url: String, message: String },
+}
+
+#[derive(Clone)]
+pub struct ApiClient {
+    base: String,
+    token: Option<String>,
+    http: Client<HttpConnector, Full<Bytes>>,
+}
+
+/// A response: its status and whole body.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Reply {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+impl ApiClient {
+    pub fn new(base: &str, token: Option<String>) -> Result<Self, ClientError> {
+        let base = base.trim_end_matches('/').to_owned();
+        if !base.starts_with("http://") || base.parse::<http::Uri>().is_err() {
+            return Err(ClientError::Url(base));
+        }
+        let http = Client::builder(TokioExecutor::new()).build_http();
+        Ok(Self { base, token, http })
+    }
+
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<Reply, ClientError> {
+        let bytes = body.map(|b| Bytes::from(b.to_string()));
+        self.send_raw(method, path, bytes, "application/json").await
+    }
+
+    pub async fn send_raw(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Bytes>,
+        content_type: &str,
+    ) -> Result<Reply, ClientError> {
+        let url = format!("{}{path}", self.base);
+        let mut builder = Request::builder().method(method).uri(&url);
+        if body.is_some() {
+            builder = builder.header(header::CONTENT_TYPE, content_type);
+        }
+        if let Some(token) = &self.token {
+            builder = builder.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let request = builder.body(Full::new(body.unwrap_or_default())).map_err(|_| ClientError::Url(url.clone()))?;
+        let connect_error =
+            |e: &dyn std::fmt::Display| ClientError::Connect { url: url.clone(), message: e.to_string() };
+        let response = self.http.request(request).await.map_err(|e| connect_error(&e))?;
+        let (parts, body) = response.into_parts();
+        let body = body.collect().await.map_err(|e| connect_error(&e))?.to_bytes();
+        Ok(Reply { status: parts.status, headers: parts.headers, body })
+    }
+}

@@ -1,0 +1,340 @@
+//! The one typed config, loaded in layers: compiled-in defaults, then the TOML file, then `IDEM_`
+//! environment variables (`__` for nesting), then command-line flags. It is validated once, at
+//! load; an unknown key or a bad value is an error that names it. Secrets never appear in `Debug`
+//! or in `idem config check`. Loading has no side effects.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use idem_core::{Namespace, format_duration, parse_duration};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Address of the `/v1` API, health and metrics.
+    pub listen: SocketAddr,
+    /// Where the embedded store keeps its file.
+    pub data_dir: PathBuf,
+    pub store: StoreConfig,
+    pub auth: AuthConfig,
+    pub limits: LimitsConfig,
+    pub sweeper: SweeperConfig,
+    pub log: LogConfig,
+    pub namespaces: BTreeMap<String, NamespaceConfig>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7070)),
+            data_dir: PathBuf::from("./idem-data"),
+            store: StoreConfig::Sqlite {},
+            auth: AuthConfig::default(),
+            limits: LimitsConfig::default(),
+            sweeper: SweeperConfig::default(),
+            log: LogConfig::default(),
+            namespaces: BTreeMap::new(),
+        }
+    }
+}
+
+/// Which store backs this node. A tagged enum, so that a PostgreSQL URL cannot be given to the
+/// embedded store by mistake.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+pub enum StoreConfig {
+    /// One SQLite file under `data_dir`.
+    Sqlite {},
+    /// A PostgreSQL database shared by several nodes.
+    Postgres { url: Secret },
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// Bearer tokens accepted on `/v1`. Empty: no auth, and only a loopback `listen` is allowed.
+    pub tokens: Vec<Secret>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Largest request body accepted, in bytes; larger bodies get 413.
+    pub max_body_bytes: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self { max_body_bytes: 1024 * 1024 }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SweeperConfig {
+    /// How often expired claims are deleted.
+    pub interval: ConfigDuration,
+    /// Rows deleted per transaction, so that sweeping never stalls writers for long.
+    pub batch: usize,
+}
+
+impl Default for SweeperConfig {
+    fn default() -> Self {
+        Self { interval: ConfigDuration(Duration::from_secs(60)), batch: 1000 }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// A filter such as `info` or `info,idem_server=debug`.
+    pub level: String,
+    pub format: LogFormat,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self { level: "info".into(), format: LogFormat::Text }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NamespaceConfig {
+    /// TTL of claims that do not give `ttl_seconds`; absent means never expire.
+    pub default_ttl: Option<ConfigDuration>,
+}
+
+/// A duration written as `"250ms"`, `"10s"`, `"5m"`, `"24h"` or `"90d"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConfigDuration(pub Duration);
+
+impl Serialize for ConfigDuration {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format_duration(self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for ConfigDuration {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        parse_duration(&text).map(ConfigDuration).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A value that must never be printed: `Debug` and `Serialize` show `[redacted]`.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str("[redacted]")
+    }
+}
+
+/// Command-line values that override every other layer.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub listen: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub store: Option<String>,
+    pub database_url: Option<String>,
+}
+
+/// Environment variables that belong to the command line, not to the config tree.
+const NOT_CONFIG_ENV: &[&str] = &["IDEM_CONFIG", "IDEM_SERVER", "IDEM_TOKEN", "IDEM_DATABASE_URL"];
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config file {path} is not valid TOML: {message}")]
+    Syntax { path: PathBuf, message: String },
+    #[error("config key `{key}`: {message}")]
+    Key { key: String, message: String },
+}
+
+impl Config {
+    /// Loads every layer: defaults, `file`, `env` (the process environment in production), flags.
+    pub fn load(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+        overrides: &Overrides,
+    ) -> Result<Config, ConfigError> {
+        let mut tree = match file {
+            Some(path) => read_file(path)?,
+            None => toml::Table::new(),
+        };
+        for (name, value) in env {
+            let Some(rest) = name.strip_prefix("IDEM_") else { continue };
+            if NOT_CONFIG_ENV.contains(&name.as_str()) || rest.is_empty() {
+                continue;
+            }
+            let path: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
+            set_path(&mut tree, &path, env_value(&value))
+                .map_err(|message| ConfigError::Key { key: name.clone(), message })?;
+        }
+        apply_overrides(&mut tree, overrides)?;
+        let config: Config = serde_path_to_error::deserialize(toml::Value::Table(tree))
+            .map_err(|e| ConfigError::Key { key: e.path().to_string(), message: e.into_inner().to_string() })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let key_error = |key: String, message: &str| ConfigError::Key { key, message: message.to_owned() };
+        for (name, ns) in &self.namespaces {
+            Namespace::new(name).map_err(|e| key_error(format!("namespaces.{name}"), &e.message))?;
+            if ns.default_ttl.is_some_and(|t| t.0.is_zero()) {
+                return Err(key_error(format!("namespaces.{name}.default_ttl"), "must be longer than zero"));
+            }
+        }
+        if self.auth.tokens.iter().any(|t| t.expose().is_empty()) {
+            return Err(key_error("auth.tokens".into(), "tokens must not be empty strings"));
+        }
+        if self.limits.max_body_bytes == 0 {
+            return Err(key_error("limits.max_body_bytes".into(), "must be at least 1"));
+        }
+        if self.sweeper.batch == 0 || self.sweeper.interval.0.is_zero() {
+            return Err(key_error("sweeper".into(), "interval and batch must be greater than zero"));
+        }
+        Ok(())
+    }
+
+    /// The effective config as TOML, secrets redacted: what `idem config check` prints.
+    pub fn to_redacted_toml(&self) -> String {
+        toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))
+    }
+
+    /// The TTL a claim gets when it does not give one.
+    pub fn default_ttl(&self, ns: &str) -> Option<Duration> {
+        self.namespaces.get(ns).and_then(|n| n.default_ttl).map(|d| d.0)
+    }
+}
+
+fn read_file(path: &Path) -> Result<toml::Table, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+    text.parse::<toml::Table>().map_err(|e| ConfigError::Syntax { path: path.to_owned(), message: e.to_string() })
+}
+
+/// An env value is read as a TOML value when it is one (`500`, `true`, `["a","b"]`), else as a
+/// string, so `IDEM_LISTEN=0.0.0.0:7070` needs no quotes.
+fn env_value(raw: &str) -> toml::Value {
+    format!("v = {raw}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(raw.to_owned()))
+}
+
+fn set_path(tree: &mut toml::Table, path: &[String], value: toml::Value) -> Result<(), String> {
+    let (last, parents) = path.split_last().ok_or("empty key")?;
+    let mut table = tree;
+    for key in parents {
+        let entry = table.entry(key.clone()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        table = entry.as_table_mut().ok_or_else(|| format!("`{key}` is not a table"))?;
+    }
+    table.insert(last.clone(), value);
+    Ok(())
+}
+
+fn apply_overrides(tree: &mut toml::Table, o: &Overrides) -> Result<(), ConfigError> {
+    let mut set = |path: &[&str], value: toml::Value| {
+        let path: Vec<String> = path.iter().map(|s| s.to_string()).collect();
+        set_path(tree, &path, value).map_err(|message| ConfigError::Key { key: path.join("."), message })
+    };
+    if let Some(listen) = &o.listen {
+        set(&["listen"], toml::Value::String(listen.clone()))?;
+    }
+    if let Some(dir) = &o.data_dir {
+        set(&["data_dir"], toml::Value::String(dir.to_string_lossy().into_owned()))?;
+    }
+    if let Some(store) = &o.store {
+        set(&["store", "type"], toml::Value::String(store.clone()))?;
+    }
+    if let Some(url) = &o.database_url {
+        set(&["store", "url"], toml::Value::String(url.clone()))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(toml: &str, env: &[(&str, &str)], o: &Overrides) -> Result<Config, ConfigError> {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("idem.toml");
+        std::fs::write(&path, toml).expect("write config");
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+        Config::load(Some(&path), env, o)
+    }
+
+    #[test]
+    fn defaults_need_nothing() {
+        let c = Config::load(None, Vec::new(), &Overrides::default()).expect("defaults");
+        assert_eq!(c.listen.to_string(), "127.0.0.1:7070");
+        assert_eq!(c.data_dir, PathBuf::from("./idem-data"));
+        assert_eq!(c.store, StoreConfig::Sqlite {});
+        assert_eq!(c.limits.max_body_bytes, 1 << 20);
+    }
+
+    #[test]
+    fn layers_apply_in_order() {
+        let file = "listen = \"127.0.0.1:1111\"\n[namespaces.notified_articles]\ndefault_ttl = \"90d\"\n";
+        let env = [("IDEM_LISTEN", "127.0.0.1:2222"), ("IDEM_SWEEPER__BATCH", "50"), ("IDEM_TOKEN", "client-only")];
+        let c = load(file, &env, &Overrides::default()).expect("load");
+        assert_eq!(c.listen.to_string(), "127.0.0.1:2222", "env beats file");
+        assert_eq!(c.sweeper.batch, 50);
+        assert_eq!(c.default_ttl("notified_articles"), Some(Duration::from_secs(90 * 86_400)));
+        let flags = Overrides { listen: Some("127.0.0.1:3333".into()), ..Overrides::default() };
+        let c = load(file, &env, &flags).expect("load");
+        assert_eq!(c.listen.to_string(), "127.0.0.1:3333", "flags beat env");
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_named() {
+        let err = load("[namespaces.a]\ndefualt_ttl = \"1d\"\n", &[], &Overrides::default()).unwrap_err();
+        assert!(err.to_string().contains("namespaces.a") && err.to_string().contains("defualt_ttl"), "{err}");
+        let err = load("[namespaces.a]\ndefault_ttl = \"5x\"\n", &[], &Overrides::default()).unwrap_err();
+        assert!(err.to_string().contains("namespaces.a.default_ttl"), "{err}");
+        let err = load("", &[("IDEM_LISTN", "x")], &Overrides::default()).unwrap_err();
+        assert!(err.to_string().contains("listn"), "{err}");
+        let err = load("[namespaces.Bad]\n", &[], &Overrides::default()).unwrap_err();
+        assert!(err.to_string().contains("namespaces.Bad"), "{err}");
+        let err = load("[store]\ntype = \"sqlite\"\nurl = \"postgres://x\"\n", &[], &Overrides::default()).unwrap_err();
+        assert!(err.to_string().contains("url"), "{err}");
+    }
+
+    #[test]
+    fn secrets_never_print() {
+        let c = load("[auth]\ntokens = [\"s3cret-token\"]\n", &[], &Overrides::default()).expect("load");
+        assert_eq!(c.auth.tokens[0].expose(), "s3cret-token");
+        assert!(!format!("{c:?}").contains("s3cret"));
+        assert!(!c.to_redacted_toml().contains("s3cret"));
+        assert!(c.to_redacted_toml().contains("[redacted]"));
+    }
+}

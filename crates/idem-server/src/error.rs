@@ -1,0 +1,136 @@
+//! The one HTTP error type. Every failure a client can see is an `ApiError`, rendered as RFC 9457
+//! `application/problem+json` with a single `status_code()` match. Internal causes are logged once
+//! here and never shown: the body says what went wrong in the client's terms only.
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use idem_core::{Invalid, StoreError};
+use serde::Serialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    Invalid(#[from] Invalid),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("a valid bearer token is required")]
+    Unauthorized,
+    #[error("the request body is larger than the limit of {0} bytes")]
+    PayloadTooLarge(usize),
+    #[error("the request body must be JSON (Content-Type: application/json)")]
+    UnsupportedMediaType,
+    #[error("this method is not allowed on this resource")]
+    MethodNotAllowed,
+    #[error("the store is unavailable; nothing was changed, retry shortly")]
+    Unavailable,
+    #[error("an internal error occurred; nothing was changed")]
+    Internal,
+}
+
+/// The problem+json body.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Problem {
+    /// A URI naming the kind of problem, e.g. `urn:idem:problem:invalid-request`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub title: &'static str,
+    pub status: u16,
+    pub detail: String,
+    /// For invalid requests: the field at fault, e.g. `items[3].parts[0]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+impl ApiError {
+    pub fn status_code(&self) -> StatusCode {
+        match self {
+            ApiError::Invalid(_) => StatusCode::BAD_REQUEST,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// A short stable name: the problem type's last segment and the `kind` label of
+    /// `idem_errors_total`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ApiError::Invalid(_) => "invalid-request",
+            ApiError::NotFound(_) => "not-found",
+            ApiError::Unauthorized => "unauthorized",
+            ApiError::PayloadTooLarge(_) => "payload-too-large",
+            ApiError::UnsupportedMediaType => "unsupported-media-type",
+            ApiError::MethodNotAllowed => "method-not-allowed",
+            ApiError::Unavailable => "store-unavailable",
+            ApiError::Internal => "internal",
+        }
+    }
+
+    fn title(&self) -> &'static str {
+        match self {
+            ApiError::Invalid(_) => "Invalid request",
+            ApiError::NotFound(_) => "Not found",
+            ApiError::Unauthorized => "Unauthorized",
+            ApiError::PayloadTooLarge(_) => "Payload too large",
+            ApiError::UnsupportedMediaType => "Unsupported media type",
+            ApiError::MethodNotAllowed => "Method not allowed",
+            ApiError::Unavailable => "Store unavailable",
+            ApiError::Internal => "Internal error",
+        }
+    }
+
+    pub fn problem(&self) -> Problem {
+        let field = match self {
+            ApiError::Invalid(invalid) => Some(invalid.field.clone()),
+            _ => None,
+        };
+        Problem {
+            kind: format!("urn:idem:problem:{}", self.kind()),
+            title: self.title(),
+            status: self.status_code().as_u16(),
+            detail: self.to_string(),
+            field,
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Unavailable(cause) => {
+                tracing::warn!(%cause, "store unavailable");
+                ApiError::Unavailable
+            }
+            StoreError::Closed => ApiError::Unavailable,
+            StoreError::Internal(cause) => {
+                tracing::error!(%cause, "store internal error");
+                ApiError::Internal
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        metrics::counter!("idem_errors_total", "kind" => self.kind()).increment(1);
+        let status = self.status_code();
+        let mut response = (status, Json(self.problem())).into_response();
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        match self {
+            ApiError::Unauthorized => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            ApiError::Unavailable => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            _ => {}
+        }
+        response
+    }
+}

@@ -1,0 +1,27 @@
+//! The OpenAPI document of the whole `/v1` API, generated from the handlers' annotations so that it
+//! cannot drift from the code.
+
+use utoipa::OpenApi;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "idem", description = "Make side effects happen once: claims, idempotency keys, events."),
+    paths(crate::claim::create, crate::claim::batch, crate::claim::lookup, crate::claim::read, crate::claim::delete),
+    modifiers(&BearerAuth),
+    security(("bearer" = [])),
+    tags((name = "claims", description = "Atomic first-writer-wins dedup store")),
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}

@@ -1,0 +1,99 @@
+//! The command line as a user types it: `idem config check`, `idem claims put|get|delete`, and
+//! `idem import`, run as real processes against a real server.
+
+use http::Method;
+use serde_json::json;
+
+use crate::support::TestServer;
+use crate::support::binary::run;
+
+async fn idem(args: Vec<String>) -> (i32, String, String) {
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run(&args, &[])
+    })
+    .await
+    .expect("idem ran")
+}
+
+fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn config_check_prints_the_effective_config_with_secrets_redacted() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("idem.toml");
+    let text = "listen = \"127.0.0.1:7171\"\n[auth]\ntokens = [\"s3cret-token\"]\n[namespaces.notified_articles]\ndefault_ttl = \"90d\"\n";
+    std::fs::write(&file, text).expect("write");
+    let (code, stdout, stderr) =
+        run(&["config", "check", "--config", file.to_str().expect("utf-8")], &[("IDEM_LOG__LEVEL", "debug")]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("listen = \"127.0.0.1:7171\""), "{stdout}");
+    assert!(stdout.contains("default_ttl = \"90d\""), "{stdout}");
+    assert!(stdout.contains("level = \"debug\""), "env applies: {stdout}");
+    assert!(stdout.contains("[redacted]") && !stdout.contains("s3cret"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_put_get_delete() {
+    let s = TestServer::start().await;
+    let server = ["--server", s.url.as_str()];
+    let put = |data: &str| {
+        let mut a = args(&["claims", "put", "survey", "--part", "scenario-1", "--part", "user-3", "--data", data]);
+        a.extend(args(&server));
+        a
+    };
+    let (code, stdout, stderr) = idem(put(r#"{"answer":"A"}"#)).await;
+    assert_eq!(code, 0, "{stderr}");
+    let first: serde_json::Value = serde_json::from_str(&stdout).expect("json out");
+    assert_eq!(first["claimed"], true);
+    let (_, stdout, _) = idem(put(r#"{"answer":"B"}"#)).await;
+    let second: serde_json::Value = serde_json::from_str(&stdout).expect("json out");
+    assert_eq!(second["claimed"], false);
+    assert_eq!(second["data"], json!({"answer": "A"}));
+
+    let id = first["id"].as_str().expect("id").to_owned();
+    let mut get = args(&["claims", "get", "survey", &id]);
+    get.extend(args(&server));
+    let (code, stdout, _) = idem(get.clone()).await;
+    assert_eq!(code, 0);
+    assert!(stdout.contains("scenario-1"));
+    let mut by_key = args(&["claims", "delete", "survey", "--part", "scenario-1", "--part", "user-3"]);
+    by_key.extend(args(&server));
+    assert_eq!(idem(by_key.clone()).await.0, 0, "delete by key");
+    let (code, _, stderr) = idem(by_key).await;
+    assert_eq!(code, 1, "a second delete finds nothing");
+    assert!(stderr.contains("404"), "{stderr}");
+    assert_eq!(idem(get).await.0, 1, "get of a deleted claim exits 1");
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_loads_json_lines_and_reports_bad_lines() {
+    let s = TestServer::start().await;
+    s.post("/v1/claims/survey", json!({"parts": ["s1", "u1", "n1"]}), 201).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("legacy.jsonl");
+    let lines = [
+        r#"{"parts": ["s1", "u1", "n1"], "data": {"legacy": true}}"#,
+        r#"{"parts": ["s1", "u2", "n1"], "data": {"legacy": true}}"#,
+        "",
+        r#"{"parts": ["s1", ""]}"#,
+        r#"{"namespace": "notified_articles", "key": "https://example.com/x", "ttl_seconds": 3600}"#,
+        "not json",
+    ];
+    std::fs::write(&file, lines.join("\n")).expect("write");
+    let (code, _, stderr) =
+        idem(args(&["import", file.to_str().expect("utf-8"), "--namespace", "survey", "--server", &s.url])).await;
+    assert_eq!(code, 1, "rejected lines make the import fail: {stderr}");
+    assert!(stderr.contains("line 4") && stderr.contains("line 6"), "bad lines are named: {stderr}");
+    assert!(stderr.contains("2 claimed, 1 already present, 2 rejected"), "{stderr}");
+    let out = s.post("/v1/claims/survey/lookup", json!({"items": [{"parts": ["s1", "u2", "n1"]}]}), 200).await;
+    assert_eq!(out["results"][0]["record"]["data"], json!({"legacy": true}));
+    let out =
+        s.post("/v1/claims/notified_articles/lookup", json!({"items": [{"key": "https://example.com/x"}]}), 200).await;
+    assert!(out["results"][0]["record"]["expires_at"].is_string());
+    let _ = s.expect(Method::GET, "/healthz", None, 200).await;
+    s.stop().await;
+}

@@ -1,0 +1,11 @@
+//! Integration tests of the idem server: the real HTTP API on real sockets, over a real SQLite
+//! file; and the real `idem` binary for what only a process shows (signals, kill -9, the CLI).
+
+mod auth;
+mod claims;
+mod cli;
+mod errors;
+mod examples;
+mod ops;
+mod process;
+mod support;

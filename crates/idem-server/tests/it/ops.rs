@@ -1,0 +1,88 @@
+//! Operations: health, readiness (including a store that cannot be written), metrics, OpenAPI.
+
+use http::Method;
+use serde_json::json;
+
+use crate::support::{TestServer, assert_problem};
+
+#[tokio::test]
+async fn health_and_readiness() {
+    let s = TestServer::start().await;
+    assert_eq!(s.expect(Method::GET, "/healthz", None, 200).await["status"], "ok");
+    assert_eq!(s.expect(Method::GET, "/readyz", None, 200).await["status"], "ready");
+    s.stop().await;
+}
+
+/// Another process holds the SQLite file's write lock: claims answer 503 problem+json, /readyz
+/// fails, nothing already stored is harmed, and service resumes by itself once the lock goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_cannot_be_written_is_503_and_recovers() {
+    let s = TestServer::start().await;
+    s.post("/v1/claims/ns", json!({"key": "before"}), 201).await;
+
+    let db = s.dir.path().join(idem_sqlite::SqliteStore::FILE_NAME);
+    let intruder = hold_write_lock(&db);
+    let reply = s.client.send(Method::POST, "/v1/claims/ns", Some(&json!({"key": "during"}))).await.expect("request");
+    let problem = assert_problem(&reply, 503, "claim while the file is locked");
+    assert!(reply.headers.get("retry-after").is_some(), "503 says when to retry");
+    assert!(!problem["detail"].as_str().unwrap_or("").contains("lock"), "no internal error text: {problem}");
+    let ready = s.client.send(Method::GET, "/readyz", None).await.expect("request");
+    assert_problem(&ready, 503, "readyz while the file is locked");
+    let read = s.post("/v1/claims/ns/lookup", json!({"items": [{"key": "before"}]}), 200).await;
+    assert_eq!(read["results"][0]["exists"], true, "reads keep working");
+
+    drop(intruder);
+    s.expect(Method::GET, "/readyz", None, 200).await;
+    s.post("/v1/claims/ns", json!({"key": "during"}), 201).await;
+    s.post("/v1/claims/ns", json!({"key": "before"}), 200).await;
+    s.stop().await;
+}
+
+/// Holds an exclusive write transaction on the database file from a separate connection, the way
+/// another program would, until dropped.
+fn hold_write_lock(db: &std::path::Path) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open(db).expect("open the same file");
+    conn.execute_batch("BEGIN EXCLUSIVE").expect("take the write lock");
+    conn
+}
+
+#[tokio::test]
+async fn metrics_name_namespaces_outcomes_errors_and_batches() {
+    let s = TestServer::start().await;
+    s.post("/v1/claims/metrics_ns", json!({"key": "a"}), 201).await;
+    s.post("/v1/claims/metrics_ns", json!({"key": "a"}), 200).await;
+    s.post("/v1/claims/metrics_ns/lookup", json!({"prefix": ["a"]}), 200).await;
+    let _ = s.client.send(Method::POST, "/v1/claims/metrics_ns", Some(&json!({"key": ""}))).await;
+    let reply = s.client.send(Method::GET, "/metrics", None).await.expect("request");
+    let text = String::from_utf8_lossy(&reply.body);
+    for needle in [
+        r#"idem_claims_total{namespace="metrics_ns",outcome="claimed"}"#,
+        r#"idem_claims_total{namespace="metrics_ns",outcome="existing"}"#,
+        r#"idem_lookups_total{namespace="metrics_ns",kind="prefix"}"#,
+        r#"idem_errors_total{kind="invalid-request"}"#,
+        "idem_http_request_duration_seconds_bucket",
+        "idem_store_commit_batch_items_bucket",
+        "idem_store_commit_seconds_bucket",
+    ] {
+        assert!(text.contains(needle), "metrics lack {needle}:\n{text}");
+    }
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn openapi_describes_the_whole_v1_api() {
+    let s = TestServer::start().await;
+    let doc = s.expect(Method::GET, "/openapi.json", None, 200).await;
+    assert!(doc["openapi"].as_str().is_some_and(|v| v.starts_with("3.")));
+    let paths = doc["paths"].as_object().expect("paths");
+    for (path, method) in [
+        ("/v1/claims/{ns}", "post"),
+        ("/v1/claims/{ns}/batch", "post"),
+        ("/v1/claims/{ns}/lookup", "post"),
+        ("/v1/claims/{ns}/{id}", "get"),
+        ("/v1/claims/{ns}/{id}", "delete"),
+    ] {
+        assert!(paths.get(path).and_then(|p| p.get(method)).is_some(), "openapi lacks {method} {path}");
+    }
+    s.stop().await;
+}

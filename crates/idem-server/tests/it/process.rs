@@ -1,0 +1,120 @@
+//! The real binary as a process: kill -9 under load loses nothing acknowledged, SIGTERM drains and
+//! exits cleanly, and start-up refuses what would be unsafe.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http::Method;
+use idem_server::client::ApiClient;
+use serde_json::json;
+
+use crate::support::binary::{Idem, run};
+
+/// Writers claim unique keys as fast as they can; idem is killed with SIGKILL mid-stream. After a
+/// restart on the same data dir, every key that was answered 201 is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_under_write_load_loses_no_acknowledged_claim() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut idem = Idem::serve(dir.path(), &[]);
+    let client = ApiClient::new(&idem.url, None).expect("client");
+    let acknowledged = Arc::new(Mutex::new(Vec::<String>::new()));
+    let stop_at = Instant::now() + Duration::from_secs(10);
+    let writers: Vec<_> = (0..32)
+        .map(|w| {
+            let (client, acknowledged) = (client.clone(), Arc::clone(&acknowledged));
+            tokio::spawn(async move {
+                for n in 0.. {
+                    let key = format!("w{w}-{n}");
+                    let Ok(reply) = client.send(Method::POST, "/v1/claims/crash", Some(&json!({ "key": key }))).await
+                    else {
+                        return; // the server is gone
+                    };
+                    if reply.status == 201 {
+                        acknowledged.lock().expect("lock").push(key);
+                    }
+                    if Instant::now() > stop_at {
+                        return;
+                    }
+                }
+            })
+        })
+        .collect();
+    // Let the load build, then kill without warning.
+    while acknowledged.lock().expect("lock").len() < 2_000 && Instant::now() < stop_at {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    idem.kill9();
+    for writer in writers {
+        writer.await.expect("writer");
+    }
+    let acknowledged = acknowledged.lock().expect("lock").clone();
+    assert!(acknowledged.len() >= 1_000, "the load ran: {} acknowledged", acknowledged.len());
+
+    let idem = Idem::serve(dir.path(), &[]);
+    let client = ApiClient::new(&idem.url, None).expect("client");
+    for chunk in acknowledged.chunks(5_000) {
+        let items: Vec<_> = chunk.iter().map(|k| json!({ "key": k })).collect();
+        let reply = client
+            .send(Method::POST, "/v1/claims/crash/lookup", Some(&json!({ "items": items })))
+            .await
+            .expect("lookup");
+        let body = reply.json();
+        let missing: Vec<_> = body["results"]
+            .as_array()
+            .expect("results")
+            .iter()
+            .zip(chunk)
+            .filter(|(r, _)| r["exists"] != true)
+            .map(|(_, k)| k.clone())
+            .collect();
+        assert!(missing.is_empty(), "acknowledged claims lost after kill -9: {missing:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_finishes_and_exits_cleanly() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut idem = Idem::serve(dir.path(), &[]);
+    let client = ApiClient::new(&idem.url, None).expect("client");
+    let reply = client.send(Method::POST, "/v1/claims/n", Some(&json!({"key": "k"}))).await.expect("claim");
+    assert_eq!(reply.status, 201);
+    let status = idem.terminate();
+    assert!(status.success(), "idem exits 0 on SIGTERM: {status:?}");
+    let idem = Idem::serve(dir.path(), &[]);
+    let client = ApiClient::new(&idem.url, None).expect("client");
+    let reply = client.send(Method::POST, "/v1/claims/n", Some(&json!({"key": "k"}))).await.expect("claim");
+    assert_eq!(reply.status, 200, "the claim survived the restart");
+}
+
+#[test]
+fn a_second_idem_on_the_same_data_dir_refuses_to_start() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let _first = Idem::serve(dir.path(), &[]);
+    let data_dir = dir.path().to_str().expect("utf-8 path");
+    let (code, _, stderr) = run(&["serve", "--listen", "127.0.0.1:0", "--data-dir", data_dir], &[]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("in use by another idem process"), "clear message: {stderr}");
+}
+
+#[test]
+fn a_public_address_without_tokens_is_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data_dir = dir.path().to_str().expect("utf-8 path");
+    let (code, _, stderr) = run(&["serve", "--listen", "0.0.0.0:0", "--data-dir", data_dir], &[]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("refusing to listen on 0.0.0.0:0 with no [auth] tokens"), "{stderr}");
+    assert!(stderr.contains("--insecure-no-auth"), "says how to proceed: {stderr}");
+}
+
+#[test]
+fn bad_config_stops_start_up_naming_the_key() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("idem.toml");
+    std::fs::write(&file, "[namespaces.notified_articles]\ndefault_tll = \"90d\"\n").expect("write");
+    let (code, _, stderr) = run(&["serve", "--config", file.to_str().expect("utf-8")], &[]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("namespaces.notified_articles") && stderr.contains("default_tll"), "{stderr}");
+    let (code, _, stderr) = run(&["serve", "--data-dir", "/tmp"], &[("IDEM_SWEEPER__BATCH", "lots")]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("sweeper.batch"), "{stderr}");
+}

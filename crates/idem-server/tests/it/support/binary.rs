@@ -1,0 +1,93 @@
+//! Runs the real `idem` binary as a child process, for what only a process shows: signals,
+//! kill -9, refusal to start, and the CLI. Readiness is the "idem listening" log line, not a sleep.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_idem");
+
+pub struct Idem {
+    pub child: Child,
+    pub url: String,
+    pub log: mpsc::Receiver<String>,
+}
+
+/// A port that was free a moment ago (the child binds it itself).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+impl Idem {
+    /// Starts `idem serve` on `data_dir` and waits until it logs that it is listening.
+    pub fn serve(data_dir: &Path, extra: &[&str]) -> Idem {
+        let port = free_port();
+        let listen = format!("127.0.0.1:{port}");
+        let mut child = Command::new(BIN)
+            .args(["serve", "--listen", &listen, "--data-dir"])
+            .arg(data_dir)
+            .args(extra)
+            .env("IDEM_LOG__FORMAT", "text")
+            .env_remove("IDEM_CONFIG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn idem");
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let (tx, log) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let idem = Idem { child, url: format!("http://{listen}"), log };
+        idem.wait_for_log("idem listening", Duration::from_secs(20));
+        idem
+    }
+
+    /// Waits for a log line containing `needle`; panics with what was logged if it never comes.
+    pub fn wait_for_log(&self, needle: &str, timeout: Duration) -> String {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut seen = Vec::new();
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            match self.log.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(line) => seen.push(line),
+                Err(_) => break,
+            }
+        }
+        panic!("idem never logged {needle:?}; it logged:\n{}", seen.join("\n"));
+    }
+
+    pub fn kill9(&mut self) {
+        self.child.kill().expect("SIGKILL");
+        let _ = self.child.wait();
+    }
+
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status().expect("kill -TERM");
+        assert!(sent.success());
+        self.child.wait().expect("wait")
+    }
+}
+
+impl Drop for Idem {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the binary to completion: (exit code, stdout, stderr).
+pub fn run(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let output =
+        Command::new(BIN).args(args).envs(env.iter().copied()).stdin(Stdio::null()).output().expect("run idem");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}

@@ -1,0 +1,95 @@
+//! The test harness: an in-process server started through `idem_server::run` on port 0, a client
+//! whose helpers assert status codes, and a runner for the real binary.
+
+pub mod binary;
+
+use std::sync::Arc;
+
+use http::{Method, StatusCode};
+use idem_core::{Clock, Store, SystemClock};
+use idem_server::Config;
+use idem_server::client::{ApiClient, Reply};
+use idem_sqlite::{SqliteOptions, SqliteStore};
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+pub struct TestServer {
+    pub url: String,
+    pub client: ApiClient,
+    pub dir: tempfile::TempDir,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl TestServer {
+    pub async fn start() -> Self {
+        Self::start_with(|_| {}, Arc::new(SystemClock)).await
+    }
+
+    /// Starts a server on a fresh data dir; `configure` edits the config first.
+    pub async fn start_with(configure: impl FnOnce(&mut Config), clock: Arc<dyn Clock>) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut config = Config { data_dir: dir.path().to_owned(), ..Config::default() };
+        configure(&mut config);
+        let store: Arc<dyn Store> =
+            Arc::new(SqliteStore::open(&config.data_dir, clock, SqliteOptions::default()).expect("open store"));
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let (stop, stopped) = oneshot::channel::<()>();
+        let shutdown = async move {
+            let _ = stopped.await;
+        };
+        let task = tokio::spawn(idem_server::run(config, store, listener, shutdown));
+        let client = ApiClient::new(&url, None).expect("client");
+        Self { url, client, dir, stop: Some(stop), task }
+    }
+
+    pub fn client_with_token(&self, token: &str) -> ApiClient {
+        ApiClient::new(&self.url, Some(token.to_owned())).expect("client")
+    }
+
+    /// Sends a request and asserts the status; returns the JSON body.
+    pub async fn expect(&self, method: Method, path: &str, body: Option<Value>, status: u16) -> Value {
+        expect(&self.client, method, path, body, status).await
+    }
+
+    pub async fn post(&self, path: &str, body: Value, status: u16) -> Value {
+        self.expect(Method::POST, path, Some(body), status).await
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        (&mut self.task).await.expect("server task").expect("server ran");
+    }
+}
+
+pub async fn expect(client: &ApiClient, method: Method, path: &str, body: Option<Value>, status: u16) -> Value {
+    let reply = client.send(method.clone(), path, body.as_ref()).await.expect("request");
+    assert_status(&reply, status, &format!("{method} {path}"));
+    reply.json()
+}
+
+pub fn assert_status(reply: &Reply, status: u16, what: &str) {
+    assert_eq!(
+        reply.status,
+        StatusCode::from_u16(status).expect("valid status"),
+        "{what}: unexpected status; body: {}",
+        String::from_utf8_lossy(&reply.body)
+    );
+}
+
+/// Asserts a problem+json answer and returns it.
+pub fn assert_problem(reply: &Reply, status: u16, what: &str) -> Value {
+    assert_status(reply, status, what);
+    let content_type = reply.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("");
+    assert_eq!(content_type, "application/problem+json", "{what}: content type");
+    let problem = reply.json();
+    assert_eq!(problem["status"], status, "{what}: problem status");
+    for member in ["type", "title", "detail"] {
+        assert!(problem[member].is_string(), "{what}: problem lacks {member}: {problem}");
+    }
+    problem
+}

@@ -1,0 +1,147 @@
+//! The embedded store: one SQLite file in WAL mode under the data dir.
+//!
+//! Writes go to a single writer thread that gathers every command waiting in its queue into one
+//! transaction and one fsync (group commit), then answers them all: a claim is acknowledged only
+//! after its commit is durable, yet many concurrent claims share each fsync. Reads run on a small
+//! pool of read connections and never wait behind the writer (WAL readers see the last commit).
+//!
+//! A lock file in the data dir keeps a second process from opening the same store.
+
+mod reader;
+mod row;
+mod schema;
+mod writer;
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use async_trait::async_trait;
+use idem_core::{ClaimId, ClaimOutcome, ClaimRecord, Clock, Namespace, NewClaim, Parts, Store, StoreError};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::reader::ReaderPool;
+use crate::writer::Command;
+
+/// How the store is tuned; the defaults suit a small server.
+#[derive(Debug, Clone)]
+pub struct SqliteOptions {
+    /// Commands gathered into one transaction at most.
+    pub max_batch_items: usize,
+    /// Page cache of the writer connection, in KiB.
+    pub writer_cache_kib: i64,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        Self { max_batch_items: 20_000, writer_cache_kib: 256 * 1024 }
+    }
+}
+
+/// Why the store could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("cannot use data dir {dir}: {source}")]
+    DataDir { dir: PathBuf, source: std::io::Error },
+    #[error(
+        "data dir {0} is in use by another idem process (its lock file is held); stop that process or choose another --data-dir"
+    )]
+    Locked(PathBuf),
+    #[error("cannot open the store in {dir}: {message}")]
+    Database { dir: PathBuf, message: String },
+}
+
+pub struct SqliteStore {
+    commands: mpsc::Sender<Command>,
+    readers: Arc<ReaderPool>,
+    clock: Arc<dyn Clock>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    _lock: File,
+}
+
+impl SqliteStore {
+    pub const FILE_NAME: &'static str = "idem.db";
+
+    /// Opens (creating if needed) the store in `dir`, runs pending migrations and starts the writer.
+    pub fn open(dir: &Path, clock: Arc<dyn Clock>, options: SqliteOptions) -> Result<Self, OpenError> {
+        let dir_error = |source| OpenError::DataDir { dir: dir.to_owned(), source };
+        std::fs::create_dir_all(dir).map_err(dir_error)?;
+        let lock = lock_data_dir(dir)?;
+        let path = dir.join(Self::FILE_NAME);
+        let db_error = |e: rusqlite::Error| OpenError::Database { dir: dir.to_owned(), message: e.to_string() };
+        let conn = schema::open_writer(&path, options.writer_cache_kib).map_err(db_error)?;
+        schema::migrate(&conn).map_err(db_error)?;
+        let readers = Arc::new(ReaderPool::new(path));
+        readers.check().map_err(db_error)?;
+        let (commands, queue) = mpsc::channel(8192);
+        let writer = writer::spawn(conn, queue, Arc::clone(&clock), options.max_batch_items).map_err(dir_error)?;
+        Ok(Self { commands, readers, clock, writer: Mutex::new(Some(writer)), _lock: lock })
+    }
+
+    async fn send<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Command,
+    ) -> Result<T, StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.commands.send(make(tx)).await.map_err(|_| StoreError::Closed)?;
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+}
+
+fn lock_data_dir(dir: &Path) -> Result<File, OpenError> {
+    let path = dir.join("idem.lock");
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|source| OpenError::DataDir { dir: dir.to_owned(), source })?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(OpenError::Locked(dir.to_owned())),
+        Err(std::fs::TryLockError::Error(source)) => Err(OpenError::DataDir { dir: dir.to_owned(), source }),
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn claim(&self, ns: &Namespace, items: Vec<NewClaim>) -> Result<Vec<ClaimOutcome>, StoreError> {
+        let ns = ns.clone();
+        self.send(|reply| Command::Claim { ns, items, reply }).await
+    }
+
+    async fn lookup(&self, ns: &Namespace, ids: &[ClaimId]) -> Result<Vec<Option<ClaimRecord>>, StoreError> {
+        let (ns, ids, now) = (ns.clone(), ids.to_vec(), self.clock.now());
+        self.readers.run(move |conn| reader::lookup(conn, &ns, &ids, now)).await
+    }
+
+    async fn prefix_exists(&self, ns: &Namespace, prefix: &Parts) -> Result<bool, StoreError> {
+        let (ns, prefix, now) = (ns.clone(), prefix.clone(), self.clock.now());
+        self.readers.run(move |conn| reader::prefix_exists(conn, &ns, &prefix, now)).await
+    }
+
+    async fn delete(&self, ns: &Namespace, id: &ClaimId) -> Result<bool, StoreError> {
+        let (ns, id) = (ns.clone(), *id);
+        self.send(|reply| Command::Delete { ns, id, reply }).await
+    }
+
+    async fn sweep_expired(&self, limit: usize) -> Result<usize, StoreError> {
+        self.send(|reply| Command::Sweep { limit, reply }).await
+    }
+
+    async fn check_ready(&self) -> Result<(), StoreError> {
+        self.readers.run(reader::ping).await?;
+        self.send(|reply| Command::Probe { reply }).await
+    }
+
+    async fn close(&self) {
+        let handle = self.writer.lock().ok().and_then(|mut w| w.take());
+        let Some(handle) = handle else { return };
+        let (tx, rx) = oneshot::channel();
+        if self.commands.send(Command::Close { reply: tx }).await.is_ok() {
+            let _ = rx.await;
+        }
+        let _ = tokio::task::spawn_blocking(move || handle.join()).await;
+    }
+}
