@@ -7,6 +7,7 @@
 //!
 //! A lock file in the data dir keeps a second process from opening the same store.
 
+mod checkpoint;
 mod reader;
 mod row;
 mod schema;
@@ -29,13 +30,14 @@ use crate::writer::Command;
 pub struct SqliteOptions {
     /// Commands gathered into one transaction at most.
     pub max_batch_items: usize,
-    /// Page cache of the writer connection, in KiB.
+    /// Page cache of the writer connection, in KiB. Small on purpose: SQLite walks the whole
+    /// cache at every commit, and the OS page cache (through mmap) serves reads as well.
     pub writer_cache_kib: i64,
 }
 
 impl Default for SqliteOptions {
     fn default() -> Self {
-        Self { max_batch_items: 20_000, writer_cache_kib: 256 * 1024 }
+        Self { max_batch_items: 20_000, writer_cache_kib: 1024 }
     }
 }
 
@@ -57,6 +59,7 @@ pub struct SqliteStore {
     readers: Arc<ReaderPool>,
     clock: Arc<dyn Clock>,
     writer: Mutex<Option<JoinHandle<()>>>,
+    checkpointer: Mutex<Option<checkpoint::Checkpointer>>,
     _lock: File,
 }
 
@@ -76,7 +79,15 @@ impl SqliteStore {
         readers.check().map_err(db_error)?;
         let (commands, queue) = mpsc::channel(8192);
         let writer = writer::spawn(conn, queue, Arc::clone(&clock), options.max_batch_items).map_err(dir_error)?;
-        Ok(Self { commands, readers, clock, writer: Mutex::new(Some(writer)), _lock: lock })
+        let checkpointer = checkpoint::Checkpointer::spawn(&readers.path).map_err(dir_error)?;
+        Ok(Self {
+            commands,
+            readers,
+            clock,
+            writer: Mutex::new(Some(writer)),
+            checkpointer: Mutex::new(Some(checkpointer)),
+            _lock: lock,
+        })
     }
 
     async fn send<T>(
@@ -136,6 +147,8 @@ impl Store for SqliteStore {
     }
 
     async fn close(&self) {
+        let checkpointer = self.checkpointer.lock().ok().and_then(|mut c| c.take());
+        let _ = tokio::task::spawn_blocking(move || drop(checkpointer)).await;
         let handle = self.writer.lock().ok().and_then(|mut w| w.take());
         let Some(handle) = handle else { return };
         let (tx, rx) = oneshot::channel();

@@ -14,7 +14,7 @@ use crate::schema;
 const MAX_IDLE: usize = 8;
 
 pub struct ReaderPool {
-    path: PathBuf,
+    pub path: PathBuf,
     idle: Mutex<Vec<Connection>>,
 }
 

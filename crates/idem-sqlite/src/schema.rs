@@ -29,11 +29,20 @@ const MIGRATIONS: &[&str] = &[
 pub fn open_writer(path: &Path, cache_kib: i64) -> rusqlite::Result<Connection> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(std::time::Duration::from_secs(2))?;
+    // Takes effect only when the file is created. Claims land at random places in the id index,
+    // so a commit writes about one page per claim to the WAL: 2 KiB pages measured 14 % faster
+    // than 4 KiB and faster than 1 KiB (bench/README.md).
+    conn.pragma_update(None, "page_size", 2048)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "cache_size", -cache_kib)?;
-    conn.pragma_update(None, "wal_autocheckpoint", 10_000)?;
+    // The checkpointer thread does this work concurrently; the writer checkpoints only as a
+    // backstop if the WAL grows past this many pages.
+    conn.pragma_update(None, "wal_autocheckpoint", 20_000)?;
     conn.pragma_update(None, "temp_store", "MEMORY")?;
+    // Pages come from the OS page cache through the map; SQLite's own cache stays small because
+    // every commit walks it.
+    conn.pragma_update(None, "mmap_size", 1i64 << 30)?;
     conn.set_prepared_statement_cache_capacity(32);
     Ok(conn)
 }
@@ -60,4 +69,13 @@ pub fn migrate(conn: &Connection) -> rusqlite::Result<()> {
         tx.commit()?;
     }
     Ok(())
+}
+
+/// The checkpointer's connection: it copies committed WAL pages into the database file alongside
+/// the writer (a PASSIVE checkpoint never blocks it), so the writer rarely stalls on one.
+pub fn open_checkpointer(path: &Path) -> rusqlite::Result<Connection> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(std::time::Duration::from_millis(100))?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    Ok(conn)
 }

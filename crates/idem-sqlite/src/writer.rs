@@ -2,11 +2,10 @@
 //!
 //! The writer thread blocks for one command, then takes every command already waiting (up to a
 //! bound) and runs them all in one `BEGIN IMMEDIATE … COMMIT`. With `synchronous = FULL` the commit
-//! is one fsync for the whole group; only after it returns does any caller get its answer. Each
-//! command runs inside its own savepoint, so a command that fails leaves no partial rows behind and
-//! does not take the rest of the group with it. If the transaction itself fails (disk full, I/O
-//! error), every command in the group is answered `Unavailable`: none of them was acknowledged, so
-//! nothing acknowledged is lost.
+//! is one fsync for the whole group; only after it returns does any caller get its answer. If any
+//! command or the commit fails (disk full, I/O error, a lock held by another program), the whole
+//! group is rolled back and every command in it is answered with the error: none of them was
+//! acknowledged, so nothing acknowledged is lost and nothing is half applied.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -102,75 +101,69 @@ impl Writer {
         let (count, items) = (group.len(), group.iter().map(Command::weight).sum::<usize>());
         let mut close = None;
         let mut done: Vec<Pending> = Vec::with_capacity(group.len());
-        if let Err(e) = self.conn.execute_batch("BEGIN IMMEDIATE") {
-            fail_all(group.drain(..), &store_error(e));
-            return None;
-        }
-        let mut commands = group.drain(..);
-        while let Some(command) = commands.next() {
+        let mut failure = self.conn.execute_batch("BEGIN IMMEDIATE").err().map(store_error);
+        for command in group.drain(..) {
             match command {
                 Command::Close { reply } => close = Some(reply),
-                command => done.push(self.execute(command, now)),
-            }
-            if self.conn.is_autocommit() {
-                // SQLite rolled the whole transaction back (I/O error, full disk): nothing in this
-                // group was kept, so nothing in it may be acknowledged.
-                let e = StoreError::Unavailable("transaction rolled back by the database".into());
-                done.drain(..).for_each(|p| p(Some(&e)));
-                fail_all(&mut commands, &e);
-                return close;
+                command if failure.is_some() => done.push(abandon(command)),
+                command => {
+                    let (pending, error) = self.execute(command, now);
+                    done.push(pending);
+                    failure = error;
+                }
             }
         }
-        drop(commands);
-        let outcome = self.conn.execute_batch("COMMIT").map_err(store_error);
-        if outcome.is_err() {
-            let _ = self.conn.execute_batch("ROLLBACK");
+        let failure = failure.or_else(|| self.conn.execute_batch("COMMIT").err().map(store_error));
+        if let Some(e) = &failure {
+            // Nothing in this group was kept, so nothing in it may be acknowledged.
+            if !self.conn.is_autocommit() {
+                let _ = self.conn.execute_batch("ROLLBACK");
+            }
+            tracing::warn!(error = %e, commands = count, "store write failed; the group was rolled back");
             metrics::counter!("idem_store_commit_errors_total").increment(1);
         }
-        done.into_iter().for_each(|p| p(outcome.as_ref().err()));
+        done.into_iter().for_each(|p| p(failure.as_ref()));
         metrics::histogram!("idem_store_commit_batch_commands").record(count as f64);
         metrics::histogram!("idem_store_commit_batch_items").record(items as f64);
         metrics::histogram!("idem_store_commit_seconds").record(started.elapsed().as_secs_f64());
         close
     }
 
-    /// Runs one command inside its own savepoint.
-    fn execute(&self, command: Command, now: Timestamp) -> Pending {
-        match command {
-            Command::Claim { ns, items, reply } => pending(reply, self.savepoint(|c| claim(c, &ns, items, now))),
-            Command::Delete { ns, id, reply } => pending(reply, self.savepoint(|c| delete(c, &ns, &id, now))),
-            Command::Sweep { limit, reply } => pending(reply, self.savepoint(|c| sweep(c, limit, now))),
-            Command::Probe { reply } => pending(reply, self.savepoint(|c| probe(c, now))),
-            Command::Close { reply } => {
-                let _ = reply.send(());
-                Box::new(|_| ())
-            }
+    /// Runs one command inside the group's transaction. Its answer waits for the commit; an error
+    /// fails the whole group, so that no command is ever half applied.
+    fn execute(&self, command: Command, now: Timestamp) -> (Pending, Option<StoreError>) {
+        fn ran<T: Send + 'static>(reply: Reply<T>, result: Result<T, StoreError>) -> (Pending, Option<StoreError>) {
+            let error = result.as_ref().err().cloned();
+            (pending(reply, result), error)
         }
-    }
-
-    fn savepoint<T>(&self, f: impl FnOnce(&Connection) -> Result<T, StoreError>) -> Result<T, StoreError> {
-        self.conn.execute_batch("SAVEPOINT cmd").map_err(store_error)?;
-        let result = f(&self.conn);
-        let end = if result.is_ok() { "RELEASE cmd" } else { "ROLLBACK TO cmd; RELEASE cmd" };
-        if !self.conn.is_autocommit() {
-            self.conn.execute_batch(end).map_err(store_error)?;
-        }
-        result
-    }
-}
-
-fn fail_all(commands: impl Iterator<Item = Command>, e: &StoreError) {
-    for command in commands {
+        let conn = &self.conn;
         match command {
-            Command::Claim { reply, .. } => drop(reply.send(Err(e.clone()))),
-            Command::Delete { reply, .. } => drop(reply.send(Err(e.clone()))),
-            Command::Sweep { reply, .. } => drop(reply.send(Err(e.clone()))),
-            Command::Probe { reply } => drop(reply.send(Err(e.clone()))),
-            Command::Close { reply } => drop(reply.send(())),
+            Command::Claim { ns, items, reply } => ran(reply, claim(conn, &ns, items, now)),
+            Command::Delete { ns, id, reply } => ran(reply, delete(conn, &ns, &id, now)),
+            Command::Sweep { limit, reply } => ran(reply, sweep(conn, limit, now)),
+            Command::Probe { reply } => ran(reply, probe(conn, now)),
+            Command::Close { reply } => (abandon(Command::Close { reply }), None),
         }
     }
 }
 
+/// A command left unrun because its group already failed: it is answered with that failure.
+fn abandon(command: Command) -> Pending {
+    match command {
+        Command::Claim { reply, .. } => pending(reply, Err(StoreError::Closed)),
+        Command::Delete { reply, .. } => pending(reply, Err(StoreError::Closed)),
+        Command::Sweep { reply, .. } => pending(reply, Err(StoreError::Closed)),
+        Command::Probe { reply } => pending(reply, Err(StoreError::Closed)),
+        Command::Close { reply } => {
+            let _ = reply.send(());
+            Box::new(|_| ())
+        }
+    }
+}
+
+/// Claims every item. Items are inserted in id order, which keeps consecutive inserts on nearby
+/// index pages; the sort is stable, so of two equal keys the one asked first still wins. Answers
+/// come back in request order.
 fn claim(
     conn: &Connection,
     ns: &Namespace,
@@ -180,22 +173,17 @@ fn claim(
     let mut insert = conn.prepare_cached(INSERT_CLAIM).map_err(store_error)?;
     let select_sql = format!("SELECT {} FROM claims WHERE ns = ?1 AND id = ?2", row::COLUMNS);
     let mut select = conn.prepare_cached(&select_sql).map_err(store_error)?;
-    let mut out = Vec::with_capacity(items.len());
-    for item in items {
-        let id = item.parts.id();
+    let mut keyed: Vec<(usize, ClaimId, NewClaim)> =
+        items.into_iter().enumerate().map(|(i, item)| (i, item.parts.id(), item)).collect();
+    keyed.sort_by_key(|(_, id, _)| *id);
+    let mut out: Vec<Option<ClaimOutcome>> = (0..keyed.len()).map(|_| None).collect();
+    for (i, id, item) in keyed {
         let expires_at = item.ttl.map(|ttl| now.plus(ttl));
         let data = item.data.as_deref().map(|d| d.get());
-        let inserted = insert
-            .execute(params![
-                ns.as_str(),
-                &id.0[..],
-                item.parts.encode(),
-                data,
-                now.millis(),
-                expires_at.map(Timestamp::millis)
-            ])
-            .map_err(store_error)?;
-        if inserted == 1 {
+        let values =
+            params![ns.as_str(), &id.0[..], item.parts.encode(), data, now.millis(), expires_at.map(Timestamp::millis)];
+        let inserted = insert.execute(values).map_err(store_error)?;
+        out[i] = Some(if inserted == 1 {
             let record = ClaimRecord {
                 namespace: ns.clone(),
                 id,
@@ -204,15 +192,15 @@ fn claim(
                 created_at: now,
                 expires_at,
             };
-            out.push(ClaimOutcome { claimed: true, record });
+            ClaimOutcome { claimed: true, record }
         } else {
             let record = select
                 .query_row(params![ns.as_str(), &id.0[..]], |r| row::record(ns, id, r))
                 .map_err(store_error)??;
-            out.push(ClaimOutcome { claimed: false, record });
-        }
+            ClaimOutcome { claimed: false, record }
+        });
     }
-    Ok(out)
+    out.into_iter().collect::<Option<Vec<_>>>().ok_or_else(|| StoreError::Internal("a claim went unanswered".into()))
 }
 
 fn delete(conn: &Connection, ns: &Namespace, id: &ClaimId, now: Timestamp) -> Result<bool, StoreError> {

@@ -1,0 +1,22 @@
+-- wrk script: 500-item batch claims, every key unique. Throughput in keys/s = requests/s * 500.
+local counter, thread_id = 0, 0
+local threads = {}
+function setup(thread)
+  thread:set("tid", #threads + 1)
+  table.insert(threads, thread)
+end
+function init(args)
+  thread_id = tid
+  run = os.getenv("RUN") or tostring(os.time())
+  size = tonumber(os.getenv("BATCH") or "500")
+  wrk.method = "POST"
+  wrk.headers["Content-Type"] = "application/json"
+end
+function request()
+  counter = counter + 1
+  local items = {}
+  for i = 1, size do
+    items[i] = string.format('{"key":"%s-%d-%d-%d"}', run, thread_id, counter, i)
+  end
+  return wrk.format(nil, "/v1/claims/bench/batch", nil, '{"items":[' .. table.concat(items, ",") .. ']}')
+end
