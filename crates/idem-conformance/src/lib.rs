@@ -11,6 +11,7 @@ use idem_core::{ClaimId, ManualClock, Namespace, NewClaim, Parts, Store, Timesta
 use serde_json::value::RawValue;
 
 pub mod claims;
+pub mod requests;
 
 /// A fresh store under test, with the clock it reads.
 pub struct Harness {
@@ -60,13 +61,25 @@ macro_rules! suite {
             race_across_20_keys_has_one_winner_each,
             ready_when_open_and_closed_after_close,
         );
+        $crate::suite!(@each_in requests $factory;
+            first_begin_holds_the_key_and_others_see_it_in_flight,
+            completed_response_is_replayed_until_its_ttl,
+            only_the_lease_holder_completes_or_releases,
+            an_expired_lease_frees_the_key_and_voids_the_old_token,
+            a_lease_that_ran_out_cannot_complete,
+            race_of_200_begins_has_one_holder,
+            sweeper_deletes_finished_requests,
+        );
     };
     (@each $factory:path; $($check:ident),* $(,)?) => {
+        $crate::suite!(@each_in claims $factory; $($check),*);
+    };
+    (@each_in $module:ident $factory:path; $($check:ident),* $(,)?) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $check() {
                 let harness = $factory().await;
-                $crate::claims::$check(&harness).await;
+                $crate::$module::$check(&harness).await;
             }
         )*
     };

@@ -6,10 +6,16 @@
 //! - of any number of concurrent claims of one key, exactly one answers `claimed: true`;
 //! - an answer is given only once what it reports is durable;
 //! - a claim whose `expires_at` is at or before now is absent for every operation, whether or not
-//!   the sweeper has deleted it yet.
+//!   the sweeper has deleted it yet;
+//! - of any number of concurrent `begin_request`s of one gateway key, exactly one is `Started`;
+//!   only the holder of its lease token can complete or release it, and once the lease runs out the
+//!   key is free again (and the old token is worthless).
 
 use async_trait::async_trait;
 
+use std::time::Duration;
+
+use crate::gateway::{Begin, LeaseToken, NewRequest, RequestState, StoredResponse};
 use crate::{ClaimId, ClaimOutcome, ClaimRecord, Namespace, NewClaim, Parts, StoreError};
 
 #[async_trait]
@@ -26,7 +32,27 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes a claim; `false` when there was no live claim with that id.
     async fn delete(&self, ns: &Namespace, id: &ClaimId) -> Result<bool, StoreError>;
 
-    /// Deletes up to `limit` expired claims and says how many went.
+    /// Takes a gateway key for one request (atomic insert-if-absent, or take-over of an expired
+    /// lease or completed record), or reports who has it.
+    async fn begin_request(&self, request: NewRequest) -> Result<Begin, StoreError>;
+
+    /// Stores the response of a request whose lease `token` still holds the key, kept for `ttl`.
+    /// `false`: the lease was lost (expired and taken over, or released); nothing was changed.
+    async fn complete_request(
+        &self,
+        id: &ClaimId,
+        token: LeaseToken,
+        response: &StoredResponse,
+        ttl: Duration,
+    ) -> Result<bool, StoreError>;
+
+    /// Frees a key held by `token` so that a retry executes again. `false`: not held by it.
+    async fn release_request(&self, id: &ClaimId, token: LeaseToken) -> Result<bool, StoreError>;
+
+    /// The live state of a gateway key, if any.
+    async fn peek_request(&self, id: &ClaimId) -> Result<Option<RequestState>, StoreError>;
+
+    /// Deletes up to `limit` expired claims and gateway records and says how many went.
     async fn sweep_expired(&self, limit: usize) -> Result<usize, StoreError>;
 
     /// Succeeds when the store can be read and written right now.

@@ -8,8 +8,8 @@ use clap::{Args, Parser, Subcommand};
 use http::Method;
 use idem_core::{ClaimId, Namespace, Parts, Store, SystemClock};
 use idem_sqlite::{SqliteOptions, SqliteStore};
-use tokio::net::TcpListener;
 
+use crate::Listeners;
 use crate::client::{ApiClient, Reply};
 use crate::config::{Config, Overrides, StoreConfig};
 
@@ -203,12 +203,16 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
         )));
     }
     let store = open_store(&config)?;
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .map_err(|e| Failure::runtime(format!("cannot listen on {}: {e}", config.listen)))?;
-    let addr = listener.local_addr().map_err(|e| Failure::runtime(e.to_string()))?;
+    let listeners = Listeners::bind(&config).await.map_err(|e| Failure::runtime(format!("cannot listen: {e}")))?;
+    if let Some(gateway) = listeners.gateway.as_ref().and_then(|l| l.local_addr().ok()) {
+        let upstream = config.gateway.as_ref().map_or("", |g| g.upstream.as_str());
+        tracing::info!(addr = %gateway, upstream, "idem gateway listening");
+    }
+    let addr = listeners.api.local_addr().map_err(|e| Failure::runtime(e.to_string()))?;
     tracing::info!(%addr, data_dir = %config.data_dir.display(), "idem listening");
-    crate::run(config, store, listener, shutdown_signal()).await.map_err(|e| Failure::runtime(e.to_string()))
+    crate::run(config, store, Arc::new(SystemClock), listeners, shutdown_signal())
+        .await
+        .map_err(|e| Failure::runtime(e.to_string()))
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -64,10 +64,22 @@ impl ApiClient {
         body: Option<Bytes>,
         content_type: &str,
     ) -> Result<Reply, ClientError> {
+        let headers: &[(&str, &str)] = if body.is_some() { &[("content-type", content_type)] } else { &[] };
+        self.send_with(method, path, body, headers).await
+    }
+
+    /// Sends a request with exactly these extra headers (and the token, if any).
+    pub async fn send_with(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Bytes>,
+        headers: &[(&str, &str)],
+    ) -> Result<Reply, ClientError> {
         let url = format!("{}{path}", self.base);
         let mut builder = Request::builder().method(method).uri(&url);
-        if body.is_some() {
-            builder = builder.header(header::CONTENT_TYPE, content_type);
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
         }
         if let Some(token) = &self.token {
             builder = builder.header(header::AUTHORIZATION, format!("Bearer {token}"));

@@ -8,7 +8,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use idem_core::gateway::{InFlightPolicy, KeyPolicy, PathPattern};
 use idem_core::{Namespace, format_duration, parse_duration};
+use idem_gateway::{RoutePolicy, Routes, ScopePart};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -24,6 +26,8 @@ pub struct Config {
     pub sweeper: SweeperConfig,
     pub log: LogConfig,
     pub namespaces: BTreeMap<String, NamespaceConfig>,
+    /// The Idempotency-Key reverse proxy; absent: not started.
+    pub gateway: Option<GatewayConfig>,
 }
 
 impl Default for Config {
@@ -37,6 +41,7 @@ impl Default for Config {
             sweeper: SweeperConfig::default(),
             log: LogConfig::default(),
             namespaces: BTreeMap::new(),
+            gateway: None,
         }
     }
 }
@@ -113,6 +118,138 @@ pub enum LogFormat {
 pub struct NamespaceConfig {
     /// TTL of claims that do not give `ttl_seconds`; absent means never expire.
     pub default_ttl: Option<ConfigDuration>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// Where the proxy listens.
+    pub listen: SocketAddr,
+    /// The API behind it: `http://HOST:PORT`, optionally with a base path.
+    pub upstream: String,
+    /// Largest response stored for replay; larger ones pass through and release their key.
+    #[serde(default = "defaults::max_stored_response")]
+    pub max_stored_response: usize,
+    /// Memory for recently completed responses, so replays skip the store.
+    #[serde(default = "defaults::cache_bytes")]
+    pub cache_bytes: usize,
+    #[serde(default)]
+    pub routes: Vec<RouteConfig>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// Exact (`/orders`) or with `*` / `{param}` segments (`/orders/{id}/refund`).
+    pub path: String,
+    #[serde(default = "defaults::methods")]
+    pub methods: Vec<String>,
+    /// `required` (no key: 400) or `optional` (no key: forwarded as is).
+    #[serde(default = "defaults::key")]
+    pub key: KeyPolicy,
+    /// How long a completed response is replayed.
+    #[serde(default = "defaults::ttl")]
+    pub ttl: ConfigDuration,
+    /// Request parts that separate one caller's keys from another's: `header:NAME`.
+    #[serde(default = "defaults::scope")]
+    pub scope: Vec<String>,
+    /// `reject` (409 + Retry-After) or `wait` (for the first request's response).
+    #[serde(default = "defaults::in_flight")]
+    pub in_flight: InFlightPolicy,
+    #[serde(default = "defaults::wait_timeout")]
+    pub wait_timeout: ConfigDuration,
+    /// How long a started request holds its key if idem dies or the upstream hangs.
+    #[serde(default = "defaults::lease")]
+    pub lease: ConfigDuration,
+    #[serde(default)]
+    pub store_5xx: bool,
+}
+
+mod defaults {
+    use super::ConfigDuration;
+    use idem_core::gateway::{InFlightPolicy, KeyPolicy};
+    use std::time::Duration;
+
+    pub fn max_stored_response() -> usize {
+        1 << 20
+    }
+    pub fn cache_bytes() -> usize {
+        64 << 20
+    }
+    pub fn methods() -> Vec<String> {
+        vec!["POST".into(), "PATCH".into()]
+    }
+    pub fn key() -> KeyPolicy {
+        KeyPolicy::Optional
+    }
+    pub fn ttl() -> ConfigDuration {
+        ConfigDuration(Duration::from_secs(24 * 3600))
+    }
+    pub fn scope() -> Vec<String> {
+        vec!["header:authorization".into()]
+    }
+    pub fn in_flight() -> InFlightPolicy {
+        InFlightPolicy::Reject
+    }
+    pub fn wait_timeout() -> ConfigDuration {
+        ConfigDuration(Duration::from_secs(10))
+    }
+    pub fn lease() -> ConfigDuration {
+        ConfigDuration(Duration::from_secs(60))
+    }
+}
+
+impl RouteConfig {
+    /// A route config as for `path` with every default.
+    pub fn new(path: &str) -> Self {
+        Self {
+            path: path.into(),
+            methods: defaults::methods(),
+            key: defaults::key(),
+            ttl: defaults::ttl(),
+            scope: defaults::scope(),
+            in_flight: defaults::in_flight(),
+            wait_timeout: defaults::wait_timeout(),
+            lease: defaults::lease(),
+            store_5xx: false,
+        }
+    }
+
+    pub fn policy(&self) -> Result<RoutePolicy, String> {
+        let mut policy = RoutePolicy::new(PathPattern::parse(&self.path)?);
+        policy.methods = self
+            .methods
+            .iter()
+            .map(|m| m.to_ascii_uppercase().parse::<http::Method>().map_err(|_| format!("{m:?} is not an HTTP method")))
+            .collect::<Result<_, _>>()?;
+        policy.key = self.key;
+        policy.ttl = self.ttl.0;
+        policy.scope = self.scope.iter().map(|s| ScopePart::parse(s)).collect::<Result<_, _>>()?;
+        policy.in_flight = self.in_flight;
+        policy.wait_timeout = self.wait_timeout.0;
+        policy.lease = self.lease.0;
+        policy.store_5xx = self.store_5xx;
+        if policy.ttl.is_zero() || policy.lease.is_zero() {
+            return Err("ttl and lease must be longer than zero".into());
+        }
+        Ok(policy)
+    }
+}
+
+impl GatewayConfig {
+    pub fn routes(&self) -> Result<Routes, String> {
+        self.routes.iter().map(RouteConfig::policy).collect::<Result<Vec<_>, _>>().map(Routes::new)
+    }
+
+    /// The upstream's scheme and authority, and its base path (without a trailing slash).
+    pub fn upstream_base(&self) -> Result<(http::uri::Scheme, http::uri::Authority, String), String> {
+        let uri: http::Uri = self.upstream.parse().map_err(|_| format!("{:?} is not a URL", self.upstream))?;
+        let scheme = uri.scheme().cloned().filter(|s| *s == http::uri::Scheme::HTTP);
+        let (Some(scheme), Some(authority)) = (scheme, uri.authority().cloned()) else {
+            return Err(format!("{:?} must be an http:// URL with a host", self.upstream));
+        };
+        Ok((scheme, authority, uri.path().trim_end_matches('/').to_owned()))
+    }
 }
 
 /// A duration written as `"250ms"`, `"10s"`, `"5m"`, `"24h"` or `"90d"`.
@@ -221,6 +358,15 @@ impl Config {
         if self.sweeper.batch == 0 || self.sweeper.interval.0.is_zero() {
             return Err(key_error("sweeper".into(), "interval and batch must be greater than zero"));
         }
+        if let Some(gateway) = &self.gateway {
+            gateway.upstream_base().map_err(|e| key_error("gateway.upstream".into(), &e))?;
+            for (i, route) in gateway.routes.iter().enumerate() {
+                route.policy().map_err(|e| key_error(format!("gateway.routes[{i}]"), &e))?;
+            }
+            if gateway.listen == self.listen {
+                return Err(key_error("gateway.listen".into(), "must differ from listen"));
+            }
+        }
         Ok(())
     }
 
@@ -327,6 +473,27 @@ mod tests {
         assert!(err.to_string().contains("namespaces.Bad"), "{err}");
         let err = load("[store]\ntype = \"sqlite\"\nurl = \"postgres://x\"\n", &[], &Overrides::default()).unwrap_err();
         assert!(err.to_string().contains("url"), "{err}");
+    }
+
+    #[test]
+    fn gateway_routes_take_the_contract_defaults() {
+        let file = "[gateway]\nlisten = \"127.0.0.1:8080\"\nupstream = \"http://127.0.0.1:3000\"\n\n[[gateway.routes]]\npath = \"/orders\"\nkey = \"required\"\nttl = \"48h\"\n";
+        let c = load(file, &[], &Overrides::default()).expect("load");
+        let routes = c.gateway.as_ref().expect("gateway").routes().expect("routes");
+        let orders = &routes.0[0];
+        assert_eq!(orders.methods, vec![http::Method::POST, http::Method::PATCH]);
+        assert_eq!(orders.key, KeyPolicy::Required);
+        assert_eq!(orders.ttl, Duration::from_secs(48 * 3600));
+        assert_eq!(orders.lease, Duration::from_secs(60));
+        assert_eq!(orders.in_flight, InFlightPolicy::Reject);
+        assert!(!orders.store_5xx);
+        let bad = load(&file.replace("/orders", "orders"), &[], &Overrides::default()).unwrap_err();
+        assert!(bad.to_string().contains("gateway.routes[0]"), "{bad}");
+        let bad = load(&file.replace("http://127.0.0.1:3000", "ftp://x"), &[], &Overrides::default()).unwrap_err();
+        assert!(bad.to_string().contains("gateway.upstream"), "{bad}");
+        let bad =
+            load(&file.replace("key = \"required\"", "key = \"sometimes\""), &[], &Overrides::default()).unwrap_err();
+        assert!(bad.to_string().contains("gateway.routes[0].key"), "{bad}");
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod client;
 pub mod config;
 pub mod error;
 pub mod extract;
+pub mod gateway;
 pub mod health;
 pub mod import;
 pub mod openapi;
@@ -21,32 +22,80 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::Store;
+use idem_core::{Clock, Store};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub use app::{AppState, app};
 pub use config::Config;
 
-/// Serves the API on `listener` until `shutdown` resolves, then finishes in-flight requests, stops
-/// the background workers and closes the store so that every acknowledged write is on disk.
+/// The sockets a server answers on, bound by the caller (so tests can bind port 0 first).
+pub struct Listeners {
+    /// The `/v1` API, health, metrics.
+    pub api: TcpListener,
+    /// The gateway proxy, when `[gateway]` is configured.
+    pub gateway: Option<TcpListener>,
+}
+
+impl Listeners {
+    /// Binds the addresses the config names.
+    pub async fn bind(config: &Config) -> std::io::Result<Self> {
+        let api = TcpListener::bind(config.listen).await?;
+        let gateway = match &config.gateway {
+            Some(g) => Some(TcpListener::bind(g.listen).await?),
+            None => None,
+        };
+        Ok(Self { api, gateway })
+    }
+}
+
+/// Serves until `shutdown` resolves, then finishes in-flight requests, stops the background
+/// workers and closes the store so that every acknowledged write is on disk.
 pub async fn run(
     config: Config,
     store: Arc<dyn Store>,
-    listener: TcpListener,
+    clock: Arc<dyn Clock>,
+    listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let handle = telemetry::metrics_handle();
     let (stop, stopped) = watch::channel(false);
     let sweeper = tokio::spawn(sweeper::run(Arc::clone(&store), config.sweeper.clone(), stopped.clone()));
-    let upkeep = tokio::spawn(metrics_upkeep(handle, stopped));
+    let upkeep = tokio::spawn(metrics_upkeep(handle, stopped.clone()));
+    let gateway = match (&config.gateway, listeners.gateway) {
+        (Some(gateway), Some(listener)) => {
+            let proxy = gateway::Proxy::new(gateway, config.limits.max_body_bytes, Arc::clone(&store), clock)
+                .map_err(std::io::Error::other)?;
+            let stopped = stopped.clone();
+            Some(tokio::spawn(
+                axum::serve(listener, proxy.router()).with_graceful_shutdown(until_stopped(stopped)).into_future(),
+            ))
+        }
+        _ => None,
+    };
     let router = app(AppState::new(config, Arc::clone(&store)));
-    let served = axum::serve(listener, router).with_graceful_shutdown(shutdown).await;
-    let _ = stop.send(true);
+    let api = axum::serve(listeners.api, router).with_graceful_shutdown(until_stopped(stopped));
+    let trigger = tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop.send(true);
+    });
+    let served = api.await;
+    trigger.abort();
+    if let Some(gateway) = gateway {
+        let _ = gateway.await;
+    }
     let _ = tokio::join!(sweeper, upkeep);
     store.close().await;
     tracing::info!("idem stopped");
     served
+}
+
+async fn until_stopped(mut stopped: watch::Receiver<bool>) {
+    while !*stopped.borrow() {
+        if stopped.changed().await.is_err() {
+            return;
+        }
+    }
 }
 
 /// Histograms kept by the recorder must be drained now and then when nothing scrapes them.

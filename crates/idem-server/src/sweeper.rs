@@ -43,3 +43,32 @@ pub async fn sweep_all(store: &dyn Store, batch: usize, stop: &watch::Receiver<b
     }
     total
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use idem_conformance::{START, new_claim, ns};
+    use idem_core::{ManualClock, Store};
+    use idem_sqlite::{SqliteOptions, SqliteStore};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn sweeps_batch_after_batch_until_only_live_claims_remain() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let clock = Arc::new(ManualClock::new(START));
+        let store = SqliteStore::open(dir.path(), clock.clone(), SqliteOptions::default()).expect("open");
+        let n = ns("sweep");
+        let ttl = Some(Duration::from_secs(60));
+        let expiring = (0..25).map(|i| new_claim(&[&format!("old-{i}")], None, ttl)).collect();
+        store.claim(&n, expiring).await.expect("claim");
+        store.claim(&n, vec![new_claim(&["kept"], None, None)]).await.expect("claim");
+        let (_stop, stopped) = watch::channel(false);
+        assert_eq!(sweep_all(&store, 10, &stopped).await, 0, "nothing has expired yet");
+        clock.advance(Duration::from_secs(60));
+        assert_eq!(sweep_all(&store, 10, &stopped).await, 25, "three batches of at most 10");
+        assert!(store.get(&n, &idem_conformance::id(&["kept"])).await.expect("get").is_some());
+    }
+}

@@ -9,6 +9,7 @@
 
 mod checkpoint;
 mod reader;
+mod request;
 mod row;
 mod schema;
 mod writer;
@@ -19,6 +20,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use async_trait::async_trait;
+use std::time::Duration;
+
+use idem_core::gateway::{Begin, LeaseToken, NewRequest, RequestState, StoredResponse};
 use idem_core::{ClaimId, ClaimOutcome, ClaimRecord, Clock, Namespace, NewClaim, Parts, Store, StoreError};
 use tokio::sync::{mpsc, oneshot};
 
@@ -30,14 +34,15 @@ use crate::writer::Command;
 pub struct SqliteOptions {
     /// Commands gathered into one transaction at most.
     pub max_batch_items: usize,
-    /// Page cache of the writer connection, in KiB. Small on purpose: SQLite walks the whole
-    /// cache at every commit, and the OS page cache (through mmap) serves reads as well.
+    /// Page cache of the writer connection, in KiB. Big enough for the interior pages of a large
+    /// index (a 10-million-claim store has about 17 MiB of them), not bigger: SQLite walks the
+    /// cache at every commit, and the OS page cache serves leaf pages well enough.
     pub writer_cache_kib: i64,
 }
 
 impl Default for SqliteOptions {
     fn default() -> Self {
-        Self { max_batch_items: 20_000, writer_cache_kib: 1024 }
+        Self { max_batch_items: 20_000, writer_cache_kib: 32 * 1024 }
     }
 }
 
@@ -139,6 +144,31 @@ impl Store for SqliteStore {
 
     async fn sweep_expired(&self, limit: usize) -> Result<usize, StoreError> {
         self.send(|reply| Command::Sweep { limit, reply }).await
+    }
+
+    async fn begin_request(&self, request: NewRequest) -> Result<Begin, StoreError> {
+        self.send(|reply| Command::Begin { request, reply }).await
+    }
+
+    async fn complete_request(
+        &self,
+        id: &ClaimId,
+        token: LeaseToken,
+        response: &StoredResponse,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let (id, response) = (*id, response.encode());
+        self.send(|reply| Command::Complete { id, token, response, ttl, reply }).await
+    }
+
+    async fn release_request(&self, id: &ClaimId, token: LeaseToken) -> Result<bool, StoreError> {
+        let id = *id;
+        self.send(|reply| Command::Release { id, token, reply }).await
+    }
+
+    async fn peek_request(&self, id: &ClaimId) -> Result<Option<RequestState>, StoreError> {
+        let (id, now) = (*id, self.clock.now());
+        self.readers.run(move |conn| request::peek(conn, &id, now)).await
     }
 
     async fn check_ready(&self) -> Result<(), StoreError> {

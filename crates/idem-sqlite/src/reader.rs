@@ -10,17 +10,19 @@ use rusqlite::{Connection, OptionalExtension, params};
 use crate::row::{self, store_error};
 use crate::schema;
 
-/// Idle connections kept for reuse; more are opened under load and closed when returned.
-const MAX_IDLE: usize = 8;
+/// Read connections, at most: reads beyond this many wait for one instead of opening a new
+/// connection (which would parse the schema and map the file afresh, cold, for one query).
+const MAX_READERS: usize = 8;
 
 pub struct ReaderPool {
     pub path: PathBuf,
     idle: Mutex<Vec<Connection>>,
+    permits: tokio::sync::Semaphore,
 }
 
 impl ReaderPool {
     pub fn new(path: PathBuf) -> Self {
-        Self { path, idle: Mutex::new(Vec::new()) }
+        Self { path, idle: Mutex::new(Vec::new()), permits: tokio::sync::Semaphore::new(MAX_READERS) }
     }
 
     /// Opens one connection and runs a trivial query: used when the store opens.
@@ -37,6 +39,7 @@ impl ReaderPool {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
+        let _permit = self.permits.acquire().await.map_err(|_| StoreError::Closed)?;
         let pool = std::sync::Arc::clone(self);
         tokio::task::spawn_blocking(move || {
             let conn = pool.take()?;
@@ -58,7 +61,7 @@ impl ReaderPool {
 
     fn put(&self, conn: Connection) {
         if let Ok(mut idle) = self.idle.lock()
-            && idle.len() < MAX_IDLE
+            && idle.len() < MAX_READERS
         {
             idle.push(conn);
         }
@@ -82,13 +85,16 @@ pub fn lookup(
         row::COLUMNS
     );
     let mut stmt = tx.prepare_cached(&sql).map_err(store_error)?;
-    let mut out = Vec::with_capacity(ids.len());
-    for id in ids {
+    let mut order: Vec<usize> = (0..ids.len()).collect();
+    order.sort_by_key(|&i| ids[i]);
+    let mut out: Vec<Option<ClaimRecord>> = (0..ids.len()).map(|_| None).collect();
+    for i in order {
+        let id = ids[i];
         let found = stmt
-            .query_row(params![ns.as_str(), &id.0[..], now.millis()], |r| row::record(ns, *id, r))
+            .query_row(params![ns.as_str(), &id.0[..], now.millis()], |r| row::record(ns, id, r))
             .optional()
             .map_err(store_error)?;
-        out.push(found.transpose()?);
+        out[i] = found.transpose()?;
     }
     Ok(out)
 }

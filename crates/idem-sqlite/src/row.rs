@@ -5,7 +5,8 @@ use idem_core::{ClaimId, ClaimRecord, Namespace, Parts, StoreError, Timestamp};
 use rusqlite::Row;
 use serde_json::value::RawValue;
 
-/// Columns, in order: parts, data, created_at, expires_at.
+/// Columns, in order: parts, data, created_at, expires_at (the writer spells them out in its
+/// constant SQL).
 pub const COLUMNS: &str = "parts, data, created_at, expires_at";
 
 pub fn record(ns: &Namespace, id: ClaimId, row: &Row<'_>) -> rusqlite::Result<Result<ClaimRecord, StoreError>> {

@@ -22,6 +22,18 @@ const MIGRATIONS: &[&str] = &[
      ) WITHOUT ROWID, STRICT;
      CREATE INDEX claims_by_parts ON claims (ns, parts, expires_at);
      CREATE INDEX claims_by_expiry ON claims (expires_at) WHERE expires_at IS NOT NULL;",
+    // 2: gateway requests. One row per (route, scope, key) id: in flight (state 0, `token` holds
+    // the lease, `until` is its end) or completed (state 1, `response` stored, `until` is expiry).
+    // A rowid table, since stored responses make rows large.
+    "CREATE TABLE requests (
+         id BLOB NOT NULL UNIQUE,
+         fingerprint BLOB NOT NULL,
+         state INTEGER NOT NULL,
+         token BLOB,
+         until INTEGER NOT NULL,
+         response BLOB
+     ) STRICT;
+     CREATE INDEX requests_by_until ON requests (until);",
 ];
 
 /// The writer connection: WAL with `synchronous = FULL`, so every commit is on disk before it is
@@ -42,7 +54,7 @@ pub fn open_writer(path: &Path, cache_kib: i64) -> rusqlite::Result<Connection> 
     conn.pragma_update(None, "temp_store", "MEMORY")?;
     // Pages come from the OS page cache through the map; SQLite's own cache stays small because
     // every commit walks it.
-    conn.pragma_update(None, "mmap_size", 1i64 << 30)?;
+    conn.pragma_update(None, "mmap_size", MMAP_BYTES)?;
     conn.set_prepared_statement_cache_capacity(32);
     Ok(conn)
 }
@@ -54,10 +66,14 @@ pub fn open_reader(path: &Path) -> rusqlite::Result<Connection> {
     conn.busy_timeout(std::time::Duration::from_secs(2))?;
     conn.pragma_update(None, "query_only", true)?;
     conn.pragma_update(None, "cache_size", -64 * 1024)?;
-    conn.pragma_update(None, "mmap_size", 1i64 << 30)?;
+    conn.pragma_update(None, "mmap_size", MMAP_BYTES)?;
     conn.set_prepared_statement_cache_capacity(32);
     Ok(conn)
 }
+
+/// How much of the file connections read through a memory map instead of `pread`: SQLite's own
+/// upper limit (2 GiB in its default build), so that a store of ten million claims is mapped whole.
+const MMAP_BYTES: i64 = 0x7fff_0000;
 
 /// Brings the schema to the newest version, one transaction per step.
 pub fn migrate(conn: &Connection) -> rusqlite::Result<()> {

@@ -11,6 +11,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use std::time::Duration;
+
+use idem_core::gateway::{Begin, LeaseToken, NewRequest};
 use idem_core::{ClaimId, ClaimOutcome, ClaimRecord, Clock, Namespace, NewClaim, StoreError, Timestamp};
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::{mpsc, oneshot};
@@ -23,6 +26,9 @@ pub enum Command {
     Claim { ns: Namespace, items: Vec<NewClaim>, reply: Reply<Vec<ClaimOutcome>> },
     Delete { ns: Namespace, id: ClaimId, reply: Reply<bool> },
     Sweep { limit: usize, reply: Reply<usize> },
+    Begin { request: NewRequest, reply: Reply<Begin> },
+    Complete { id: ClaimId, token: LeaseToken, response: Vec<u8>, ttl: Duration, reply: Reply<bool> },
+    Release { id: ClaimId, token: LeaseToken, reply: Reply<bool> },
     Probe { reply: Reply<()> },
     Close { reply: oneshot::Sender<()> },
 }
@@ -56,6 +62,9 @@ const INSERT_CLAIM: &str = "INSERT INTO claims (ns, id, parts, data, created_at,
          parts = excluded.parts, data = excluded.data,
          created_at = excluded.created_at, expires_at = excluded.expires_at
      WHERE claims.expires_at IS NOT NULL AND claims.expires_at <= ?5";
+
+/// Reads an existing claim; the columns are [`row::COLUMNS`].
+const SELECT_CLAIM: &str = "SELECT parts, data, created_at, expires_at FROM claims WHERE ns = ?1 AND id = ?2";
 
 pub fn spawn(
     conn: Connection,
@@ -101,7 +110,7 @@ impl Writer {
         let (count, items) = (group.len(), group.iter().map(Command::weight).sum::<usize>());
         let mut close = None;
         let mut done: Vec<Pending> = Vec::with_capacity(group.len());
-        let mut failure = self.conn.execute_batch("BEGIN IMMEDIATE").err().map(store_error);
+        let mut failure = run(&self.conn, "BEGIN IMMEDIATE").err();
         for command in group.drain(..) {
             match command {
                 Command::Close { reply } => close = Some(reply),
@@ -113,7 +122,7 @@ impl Writer {
                 }
             }
         }
-        let failure = failure.or_else(|| self.conn.execute_batch("COMMIT").err().map(store_error));
+        let failure = failure.or_else(|| run(&self.conn, "COMMIT").err());
         if let Some(e) = &failure {
             // Nothing in this group was kept, so nothing in it may be acknowledged.
             if !self.conn.is_autocommit() {
@@ -141,10 +150,20 @@ impl Writer {
             Command::Claim { ns, items, reply } => ran(reply, claim(conn, &ns, items, now)),
             Command::Delete { ns, id, reply } => ran(reply, delete(conn, &ns, &id, now)),
             Command::Sweep { limit, reply } => ran(reply, sweep(conn, limit, now)),
+            Command::Begin { request, reply } => ran(reply, crate::request::begin(conn, &request, now)),
+            Command::Complete { id, token, response, ttl, reply } => {
+                ran(reply, crate::request::complete(conn, &id, &token, &response, ttl, now))
+            }
+            Command::Release { id, token, reply } => ran(reply, crate::request::release(conn, &id, &token)),
             Command::Probe { reply } => ran(reply, probe(conn, now)),
             Command::Close { reply } => (abandon(Command::Close { reply }), None),
         }
     }
+}
+
+/// Runs a parameterless statement, prepared once.
+fn run(conn: &Connection, sql: &str) -> Result<(), StoreError> {
+    conn.prepare_cached(sql).and_then(|mut s| s.execute([])).map(drop).map_err(store_error)
 }
 
 /// A command left unrun because its group already failed: it is answered with that failure.
@@ -153,6 +172,8 @@ fn abandon(command: Command) -> Pending {
         Command::Claim { reply, .. } => pending(reply, Err(StoreError::Closed)),
         Command::Delete { reply, .. } => pending(reply, Err(StoreError::Closed)),
         Command::Sweep { reply, .. } => pending(reply, Err(StoreError::Closed)),
+        Command::Begin { reply, .. } => pending(reply, Err(StoreError::Closed)),
+        Command::Complete { reply, .. } | Command::Release { reply, .. } => pending(reply, Err(StoreError::Closed)),
         Command::Probe { reply } => pending(reply, Err(StoreError::Closed)),
         Command::Close { reply } => {
             let _ = reply.send(());
@@ -171,8 +192,7 @@ fn claim(
     now: Timestamp,
 ) -> Result<Vec<ClaimOutcome>, StoreError> {
     let mut insert = conn.prepare_cached(INSERT_CLAIM).map_err(store_error)?;
-    let select_sql = format!("SELECT {} FROM claims WHERE ns = ?1 AND id = ?2", row::COLUMNS);
-    let mut select = conn.prepare_cached(&select_sql).map_err(store_error)?;
+    let mut select = conn.prepare_cached(SELECT_CLAIM).map_err(store_error)?;
     let mut keyed: Vec<(usize, ClaimId, NewClaim)> =
         items.into_iter().enumerate().map(|(i, item)| (i, item.parts.id(), item)).collect();
     keyed.sort_by_key(|(_, id, _)| *id);
@@ -220,7 +240,9 @@ fn sweep(conn: &Connection, limit: usize, now: Timestamp) -> Result<usize, Store
                  (SELECT ns, id FROM claims WHERE expires_at <= ?1 ORDER BY expires_at LIMIT ?2)",
         )
         .map_err(store_error)?;
-    stmt.execute(params![now.millis(), limit as i64]).map_err(store_error)
+    let claims = stmt.execute(params![now.millis(), limit as i64]).map_err(store_error)?;
+    let requests = crate::request::sweep(conn, limit.saturating_sub(claims), now)?;
+    Ok(claims + requests)
 }
 
 fn probe(conn: &Connection, now: Timestamp) -> Result<(), StoreError> {

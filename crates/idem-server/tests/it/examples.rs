@@ -53,3 +53,52 @@ async fn articles_are_announced_once() {
     assert!(out.contains("second run: 0 new"), "{out}");
     s.stop().await;
 }
+
+/// Seed 001: the orders upstream behind the gateway, and a client that times out and retries with
+/// the same key: the upstream ends with one order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_are_created_once_however_often_the_client_retries() {
+    let port = crate::support::binary::free_port();
+    let mut upstream = std::process::Command::new("python3")
+        .arg(example("orders/upstream.py"))
+        .arg(port.to_string())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let mut ready = String::new();
+    let stdout = upstream.stdout.take().expect("piped");
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut ready).expect("upstream starts");
+    assert!(ready.contains("orders upstream"), "{ready}");
+    let upstream_url = format!("http://127.0.0.1:{port}");
+    let gateway = idem_server::config::GatewayConfig {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        upstream: upstream_url.clone(),
+        max_stored_response: 1 << 20,
+        cache_bytes: 1 << 20,
+        routes: vec![idem_server::config::RouteConfig {
+            methods: vec!["POST".into()],
+            key: idem_core::gateway::KeyPolicy::Required,
+            ..idem_server::config::RouteConfig::new("/orders")
+        }],
+    };
+    let s = TestServer::start_with(|c| c.gateway = Some(gateway), Arc::new(SystemClock)).await;
+    let gateway_url = s.gateway_url.clone().expect("gateway url");
+    let client = example("orders/client.py");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .arg(client)
+            .env("GATEWAY_URL", gateway_url)
+            .env("UPSTREAM_URL", upstream_url)
+            .output()
+            .expect("python3 runs")
+    })
+    .await
+    .expect("client ran");
+    let _ = upstream.kill();
+    let _ = upstream.wait();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "client failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("the upstream holds 1 order(s)"), "{stdout}");
+    assert!(stdout.contains("timed out") || stdout.contains("409"), "the client did have to retry: {stdout}");
+    s.stop().await;
+}

@@ -6,6 +6,7 @@ mod claims;
 mod cli;
 mod errors;
 mod examples;
+mod gateway;
 mod ops;
 mod process;
 mod support;

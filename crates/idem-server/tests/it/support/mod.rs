@@ -2,6 +2,7 @@
 //! whose helpers assert status codes, and a runner for the real binary.
 
 pub mod binary;
+pub mod upstream;
 
 use std::sync::Arc;
 
@@ -16,6 +17,8 @@ use tokio::sync::oneshot;
 
 pub struct TestServer {
     pub url: String,
+    /// The gateway proxy's base URL, when the config has a `[gateway]`.
+    pub gateway_url: Option<String>,
     pub client: ApiClient,
     pub dir: tempfile::TempDir,
     stop: Option<oneshot::Sender<()>>,
@@ -29,20 +32,35 @@ impl TestServer {
 
     /// Starts a server on a fresh data dir; `configure` edits the config first.
     pub async fn start_with(configure: impl FnOnce(&mut Config), clock: Arc<dyn Clock>) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
+        Self::start_in(tempfile::tempdir().expect("temp dir"), configure, clock).await
+    }
+
+    /// Starts a server whose data dir is `dir` (unless `configure` sets another).
+    pub async fn start_in(dir: tempfile::TempDir, configure: impl FnOnce(&mut Config), clock: Arc<dyn Clock>) -> Self {
         let mut config = Config { data_dir: dir.path().to_owned(), ..Config::default() };
         configure(&mut config);
-        let store: Arc<dyn Store> =
-            Arc::new(SqliteStore::open(&config.data_dir, clock, SqliteOptions::default()).expect("open store"));
+        let store: Arc<dyn Store> = Arc::new(
+            SqliteStore::open(&config.data_dir, Arc::clone(&clock), SqliteOptions::default()).expect("open store"),
+        );
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let gateway = match config.gateway.as_mut() {
+            Some(g) => {
+                let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+                g.listen = listener.local_addr().expect("addr");
+                Some(listener)
+            }
+            None => None,
+        };
+        let gateway_url = gateway.as_ref().map(|l| format!("http://{}", l.local_addr().expect("addr")));
+        let listeners = idem_server::Listeners { api: listener, gateway };
         let (stop, stopped) = oneshot::channel::<()>();
         let shutdown = async move {
             let _ = stopped.await;
         };
-        let task = tokio::spawn(idem_server::run(config, store, listener, shutdown));
+        let task = tokio::spawn(idem_server::run(config, store, clock, listeners, shutdown));
         let client = ApiClient::new(&url, None).expect("client");
-        Self { url, client, dir, stop: Some(stop), task }
+        Self { url, gateway_url, client, dir, stop: Some(stop), task }
     }
 
     pub fn client_with_token(&self, token: &str) -> ApiClient {

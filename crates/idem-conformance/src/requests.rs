@@ -1,0 +1,144 @@
+//! Conformance checks for gateway requests: one holder per key, lease tokens that guard
+//! completion and release, leases and TTLs that expire exactly.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_core::gateway::{Begin, NewRequest, RequestState, StoredResponse};
+
+use crate::Harness;
+
+const LEASE: Duration = Duration::from_secs(60);
+const TTL: Duration = Duration::from_secs(24 * 3600);
+
+fn request(key: &str, fingerprint: u8) -> NewRequest {
+    NewRequest { id: crate::id(&["gateway", key]), fingerprint: [fingerprint; 32], lease: LEASE }
+}
+
+fn response(body: &str) -> StoredResponse {
+    StoredResponse {
+        status: 201,
+        headers: vec![("content-type".into(), b"application/json".to_vec())],
+        body: body.into(),
+    }
+}
+
+async fn start(h: &Harness, r: &NewRequest) -> idem_core::gateway::LeaseToken {
+    match h.store.begin_request(r.clone()).await.expect("begin") {
+        Begin::Started { token, .. } => token,
+        other => panic!("expected to start, got {other:?}"),
+    }
+}
+
+pub async fn first_begin_holds_the_key_and_others_see_it_in_flight(h: &Harness) {
+    let r = request("k", 1);
+    start(h, &r).await;
+    match h.store.begin_request(r.clone()).await.expect("begin") {
+        Begin::InFlight { same_fingerprint: true, lease_until } => assert_eq!(lease_until, crate::START.plus(LEASE)),
+        other => panic!("expected in flight, got {other:?}"),
+    }
+    let different = request("k", 2);
+    assert!(matches!(
+        h.store.begin_request(different).await.expect("begin"),
+        Begin::InFlight { same_fingerprint: false, .. }
+    ));
+    assert!(matches!(h.store.peek_request(&r.id).await.expect("peek"), Some(RequestState::InFlight { .. })));
+}
+
+pub async fn completed_response_is_replayed_until_its_ttl(h: &Harness) {
+    let r = request("k", 1);
+    let token = start(h, &r).await;
+    assert!(h.store.complete_request(&r.id, token, &response("{\"order\":1}"), TTL).await.expect("complete"));
+    match h.store.begin_request(r.clone()).await.expect("begin") {
+        Begin::Completed { same_fingerprint: true, response: stored, expires_at } => {
+            assert_eq!(stored, response("{\"order\":1}"));
+            assert_eq!(expires_at, crate::START.plus(TTL));
+        }
+        other => panic!("expected completed, got {other:?}"),
+    }
+    assert!(matches!(
+        h.store.begin_request(request("k", 2)).await.expect("begin"),
+        Begin::Completed { same_fingerprint: false, .. }
+    ));
+    assert!(
+        !h.store.complete_request(&r.id, token, &response("again"), TTL).await.expect("complete"),
+        "completes once"
+    );
+    h.clock.advance(TTL);
+    assert!(h.store.peek_request(&r.id).await.expect("peek").is_none(), "expired is absent");
+    assert!(matches!(h.store.begin_request(r).await.expect("begin"), Begin::Started { lease_expired: false, .. }));
+}
+
+pub async fn only_the_lease_holder_completes_or_releases(h: &Harness) {
+    let r = request("k", 1);
+    let token = start(h, &r).await;
+    let stranger = idem_core::gateway::LeaseToken::generate();
+    assert!(!h.store.complete_request(&r.id, stranger, &response("x"), TTL).await.expect("complete"));
+    assert!(!h.store.release_request(&r.id, stranger).await.expect("release"));
+    assert!(h.store.release_request(&r.id, token).await.expect("release"));
+    assert!(h.store.peek_request(&r.id).await.expect("peek").is_none(), "released is absent");
+    assert!(
+        !h.store.complete_request(&r.id, token, &response("x"), TTL).await.expect("complete"),
+        "a released lease is gone"
+    );
+    start(h, &r).await;
+}
+
+pub async fn an_expired_lease_frees_the_key_and_voids_the_old_token(h: &Harness) {
+    let r = request("k", 1);
+    let old = start(h, &r).await;
+    h.clock.advance(LEASE - Duration::from_millis(1));
+    assert!(matches!(h.store.begin_request(r.clone()).await.expect("begin"), Begin::InFlight { .. }));
+    h.clock.advance(Duration::from_millis(1));
+    let new = match h.store.begin_request(r.clone()).await.expect("begin") {
+        Begin::Started { token, lease_expired: true } => token,
+        other => panic!("an expired lease frees the key: {other:?}"),
+    };
+    assert!(
+        !h.store.complete_request(&r.id, old, &response("late"), TTL).await.expect("complete"),
+        "the late holder cannot overwrite"
+    );
+    assert!(!h.store.release_request(&r.id, old).await.expect("release"), "nor release its successor's key");
+    assert!(h.store.complete_request(&r.id, new, &response("fresh"), TTL).await.expect("complete"));
+    match h.store.peek_request(&r.id).await.expect("peek") {
+        Some(RequestState::Completed { response: stored, .. }) => assert_eq!(stored.body, b"fresh"),
+        other => panic!("expected the successor's response, got {other:?}"),
+    }
+}
+
+pub async fn a_lease_that_ran_out_cannot_complete(h: &Harness) {
+    let r = request("k", 1);
+    let token = start(h, &r).await;
+    h.clock.advance(LEASE);
+    assert!(
+        !h.store.complete_request(&r.id, token, &response("late"), TTL).await.expect("complete"),
+        "too late to complete"
+    );
+}
+
+pub async fn race_of_200_begins_has_one_holder(h: &Harness) {
+    let tasks: Vec<_> = (0..200)
+        .map(|_| {
+            let store = Arc::clone(&h.store);
+            tokio::spawn(async move { store.begin_request(request("contended", 7)).await })
+        })
+        .collect();
+    let mut started = 0;
+    for task in tasks {
+        if matches!(task.await.expect("task").expect("begin"), Begin::Started { .. }) {
+            started += 1;
+        }
+    }
+    assert_eq!(started, 1, "exactly one of 200 concurrent begins holds the key");
+}
+
+pub async fn sweeper_deletes_finished_requests(h: &Harness) {
+    let done = request("done", 1);
+    let token = start(h, &done).await;
+    h.store.complete_request(&done.id, token, &response("x"), Duration::from_secs(10)).await.expect("complete");
+    start(h, &request("held", 1)).await;
+    h.clock.advance(Duration::from_secs(10));
+    assert_eq!(h.store.sweep_expired(100).await.expect("sweep"), 1, "only the expired record goes");
+    h.clock.advance(LEASE);
+    assert_eq!(h.store.sweep_expired(100).await.expect("sweep"), 1, "then the ran-out lease");
+}

@@ -1,0 +1,96 @@
+//! Which requests the gateway guards: a route is a path pattern, a set of methods and a policy.
+//! A pattern is exact (`/orders`) or has wildcard segments: `*` or `{name}` match exactly one
+//! non-empty segment (`/orders/{id}/refund`).
+
+/// Whether a matching request must carry an `Idempotency-Key`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyPolicy {
+    /// No key: 400.
+    Required,
+    /// No key: forwarded without idempotency.
+    Optional,
+}
+
+/// What a duplicate that arrives while the first request is still running gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InFlightPolicy {
+    /// 409 with `Retry-After`.
+    Reject,
+    /// Wait for the first request's response (up to `wait_timeout`, then 409).
+    Wait,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathPattern {
+    text: String,
+    segments: Vec<Segment>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Segment {
+    Literal(String),
+    Any,
+}
+
+impl PathPattern {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let rest = text.strip_prefix('/').ok_or_else(|| format!("path {text:?} must start with '/'"))?;
+        let segments = rest
+            .split('/')
+            .map(|s| match s {
+                "*" => Ok(Segment::Any),
+                s if s.starts_with('{') && s.ends_with('}') && s.len() > 2 => Ok(Segment::Any),
+                s if s.contains(['*', '{', '}']) => {
+                    Err(format!("path {text:?}: '*' and '{{name}}' must be whole segments"))
+                }
+                s => Ok(Segment::Literal(s.to_owned())),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self { text: text.to_owned(), segments })
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    pub fn matches(&self, path: &str) -> bool {
+        let Some(rest) = path.strip_prefix('/') else { return false };
+        let mut parts = rest.split('/');
+        for segment in &self.segments {
+            match (segment, parts.next()) {
+                (Segment::Literal(lit), Some(part)) if lit == part => {}
+                (Segment::Any, Some(part)) if !part.is_empty() => {}
+                _ => return false,
+            }
+        }
+        parts.next().is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_and_wildcard_segments() {
+        let exact = PathPattern::parse("/orders").expect("valid");
+        assert!(exact.matches("/orders"));
+        assert!(!exact.matches("/orders/1") && !exact.matches("/order") && !exact.matches("/orders/"));
+        let param = PathPattern::parse("/orders/{id}/refund").expect("valid");
+        assert!(param.matches("/orders/42/refund"));
+        assert!(
+            !param.matches("/orders//refund") && !param.matches("/orders/42") && !param.matches("/orders/4/2/refund")
+        );
+        let star = PathPattern::parse("/v1/*").expect("valid");
+        assert!(star.matches("/v1/anything") && !star.matches("/v1/a/b"));
+    }
+
+    #[test]
+    fn rejects_bad_patterns() {
+        for bad in ["orders", "/ord*", "/a/{b", "/{}"] {
+            assert!(PathPattern::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! The engine as a tower layer, for Rust services: wrap a router and its guarded routes get the
+//! same idempotency as behind the proxy, on any store backend.
+//!
+//! ```ignore
+//! let engine = Arc::new(Engine::new(store, Arc::new(SystemClock), EngineConfig::default()));
+//! let app = Router::new().route("/orders", post(create_order)).layer(IdempotencyLayer::new(engine, routes));
+//! ```
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use tower::{Layer, Service, ServiceExt};
+
+use crate::engine::{Engine, ForwardError, ForwardFuture};
+use crate::policy::Routes;
+use crate::problem::problem;
+use crate::{BoxError, GatewayBody};
+
+#[derive(Clone)]
+pub struct IdempotencyLayer {
+    engine: Arc<Engine>,
+    routes: Arc<Routes>,
+}
+
+impl IdempotencyLayer {
+    pub fn new(engine: Arc<Engine>, routes: Routes) -> Self {
+        Self { engine, routes: Arc::new(routes) }
+    }
+}
+
+impl<S> Layer<S> for IdempotencyLayer {
+    type Service = Idempotency<S>;
+
+    fn layer(&self, inner: S) -> Idempotency<S> {
+        Idempotency { inner, engine: Arc::clone(&self.engine), routes: Arc::clone(&self.routes) }
+    }
+}
+
+#[derive(Clone)]
+pub struct Idempotency<S> {
+    inner: S,
+    engine: Arc<Engine>,
+    routes: Arc<Routes>,
+}
+
+fn boxed<B>(response: Response<B>) -> Response<GatewayBody>
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    response.map(|b| b.map_err(Into::into).boxed_unsync())
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for Idempotency<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    ReqBody: http_body::Body<Data = Bytes> + From<Bytes> + Send + 'static,
+    ReqBody::Error: Into<BoxError>,
+    ResBody: http_body::Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    type Response = Response<GatewayBody>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // Each call drives a clone of the inner service to readiness itself (`oneshot`).
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let (inner, engine, routes) = (self.inner.clone(), Arc::clone(&self.engine), Arc::clone(&self.routes));
+        Box::pin(async move {
+            let Some(route) = routes.find(request.method(), request.uri().path()).cloned() else {
+                return Ok(match inner.oneshot(request).await {
+                    Ok(response) => boxed(response),
+                    Err(e) => problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", &e.into().to_string()),
+                });
+            };
+            let (parts, body) = request.into_parts();
+            let limit = engine.config().max_body_bytes;
+            let bytes = match Limited::new(body, limit).collect().await {
+                Ok(collected) => collected.to_bytes(),
+                Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
+                    let detail = format!("the request body is larger than the limit of {limit} bytes");
+                    return Ok(problem(StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", &detail));
+                }
+                Err(_) => {
+                    return Ok(problem(
+                        StatusCode::BAD_REQUEST,
+                        "invalid-request",
+                        "the request body could not be read",
+                    ));
+                }
+            };
+            let forward = move |request: Request<Bytes>| -> ForwardFuture {
+                Box::pin(async move {
+                    let request = request.map(ReqBody::from);
+                    inner.oneshot(request).await.map(boxed).map_err(|e| ForwardError::Failed(e.into().to_string()))
+                })
+            };
+            Ok(engine.handle(&route, Request::from_parts(parts, bytes), forward).await)
+        })
+    }
+}

@@ -1,0 +1,27 @@
+//! The `Idempotency-Key` engine (contract §2) and the tower layer that applies it to any service.
+//!
+//! The engine is transport-agnostic: it takes a buffered request and a `forward` function, and
+//! answers with the upstream's response, a replay, or a problem. The server's reverse proxy
+//! forwards over HTTP; [`IdempotencyLayer`] forwards to the wrapped service.
+
+pub mod cache;
+pub mod engine;
+pub mod headers;
+pub mod layer;
+pub mod policy;
+pub mod problem;
+pub mod waiters;
+
+pub use engine::{Engine, EngineConfig, ForwardError};
+pub use layer::{Idempotency, IdempotencyLayer};
+pub use policy::{RoutePolicy, Routes, ScopePart};
+
+/// The body type of every response the engine produces.
+pub type GatewayBody = http_body_util::combinators::UnsyncBoxBody<bytes::Bytes, BoxError>;
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A body from bytes in memory.
+pub fn full(bytes: impl Into<bytes::Bytes>) -> GatewayBody {
+    use http_body_util::BodyExt;
+    http_body_util::Full::new(bytes.into()).map_err(|never| match never {}).boxed_unsync()
+}

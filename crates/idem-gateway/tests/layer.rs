@@ -1,0 +1,96 @@
+//! The engine as a tower layer around an axum router, over a real SQLite store: the handler runs
+//! once however many identical requests race, and unguarded routes are untouched.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{Request, StatusCode};
+use axum::routing::{get, post};
+use http_body_util::BodyExt;
+use idem_core::SystemClock;
+use idem_core::gateway::{InFlightPolicy, KeyPolicy, PathPattern};
+use idem_gateway::{Engine, EngineConfig, IdempotencyLayer, RoutePolicy, Routes};
+use idem_sqlite::{SqliteOptions, SqliteStore};
+use tower::ServiceExt;
+
+struct App {
+    router: Router,
+    calls: Arc<AtomicUsize>,
+    _dir: tempfile::TempDir,
+}
+
+fn app(in_flight: InFlightPolicy) -> App {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = Arc::new(SqliteStore::open(dir.path(), Arc::new(SystemClock), SqliteOptions::default()).expect("open"));
+    let engine = Arc::new(Engine::new(store, Arc::new(SystemClock), EngineConfig::default()));
+    let mut orders = RoutePolicy::new(PathPattern::parse("/orders").expect("valid"));
+    orders.key = KeyPolicy::Required;
+    orders.in_flight = in_flight;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let router = Router::new()
+        .route("/orders", post(create_order))
+        .route("/health", get(|| async { "ok" }))
+        .with_state(Arc::clone(&calls))
+        .layer(IdempotencyLayer::new(engine, Routes::new([orders])));
+    App { router, calls, _dir: dir }
+}
+
+async fn create_order(State(calls): State<Arc<AtomicUsize>>, body: String) -> (StatusCode, String) {
+    let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    (StatusCode::CREATED, format!("{{\"order\":{n},\"request\":{body}}}"))
+}
+
+fn order(key: Option<&str>) -> Request<Body> {
+    let mut builder = Request::post("/orders").header("content-type", "application/json");
+    if let Some(key) = key {
+        builder = builder.header("idempotency-key", key);
+    }
+    builder.body(Body::from("{\"item\":\"book\"}")).expect("request")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_handler_runs_once_for_100_racing_duplicates() {
+    let app = app(InFlightPolicy::Wait);
+    let tasks: Vec<_> = (0..100)
+        .map(|_| {
+            let router = app.router.clone();
+            tokio::spawn(async move {
+                let response = router.oneshot(order(Some("k-1"))).await.expect("infallible");
+                let status = response.status();
+                (status, response.into_body().collect().await.expect("body").to_bytes())
+            })
+        })
+        .collect();
+    let mut bodies = std::collections::HashSet::new();
+    for task in tasks {
+        let (status, body) = task.await.expect("task");
+        assert_eq!(status, StatusCode::CREATED);
+        bodies.insert(body);
+    }
+    assert_eq!(app.calls.load(Ordering::SeqCst), 1, "the handler ran once");
+    assert_eq!(bodies.len(), 1, "every caller got the same answer");
+}
+
+#[tokio::test]
+async fn replays_mismatches_and_missing_keys_behave_as_behind_the_proxy() {
+    let app = app(InFlightPolicy::Reject);
+    let first = app.router.clone().oneshot(order(Some("k-2"))).await.expect("infallible");
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let again = app.router.clone().oneshot(order(Some("k-2"))).await.expect("infallible");
+    assert_eq!(again.headers().get("idempotent-replayed").map(|v| v.as_bytes()), Some(&b"true"[..]));
+    let other = Request::post("/orders")
+        .header("content-type", "application/json")
+        .header("idempotency-key", "k-2")
+        .body(Body::from("{\"item\":\"pen\"}"))
+        .expect("request");
+    assert_eq!(app.router.clone().oneshot(other).await.expect("infallible").status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(app.router.clone().oneshot(order(None)).await.expect("infallible").status(), StatusCode::BAD_REQUEST);
+    let health = app.router.clone().oneshot(Request::get("/health").body(Body::empty()).expect("request")).await;
+    assert_eq!(health.expect("infallible").status(), StatusCode::OK, "unguarded routes pass through");
+    assert_eq!(app.calls.load(Ordering::SeqCst), 1);
+}

@@ -1,0 +1,128 @@
+//! The `Idempotency-Key` reverse proxy: its own listener, forwarding to `[gateway] upstream` over
+//! pooled HTTP/1.1 keep-alive connections. Requests on a guarded route go through the engine
+//! (buffered, since their body is fingerprinted); every other request streams straight through,
+//! unchanged but for hop-by-hop headers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::header::HOST;
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{HeaderValue, StatusCode, Uri};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use idem_core::{Clock, Store};
+use idem_gateway::engine::ForwardFuture;
+use idem_gateway::headers::strip_hop_by_hop;
+use idem_gateway::problem::problem;
+use idem_gateway::{Engine, EngineConfig, ForwardError, GatewayBody, Routes};
+
+use crate::config::GatewayConfig;
+
+pub struct Proxy {
+    engine: Arc<Engine>,
+    routes: Routes,
+    upstream: Upstream,
+    max_body_bytes: usize,
+}
+
+#[derive(Clone)]
+struct Upstream {
+    client: Client<HttpConnector, GatewayBody>,
+    scheme: Scheme,
+    authority: Authority,
+    host: HeaderValue,
+    base_path: String,
+}
+
+impl Proxy {
+    pub fn new(
+        config: &GatewayConfig,
+        max_body_bytes: usize,
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, String> {
+        let (scheme, authority, base_path) = config.upstream_base()?;
+        let host = HeaderValue::from_str(authority.as_str()).map_err(|e| e.to_string())?;
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector);
+        let engine_config = EngineConfig {
+            max_body_bytes,
+            max_stored_response: config.max_stored_response,
+            cache_bytes: config.cache_bytes,
+        };
+        Ok(Self {
+            engine: Arc::new(Engine::new(store, clock, engine_config)),
+            routes: config.routes()?,
+            upstream: Upstream { client, scheme, authority, host, base_path },
+            max_body_bytes,
+        })
+    }
+
+    pub fn router(self) -> Router {
+        Router::new().fallback(proxy).with_state(Arc::new(self))
+    }
+}
+
+async fn proxy(State(proxy): State<Arc<Proxy>>, request: Request) -> Response {
+    let Some(route) = proxy.routes.find(request.method(), request.uri().path()).cloned() else {
+        let request = request.map(|b| b.map_err(Into::into).boxed_unsync());
+        return match proxy.upstream.send(request).await {
+            Ok(response) => response.into_response(),
+            Err(e) => {
+                tracing::warn!(error = ?e, "upstream request failed");
+                problem(StatusCode::BAD_GATEWAY, "upstream-unavailable", "the upstream could not be reached")
+                    .into_response()
+            }
+        };
+    };
+    let (parts, body) = request.into_parts();
+    let bytes = match Limited::new(body, proxy.max_body_bytes).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            let detail = format!("the request body is larger than the limit of {} bytes", proxy.max_body_bytes);
+            return problem(StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", &detail).into_response();
+        }
+        Err(_) => {
+            return problem(StatusCode::BAD_REQUEST, "invalid-request", "the request body could not be read")
+                .into_response();
+        }
+    };
+    let upstream = proxy.upstream.clone();
+    let forward = move |request: http::Request<Bytes>| -> ForwardFuture {
+        Box::pin(async move { upstream.send(request.map(idem_gateway::full)).await })
+    };
+    proxy.engine.handle(&route, http::Request::from_parts(parts, bytes), forward).await.into_response()
+}
+
+impl Upstream {
+    /// Sends a request to the upstream: same method, path, query, headers and body, minus
+    /// hop-by-hop headers, with `Host` naming the upstream.
+    async fn send(&self, request: http::Request<GatewayBody>) -> Result<http::Response<GatewayBody>, ForwardError> {
+        let (mut parts, body) = request.into_parts();
+        let path = parts.uri.path_and_query().map_or("/", PathAndQuery::as_str);
+        parts.uri = Uri::builder()
+            .scheme(self.scheme.clone())
+            .authority(self.authority.clone())
+            .path_and_query(format!("{}{path}", self.base_path))
+            .build()
+            .map_err(|e| ForwardError::Unreachable(e.to_string()))?;
+        strip_hop_by_hop(&mut parts.headers);
+        parts.headers.insert(HOST, self.host.clone());
+        parts.version = http::Version::HTTP_11;
+        let response = self.client.request(http::Request::from_parts(parts, body)).await.map_err(|e| {
+            if e.is_connect() { ForwardError::Unreachable(e.to_string()) } else { ForwardError::Failed(e.to_string()) }
+        })?;
+        let (mut parts, body) = response.into_parts();
+        strip_hop_by_hop(&mut parts.headers);
+        Ok(http::Response::from_parts(parts, body.map_err(Into::into).boxed_unsync()))
+    }
+}

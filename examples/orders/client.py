@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Seed 001's client: creates one order through the idem gateway, retrying with the same
+Idempotency-Key until it gets an answer — after timeouts, while the first attempt is still
+running (409), and a few more times for good measure. The upstream must end with one order.
+
+Run (with upstream.py and `idem serve --config examples/orders/idem.toml` running):
+    python3 examples/orders/client.py
+Environment: GATEWAY_URL (default http://127.0.0.1:8080), UPSTREAM_URL (default http://127.0.0.1:3000).
+"""
+
+import json
+import os
+import socket
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+GATEWAY = os.environ.get("GATEWAY_URL", "http://127.0.0.1:8080")
+UPSTREAM = os.environ.get("UPSTREAM_URL", "http://127.0.0.1:3000")
+
+
+def create_order(key, body, timeout):
+    request = urllib.request.Request(
+        GATEWAY + "/orders",
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", "Idempotency-Key": f'"{key}"'},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read()), response.headers.get("Idempotent-Replayed")
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"{}"), None
+    except (TimeoutError, socket.timeout, urllib.error.URLError):
+        return None, None, None
+
+
+def main():
+    key = uuid.uuid4()  # one key per order the user means to place
+    body = {"item": "book", "qty": 1}
+    delay, answers = 0.1, []
+    for attempt in range(1, 30):
+        status, order, replayed = create_order(key, body, timeout=0.3)
+        if status is None:
+            print(f"attempt {attempt}: timed out; retrying with the same key")
+        elif status == 409:
+            print(f"attempt {attempt}: 409, the first attempt is still running; retrying")
+        else:
+            print(f"attempt {attempt}: {status} {order} replayed={replayed}")
+            answers.append(order)
+            if len(answers) == 3:
+                break
+        time.sleep(delay)
+        delay = min(delay * 2, 0.5)
+
+    with urllib.request.urlopen(UPSTREAM + "/orders") as response:
+        orders = json.loads(response.read())["orders"]
+    print(f"the upstream holds {len(orders)} order(s)")
+    if len(orders) != 1 or any(a != answers[0] for a in answers):
+        raise SystemExit("FAILED: expected exactly one order and the same answer every time")
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()
