@@ -94,3 +94,14 @@ async fn replays_mismatches_and_missing_keys_behave_as_behind_the_proxy() {
     assert_eq!(health.expect("infallible").status(), StatusCode::OK, "unguarded routes pass through");
     assert_eq!(app.calls.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test]
+async fn a_key_with_bytes_outside_ascii_is_400_and_nothing_runs() {
+    let app = app(InFlightPolicy::Reject);
+    let mut request = order(None);
+    request.headers_mut().insert("idempotency-key", axum::http::HeaderValue::from_bytes(b"caf\xe9").expect("obs-text"));
+    let response = app.router.clone().oneshot(request).await.expect("infallible");
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(response.headers().get("content-type").map(|v| v.as_bytes()), Some(&b"application/problem+json"[..]));
+    assert_eq!(app.calls.load(Ordering::SeqCst), 0);
+}

@@ -118,3 +118,54 @@ fn bad_config_stops_start_up_naming_the_key() {
     assert_eq!(code, 2);
     assert!(stderr.contains("sweeper.batch"), "{stderr}");
 }
+
+/// idem is killed with SIGKILL while a gateway request is at the upstream. After a restart the key
+/// is still held (409) until the lease ends; then a retry executes again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_request_killed_mid_flight_frees_its_key_after_the_lease() {
+    let upstream = crate::support::upstream::Upstream::start().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let gateway_port = crate::support::binary::free_port();
+    let config = dir.path().join("idem.toml");
+    let text = format!(
+        "[gateway]\nlisten = \"127.0.0.1:{gateway_port}\"\nupstream = \"{}\"\n\n[[gateway.routes]]\npath = \"/orders\"\nkey = \"required\"\nlease = \"2s\"\n",
+        upstream.url
+    );
+    std::fs::write(&config, text).expect("write config");
+    let data = dir.path().join("data");
+    let args = ["--config", config.to_str().expect("utf-8")];
+    let mut idem = Idem::serve(&data, &args);
+    let gateway = ApiClient::new(&format!("http://127.0.0.1:{gateway_port}"), None).expect("client");
+    let started = Instant::now();
+    let in_flight = {
+        let gateway = gateway.clone();
+        tokio::spawn(async move {
+            let headers = [("content-type", "application/json"), ("idempotency-key", "crash"), ("x-delay-ms", "10000")];
+            gateway.send_with(Method::POST, "/orders", Some(bytes::Bytes::from_static(b"{}")), &headers).await
+        })
+    };
+    while upstream.count("/orders") == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    idem.kill9();
+    assert!(in_flight.await.expect("task").is_err(), "the client lost its connection");
+
+    let _idem = Idem::serve(&data, &args);
+    let retry = || {
+        let gateway = gateway.clone();
+        async move {
+            let headers = [("content-type", "application/json"), ("idempotency-key", "crash")];
+            gateway
+                .send_with(Method::POST, "/orders", Some(bytes::Bytes::from_static(b"{}")), &headers)
+                .await
+                .expect("request")
+        }
+    };
+    let early = retry().await;
+    assert_eq!(early.status, 409, "the dead request's lease still holds the key");
+    assert!(started.elapsed() < Duration::from_secs(2), "checked within the lease");
+    tokio::time::sleep(Duration::from_secs(2).saturating_sub(started.elapsed()) + Duration::from_millis(200)).await;
+    let late = retry().await;
+    assert_eq!(late.status, 201, "after the lease the key is usable again");
+    assert_eq!(upstream.count("/orders"), 2, "the retry executed again");
+}

@@ -1,7 +1,8 @@
 //! A real upstream API on a real socket, for the gateway's tests. It counts every request it
 //! receives by path and remembers the `Idempotency-Key` headers it saw.
 //!
-//! - `POST /orders` — 201 with a new order number; `?delay_ms=N` answers after N ms.
+//! - `POST /orders` — 201 with a new order number; `?delay_ms=N` (or header `x-delay-ms: N`,
+//!   which is not part of the fingerprint) answers after N ms.
 //! - `POST /status/{code}` — answers that status (and counts).
 //! - `POST /flaky` — 503 the first time, 201 after.
 //! - `POST /big?bytes=N` — 200 with a body of N bytes.
@@ -73,8 +74,9 @@ async fn orders(
     body: String,
 ) -> Response {
     let n = record(&seen, "/orders", &headers);
-    if let Some(ms) = q.get("delay_ms") {
-        tokio::time::sleep(Duration::from_millis(*ms)).await;
+    let header_delay = headers.get("x-delay-ms").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
+    if let Some(ms) = q.get("delay_ms").copied().or(header_delay) {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
     }
     let order = json!({"order_id": n, "request": body});
     (StatusCode::CREATED, [("x-order-id", n.to_string())], axum::Json(order)).into_response()
