@@ -11,6 +11,7 @@ use idem_core::{ClaimId, ManualClock, Namespace, NewClaim, Parts, Store, Timesta
 use serde_json::value::RawValue;
 
 pub mod claims;
+pub mod events;
 pub mod requests;
 
 /// A fresh store under test, with the clock it reads.
@@ -69,6 +70,15 @@ macro_rules! suite {
             a_lease_that_ran_out_cannot_complete,
             race_of_200_begins_has_one_holder,
             sweeper_deletes_finished_requests,
+        );
+        $crate::suite!(@each_in events $factory;
+            intake_dedups_by_event_id_and_compares_payloads,
+            a_leased_job_is_delivered_once_and_completes,
+            failures_retry_when_due_then_go_dead_and_queue_the_result,
+            an_expired_lease_is_leased_again_and_the_old_holder_cannot_finish,
+            replay_starts_a_terminal_receipt_again_from_attempt_1,
+            receipts_list_newest_first_with_filters_and_cursor,
+            race_of_100_intakes_of_one_event_accepts_once,
         );
     };
     (@each $factory:path; $($check:ident),* $(,)?) => {

@@ -5,6 +5,7 @@ pub mod claim;
 pub mod clock;
 pub mod duration;
 pub mod error;
+pub mod event;
 pub mod gateway;
 pub mod key;
 pub mod namespace;

@@ -15,6 +15,7 @@ use async_trait::async_trait;
 
 use std::time::Duration;
 
+use crate::event::{Accept, Job, JobOutcome, NewEvent, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus};
 use crate::gateway::{Begin, LeaseToken, NewRequest, RequestState, StoredResponse};
 use crate::{ClaimId, ClaimOutcome, ClaimRecord, Namespace, NewClaim, Parts, StoreError};
 
@@ -51,6 +52,34 @@ pub trait Store: Send + Sync + 'static {
 
     /// The live state of a gateway key, if any.
     async fn peek_request(&self, id: &ClaimId) -> Result<Option<RequestState>, StoreError>;
+
+    /// Stores a new receipt together with its first delivery job (one transaction), or reports
+    /// the earlier receipt of the same (source, event id).
+    async fn accept_event(&self, event: NewEvent) -> Result<Accept, StoreError>;
+
+    /// Leases up to `limit` due jobs for `lease`, oldest due first, skipping `busy_sources` (those
+    /// at their concurrency limit, so that one slow handler cannot hold every lease). A job whose
+    /// lease ran out is due again.
+    async fn lease_jobs(&self, limit: usize, lease: Duration, busy_sources: &[String]) -> Result<Vec<Job>, StoreError>;
+
+    /// Records an attempt and moves the job on (done, rescheduled, or dead). A finished delivery
+    /// with `result_body` also queues the result webhook, in the same transaction. `false`: the
+    /// lease was lost and nothing was changed.
+    async fn finish_job(
+        &self,
+        job: &Job,
+        outcome: JobOutcome,
+        result_body: Option<Vec<u8>>,
+    ) -> Result<bool, StoreError>;
+
+    async fn get_receipt(&self, id: &ReceiptId) -> Result<Option<Receipt>, StoreError>;
+
+    /// Newest first; attempts are not filled in.
+    async fn list_receipts(&self, filter: &ReceiptFilter) -> Result<Vec<Receipt>, StoreError>;
+
+    /// Queues a completed or dead receipt for delivery again from attempt 1. Answers the status it
+    /// had (`None`: no such receipt); a receipt that is not terminal is left alone.
+    async fn replay_receipt(&self, id: &ReceiptId) -> Result<Option<ReceiptStatus>, StoreError>;
 
     /// Deletes up to `limit` expired claims and gateway records and says how many went.
     async fn sweep_expired(&self, limit: usize) -> Result<usize, StoreError>;

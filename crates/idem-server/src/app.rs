@@ -13,7 +13,7 @@ use idem_core::Store;
 use crate::auth::Tokens;
 use crate::config::Config;
 use crate::error::ApiError;
-use crate::{claim, health};
+use crate::{claim, event, health};
 
 #[derive(Clone)]
 pub struct AppState {
@@ -21,13 +21,15 @@ pub struct AppState {
     pub config: Arc<Config>,
     pub tokens: Arc<Tokens>,
     pub max_body_bytes: usize,
+    /// Wakes the delivery worker when new work is queued.
+    pub delivery_wake: Arc<tokio::sync::Notify>,
 }
 
 impl AppState {
-    pub fn new(config: Config, store: Arc<dyn Store>) -> Self {
+    pub fn new(config: Config, store: Arc<dyn Store>, delivery_wake: Arc<tokio::sync::Notify>) -> Self {
         let tokens = Arc::new(Tokens::new(config.auth.tokens.iter().map(|t| t.expose())));
         let max_body_bytes = config.limits.max_body_bytes;
-        Self { store, config: Arc::new(config), tokens, max_body_bytes }
+        Self { store, config: Arc::new(config), tokens, max_body_bytes, delivery_wake }
     }
 }
 
@@ -37,6 +39,10 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/claims/{ns}/batch", post(claim::batch))
         .route("/v1/claims/{ns}/lookup", post(claim::lookup))
         .route("/v1/claims/{ns}/{id}", get(claim::read).delete(claim::delete))
+        .route("/v1/sources/{name}/events", post(event::intake))
+        .route("/v1/receipts", get(event::list))
+        .route("/v1/receipts/{id}", get(event::read))
+        .route("/v1/receipts/{id}/replay", post(event::replay))
         .route_layer(middleware::from_fn_with_state(state.clone(), crate::auth::require_token));
     Router::new()
         .route("/healthz", get(health::healthz))

@@ -32,6 +32,40 @@ pub enum Command {
     /// Claims on a running server.
     #[command(subcommand)]
     Claims(ClaimsCommand),
+    /// Event receipts on a running server.
+    #[command(subcommand)]
+    Receipts(ReceiptsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReceiptsCommand {
+    /// A page of receipts, newest first.
+    List {
+        #[arg(long)]
+        source: Option<String>,
+        /// accepted, processing, retrying, completed or dead.
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// The `next_cursor` of the previous page.
+        #[arg(long)]
+        cursor: Option<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// One receipt with its attempts (exit 1 when absent).
+    Show {
+        id: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Deliver a dead or completed receipt again from attempt 1.
+    Replay {
+        id: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -165,6 +199,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), Failure> {
         }
         Command::Import(args) => crate::import::run(args).await,
         Command::Claims(command) => claims(command).await,
+        Command::Receipts(command) => receipts(command).await,
     }
 }
 
@@ -286,6 +321,37 @@ async fn claims(command: ClaimsCommand) -> Result<(), Failure> {
         println!("{}", serde_json::to_string_pretty(&reply.json()).unwrap_or_default());
     }
     Ok(())
+}
+
+async fn receipts(command: ReceiptsCommand) -> Result<(), Failure> {
+    let reply = match command {
+        ReceiptsCommand::List { source, status, limit, cursor, client } => {
+            let mut query = vec![format!("limit={limit}")];
+            let params = [("source", source), ("status", status), ("cursor", cursor)];
+            query.extend(params.into_iter().filter_map(|(k, v)| v.map(|v| format!("{k}={}", percent_encode(&v)))));
+            send(&connect(&client)?, Method::GET, &format!("/v1/receipts?{}", query.join("&")), None).await?
+        }
+        ReceiptsCommand::Show { id, client } => {
+            send(&connect(&client)?, Method::GET, &format!("/v1/receipts/{}", percent_encode(&id)), None).await?
+        }
+        ReceiptsCommand::Replay { id, client } => {
+            send(&connect(&client)?, Method::POST, &format!("/v1/receipts/{}/replay", percent_encode(&id)), None)
+                .await?
+        }
+    };
+    println!("{}", serde_json::to_string_pretty(&reply.json()).unwrap_or_default());
+    Ok(())
+}
+
+/// Encodes a query or path value: everything but unreserved characters.
+fn percent_encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// Sends a request; a non-2xx answer becomes a failure carrying the problem's detail.

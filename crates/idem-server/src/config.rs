@@ -28,6 +28,8 @@ pub struct Config {
     pub namespaces: BTreeMap<String, NamespaceConfig>,
     /// The Idempotency-Key reverse proxy; absent: not started.
     pub gateway: Option<GatewayConfig>,
+    /// Inbound event sources, each delivered to its handler.
+    pub sources: Vec<SourceConfig>,
 }
 
 impl Default for Config {
@@ -42,6 +44,7 @@ impl Default for Config {
             log: LogConfig::default(),
             namespaces: BTreeMap::new(),
             gateway: None,
+            sources: Vec::new(),
         }
     }
 }
@@ -165,6 +168,61 @@ pub struct RouteConfig {
     pub store_5xx: bool,
 }
 
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    /// Appears in `POST /v1/sources/{name}/events`; 1-64 of `[a-z0-9_.-]`.
+    pub name: String,
+    /// Where each event is POSTed: `http://…`.
+    pub handler_url: String,
+    /// A JSON pointer into the body (`/external_event_id`) or `header:NAME`.
+    pub event_id: String,
+    #[serde(default = "defaults::max_attempts")]
+    pub max_attempts: u32,
+    #[serde(default = "defaults::attempt_timeout")]
+    pub attempt_timeout: ConfigDuration,
+    /// Waits before attempts 2, 3, …; the last one repeats.
+    #[serde(default = "defaults::backoff")]
+    pub backoff: Vec<ConfigDuration>,
+    /// `whsec_` + base64 of 24-64 bytes: signs deliveries and result webhooks.
+    pub signing_secret: Secret,
+    /// When set, intake requires the sender's Standard Webhooks signature made with it.
+    #[serde(default)]
+    pub verify_secret: Option<Secret>,
+    /// Receives `receipt.completed` / `receipt.dead` when a receipt ends.
+    #[serde(default)]
+    pub result_webhook_url: Option<String>,
+    #[serde(default = "defaults::backoff")]
+    pub result_backoff: Vec<ConfigDuration>,
+    /// Deliveries to this source's handler at once, at most.
+    #[serde(default = "defaults::concurrency")]
+    pub concurrency: usize,
+}
+
+impl SourceConfig {
+    fn validate(&self) -> Result<(), String> {
+        Namespace::new(&self.name).map_err(|e| format!("name: {}", e.message))?;
+        for url in std::iter::once(&self.handler_url).chain(self.result_webhook_url.iter()) {
+            let uri: http::Uri = url.parse().map_err(|_| format!("{url:?} is not a URL"))?;
+            if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+                return Err(format!("{url:?} must be an http:// URL"));
+            }
+        }
+        if !(self.event_id.starts_with('/') || self.event_id.strip_prefix("header:").is_some_and(|h| !h.is_empty())) {
+            return Err("event_id must be a JSON pointer (\"/field\") or \"header:NAME\"".into());
+        }
+        idem_core::event::Secret::parse(self.signing_secret.expose()).map_err(|e| format!("signing_secret: {e}"))?;
+        if let Some(verify) = &self.verify_secret {
+            idem_core::event::Secret::parse(verify.expose()).map_err(|e| format!("verify_secret: {e}"))?;
+        }
+        if self.max_attempts == 0 || self.concurrency == 0 || self.backoff.is_empty() || self.result_backoff.is_empty()
+        {
+            return Err("max_attempts and concurrency must be at least 1, and backoff lists not empty".into());
+        }
+        Ok(())
+    }
+}
+
 mod defaults {
     use super::ConfigDuration;
     use idem_core::gateway::{InFlightPolicy, KeyPolicy};
@@ -196,6 +254,18 @@ mod defaults {
     }
     pub fn lease() -> ConfigDuration {
         ConfigDuration(Duration::from_secs(60))
+    }
+    pub fn max_attempts() -> u32 {
+        3
+    }
+    pub fn attempt_timeout() -> ConfigDuration {
+        ConfigDuration(Duration::from_secs(120))
+    }
+    pub fn backoff() -> Vec<ConfigDuration> {
+        [10, 60, 300].map(|s| ConfigDuration(Duration::from_secs(s))).to_vec()
+    }
+    pub fn concurrency() -> usize {
+        16
     }
 }
 
@@ -367,6 +437,12 @@ impl Config {
                 return Err(key_error("gateway.listen".into(), "must differ from listen"));
             }
         }
+        for (i, source) in self.sources.iter().enumerate() {
+            source.validate().map_err(|e| key_error(format!("sources[{i}]"), &e))?;
+            if self.sources[..i].iter().any(|other| other.name == source.name) {
+                return Err(key_error(format!("sources[{i}].name"), "another source has this name"));
+            }
+        }
         Ok(())
     }
 
@@ -494,6 +570,22 @@ mod tests {
         let bad =
             load(&file.replace("key = \"required\"", "key = \"sometimes\""), &[], &Overrides::default()).unwrap_err();
         assert!(bad.to_string().contains("gateway.routes[0].key"), "{bad}");
+    }
+
+    #[test]
+    fn sources_take_the_contract_defaults_and_are_checked() {
+        let file = "[[sources]]\nname = \"partner\"\nhandler_url = \"http://127.0.0.1:9000/handle\"\nevent_id = \"/external_event_id\"\nsigning_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n";
+        let c = load(file, &[], &Overrides::default()).expect("load");
+        let source = &c.sources[0];
+        assert_eq!((source.max_attempts, source.attempt_timeout.0), (3, Duration::from_secs(120)));
+        assert_eq!(source.backoff.iter().map(|d| d.0.as_secs()).collect::<Vec<_>>(), [10, 60, 300]);
+        assert!(!c.to_redacted_toml().contains("MfKQ9r8"), "the secret is redacted");
+        let bad = load(&file.replace("whsec_MfKQ", "MfKQ"), &[], &Overrides::default()).unwrap_err();
+        assert!(bad.to_string().contains("sources[0]") && bad.to_string().contains("signing_secret"), "{bad}");
+        assert!(!bad.to_string().contains("MfKQ9r8"), "errors never repeat the secret: {bad}");
+        let bad =
+            load(&file.replace("/external_event_id", "external_event_id"), &[], &Overrides::default()).unwrap_err();
+        assert!(bad.to_string().contains("event_id"), "{bad}");
     }
 
     #[test]

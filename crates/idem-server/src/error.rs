@@ -14,6 +14,10 @@ pub enum ApiError {
     Invalid(#[from] Invalid),
     #[error("{0}")]
     NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("the event's signature could not be verified: {0}")]
+    BadSignature(String),
     #[error("a valid bearer token is required")]
     Unauthorized,
     #[error("the request body is larger than the limit of {0} bytes")]
@@ -47,6 +51,8 @@ impl ApiError {
         match self {
             ApiError::Invalid(_) => StatusCode::BAD_REQUEST,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::BadSignature(_) => StatusCode::UNAUTHORIZED,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -62,6 +68,8 @@ impl ApiError {
         match self {
             ApiError::Invalid(_) => "invalid-request",
             ApiError::NotFound(_) => "not-found",
+            ApiError::Conflict(_) => "conflict",
+            ApiError::BadSignature(_) => "invalid-signature",
             ApiError::Unauthorized => "unauthorized",
             ApiError::PayloadTooLarge(_) => "payload-too-large",
             ApiError::UnsupportedMediaType => "unsupported-media-type",
@@ -75,6 +83,8 @@ impl ApiError {
         match self {
             ApiError::Invalid(_) => "Invalid request",
             ApiError::NotFound(_) => "Not found",
+            ApiError::Conflict(_) => "Conflict",
+            ApiError::BadSignature(_) => "Invalid signature",
             ApiError::Unauthorized => "Unauthorized",
             ApiError::PayloadTooLarge(_) => "Payload too large",
             ApiError::UnsupportedMediaType => "Unsupported media type",

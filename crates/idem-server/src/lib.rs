@@ -9,7 +9,9 @@ pub mod claim;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod delivery;
 pub mod error;
+pub mod event;
 pub mod extract;
 pub mod gateway;
 pub mod health;
@@ -64,8 +66,9 @@ pub async fn run(
     let upkeep = tokio::spawn(metrics_upkeep(handle, stopped.clone()));
     let gateway = match (&config.gateway, listeners.gateway) {
         (Some(gateway), Some(listener)) => {
-            let proxy = gateway::Proxy::new(gateway, config.limits.max_body_bytes, Arc::clone(&store), clock)
-                .map_err(std::io::Error::other)?;
+            let proxy =
+                gateway::Proxy::new(gateway, config.limits.max_body_bytes, Arc::clone(&store), Arc::clone(&clock))
+                    .map_err(std::io::Error::other)?;
             let stopped = stopped.clone();
             Some(tokio::spawn(
                 axum::serve(listener, proxy.router()).with_graceful_shutdown(until_stopped(stopped)).into_future(),
@@ -73,7 +76,16 @@ pub async fn run(
         }
         _ => None,
     };
-    let router = app(AppState::new(config, Arc::clone(&store)));
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let delivery = if config.sources.is_empty() {
+        None
+    } else {
+        let delivery =
+            delivery::Delivery::new(&config.sources, Arc::clone(&store), Arc::clone(&clock), Arc::clone(&wake))
+                .map_err(std::io::Error::other)?;
+        Some(tokio::spawn(Arc::new(delivery).run(stopped.clone())))
+    };
+    let router = app(AppState::new(config, Arc::clone(&store), wake));
     let api = axum::serve(listeners.api, router).with_graceful_shutdown(until_stopped(stopped));
     let trigger = tokio::spawn(async move {
         shutdown.await;
@@ -83,6 +95,9 @@ pub async fn run(
     trigger.abort();
     if let Some(gateway) = gateway {
         let _ = gateway.await;
+    }
+    if let Some(delivery) = delivery {
+        let _ = delivery.await;
     }
     let _ = tokio::join!(sweeper, upkeep);
     store.close().await;

@@ -7,10 +7,16 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 #[derive(OpenApi)]
 #[openapi(
     info(title = "idem", description = "Make side effects happen once: claims, idempotency keys, events."),
-    paths(crate::claim::create, crate::claim::batch, crate::claim::lookup, crate::claim::read, crate::claim::delete),
+    paths(
+        crate::claim::create, crate::claim::batch, crate::claim::lookup, crate::claim::read, crate::claim::delete,
+        crate::event::intake, crate::event::read, crate::event::list, crate::event::replay,
+    ),
     modifiers(&BearerAuth),
     security(("bearer" = [])),
-    tags((name = "claims", description = "Atomic first-writer-wins dedup store")),
+    tags(
+        (name = "claims", description = "Atomic first-writer-wins dedup store"),
+        (name = "events", description = "Durable intake, retrying delivery, receipts"),
+    ),
 )]
 pub struct ApiDoc;
 

@@ -8,6 +8,7 @@
 //! A lock file in the data dir keeps a second process from opening the same store.
 
 mod checkpoint;
+mod event;
 mod reader;
 mod request;
 mod row;
@@ -22,6 +23,7 @@ use std::thread::JoinHandle;
 use async_trait::async_trait;
 use std::time::Duration;
 
+use idem_core::event::{Accept, Job, JobOutcome, NewEvent, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus};
 use idem_core::gateway::{Begin, LeaseToken, NewRequest, RequestState, StoredResponse};
 use idem_core::{ClaimId, ClaimOutcome, ClaimRecord, Clock, Namespace, NewClaim, Parts, Store, StoreError};
 use tokio::sync::{mpsc, oneshot};
@@ -169,6 +171,40 @@ impl Store for SqliteStore {
     async fn peek_request(&self, id: &ClaimId) -> Result<Option<RequestState>, StoreError> {
         let (id, now) = (*id, self.clock.now());
         self.readers.run(move |conn| request::peek(conn, &id, now)).await
+    }
+
+    async fn accept_event(&self, event: NewEvent) -> Result<Accept, StoreError> {
+        self.send(|reply| Command::Accept { event, reply }).await
+    }
+
+    async fn lease_jobs(&self, limit: usize, lease: Duration, busy_sources: &[String]) -> Result<Vec<Job>, StoreError> {
+        let busy = busy_sources.to_vec();
+        self.send(|reply| Command::Lease { limit, lease, busy, reply }).await
+    }
+
+    async fn finish_job(
+        &self,
+        job: &Job,
+        outcome: JobOutcome,
+        result_body: Option<Vec<u8>>,
+    ) -> Result<bool, StoreError> {
+        let job = Box::new(job.clone());
+        self.send(|reply| Command::Finish { job, outcome, result_body, reply }).await
+    }
+
+    async fn get_receipt(&self, id: &ReceiptId) -> Result<Option<Receipt>, StoreError> {
+        let id = id.clone();
+        self.readers.run(move |conn| event::get(conn, &id)).await
+    }
+
+    async fn list_receipts(&self, filter: &ReceiptFilter) -> Result<Vec<Receipt>, StoreError> {
+        let filter = filter.clone();
+        self.readers.run(move |conn| event::list(conn, &filter)).await
+    }
+
+    async fn replay_receipt(&self, id: &ReceiptId) -> Result<Option<ReceiptStatus>, StoreError> {
+        let id = id.clone();
+        self.send(|reply| Command::Replay { id, reply }).await
     }
 
     async fn check_ready(&self) -> Result<(), StoreError> {

@@ -34,6 +34,50 @@ const MIGRATIONS: &[&str] = &[
          response BLOB
      ) STRICT;
      CREATE INDEX requests_by_until ON requests (until);",
+    // 3: events. A receipt per (source, event id); its pending work as jobs (a delivery, or a
+    // result webhook) leased by workers; every delivery attempt recorded per round.
+    "CREATE TABLE receipts (
+         id TEXT PRIMARY KEY,
+         source TEXT NOT NULL,
+         event_id TEXT NOT NULL,
+         payload_hash BLOB NOT NULL,
+         body BLOB NOT NULL,
+         content_type TEXT,
+         status TEXT NOT NULL,
+         round INTEGER NOT NULL,
+         created_at INTEGER NOT NULL,
+         updated_at INTEGER NOT NULL,
+         result_status TEXT,
+         result_attempts INTEGER NOT NULL DEFAULT 0,
+         result_status_code INTEGER,
+         result_error TEXT,
+         UNIQUE (source, event_id)
+     ) STRICT;
+     CREATE INDEX receipts_by_source ON receipts (source, id);
+     CREATE INDEX receipts_by_status ON receipts (status, id);
+     CREATE TABLE jobs (
+         id INTEGER PRIMARY KEY,
+         receipt_id TEXT NOT NULL,
+         source TEXT NOT NULL,
+         kind INTEGER NOT NULL,
+         attempt INTEGER NOT NULL,
+         due_at INTEGER NOT NULL,
+         lease_until INTEGER,
+         token BLOB,
+         body BLOB
+     ) STRICT;
+     CREATE INDEX jobs_by_due ON jobs (due_at);
+     CREATE TABLE attempts (
+         receipt_id TEXT NOT NULL,
+         round INTEGER NOT NULL,
+         n INTEGER NOT NULL,
+         started_at INTEGER NOT NULL,
+         duration_ms INTEGER NOT NULL,
+         status_code INTEGER,
+         error TEXT,
+         response TEXT,
+         PRIMARY KEY (receipt_id, round, n)
+     ) WITHOUT ROWID, STRICT;",
 ];
 
 /// The writer connection: WAL with `synchronous = FULL`, so every commit is on disk before it is

@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use std::time::Duration;
 
+use idem_core::event::{Accept, Job, JobOutcome, NewEvent, ReceiptId, ReceiptStatus};
 use idem_core::gateway::{Begin, LeaseToken, NewRequest};
 use idem_core::{ClaimId, ClaimOutcome, ClaimRecord, Clock, Namespace, NewClaim, StoreError, Timestamp};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -29,6 +30,10 @@ pub enum Command {
     Begin { request: NewRequest, reply: Reply<Begin> },
     Complete { id: ClaimId, token: LeaseToken, response: Vec<u8>, ttl: Duration, reply: Reply<bool> },
     Release { id: ClaimId, token: LeaseToken, reply: Reply<bool> },
+    Accept { event: NewEvent, reply: Reply<Accept> },
+    Lease { limit: usize, lease: Duration, busy: Vec<String>, reply: Reply<Vec<Job>> },
+    Finish { job: Box<Job>, outcome: JobOutcome, result_body: Option<Vec<u8>>, reply: Reply<bool> },
+    Replay { id: ReceiptId, reply: Reply<Option<ReceiptStatus>> },
     Probe { reply: Reply<()> },
     Close { reply: oneshot::Sender<()> },
 }
@@ -155,6 +160,14 @@ impl Writer {
                 ran(reply, crate::request::complete(conn, &id, &token, &response, ttl, now))
             }
             Command::Release { id, token, reply } => ran(reply, crate::request::release(conn, &id, &token)),
+            Command::Accept { event, reply } => ran(reply, crate::event::accept(conn, &event, now)),
+            Command::Lease { limit, lease, busy, reply } => {
+                ran(reply, crate::event::lease(conn, limit, lease, &busy, now))
+            }
+            Command::Finish { job, outcome, result_body, reply } => {
+                ran(reply, crate::event::finish(conn, &job, &outcome, result_body.as_deref(), now))
+            }
+            Command::Replay { id, reply } => ran(reply, crate::event::replay(conn, &id, now)),
             Command::Probe { reply } => ran(reply, probe(conn, now)),
             Command::Close { reply } => (abandon(Command::Close { reply }), None),
         }
@@ -174,6 +187,10 @@ fn abandon(command: Command) -> Pending {
         Command::Sweep { reply, .. } => pending(reply, Err(StoreError::Closed)),
         Command::Begin { reply, .. } => pending(reply, Err(StoreError::Closed)),
         Command::Complete { reply, .. } | Command::Release { reply, .. } => pending(reply, Err(StoreError::Closed)),
+        Command::Finish { reply, .. } => pending(reply, Err(StoreError::Closed)),
+        Command::Accept { reply, .. } => pending(reply, Err(StoreError::Closed)),
+        Command::Lease { reply, .. } => pending(reply, Err(StoreError::Closed)),
+        Command::Replay { reply, .. } => pending(reply, Err(StoreError::Closed)),
         Command::Probe { reply } => pending(reply, Err(StoreError::Closed)),
         Command::Close { reply } => {
             let _ = reply.send(());

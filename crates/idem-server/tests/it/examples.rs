@@ -102,3 +102,51 @@ async fn orders_are_created_once_however_often_the_client_retries() {
     assert!(stdout.contains("timed out") || stdout.contains("409"), "the client did have to retry: {stdout}");
     s.stop().await;
 }
+
+/// Seed 003: a partner sending events with resends and reused ids, a handler that verifies every
+/// delivery with the `standardwebhooks` package (independent of idem), fails now and then, and
+/// dedups by `webhook-id`. Every event is handled exactly once from the handler's point of view.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partner_events_are_each_handled_once() {
+    const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let port = crate::support::binary::free_port();
+    let mut handler = std::process::Command::new("python3")
+        .arg(example("partner-events/handler.py"))
+        .args([port.to_string(), SECRET.to_owned()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let mut ready = String::new();
+    let stdout = handler.stdout.take().expect("piped");
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut ready).expect("read");
+    assert!(
+        ready.contains("handler on"),
+        "the handler needs `pip install standardwebhooks` (.ci/run installs it): {ready:?}"
+    );
+    let handler_url = format!("http://127.0.0.1:{port}");
+    let source: idem_server::config::SourceConfig = toml::from_str(&format!(
+        "name = \"partner\"\nhandler_url = \"{handler_url}/handle\"\nevent_id = \"/external_event_id\"\n\
+         max_attempts = 5\nbackoff = [\"100ms\", \"300ms\", \"1s\"]\nsigning_secret = \"{SECRET}\"\n\
+         result_webhook_url = \"{handler_url}/results\"\nresult_backoff = [\"50ms\"]\n"
+    ))
+    .expect("source config");
+    let s = TestServer::start_with(|c| c.sources = vec![source], Arc::new(SystemClock)).await;
+    let (idem_url, partner) = (s.url.clone(), example("partner-events/partner.py"));
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .arg(partner)
+            .env("IDEM_URL", idem_url)
+            .env("HANDLER_URL", handler_url)
+            .env("EVENTS", "400")
+            .output()
+            .expect("python3 runs")
+    })
+    .await
+    .expect("partner ran");
+    let _ = handler.kill();
+    let _ = handler.wait();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "partner failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("all 400 events processed once"), "{stdout}");
+    s.stop().await;
+}

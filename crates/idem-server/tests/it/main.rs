@@ -5,6 +5,7 @@ mod auth;
 mod claims;
 mod cli;
 mod errors;
+mod events;
 mod examples;
 mod gateway;
 mod ops;

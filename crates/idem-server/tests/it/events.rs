@@ -1,0 +1,245 @@
+//! Event intake and receipts over HTTP: every bad input gets its 4xx and stores nothing;
+//! receipts read, list and replay; and the real binary killed mid-delivery delivers every event.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing;
+use bytes::Bytes;
+use http::Method;
+use idem_core::SystemClock;
+use idem_core::event::{Secret, sign};
+use idem_server::client::ApiClient;
+use idem_server::config::SourceConfig;
+
+use crate::support::binary::Idem;
+use crate::support::{TestServer, assert_problem};
+
+type Case<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, u16);
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+fn source(name: &str, handler: &str, extra: &str) -> SourceConfig {
+    toml::from_str(&format!(
+        "name = \"{name}\"\nhandler_url = \"{handler}\"\nevent_id = \"/external_event_id\"\nsigning_secret = \"{SECRET}\"\n\
+         backoff = [\"50ms\"]\n{extra}"
+    ))
+    .expect("source config")
+}
+
+/// A handler that answers 200 and records the webhook-ids it got.
+async fn handler() -> (String, Arc<Mutex<Vec<String>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = Arc::clone(&seen);
+    let app = Router::new().route(
+        "/handle",
+        routing::post(move |headers: HeaderMap| {
+            let record = Arc::clone(&record);
+            async move {
+                let id = headers.get("webhook-id").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+                record.lock().expect("lock").push(id);
+                StatusCode::OK
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}/handle", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, seen)
+}
+
+async fn post(client: &ApiClient, path: &str, body: &str, headers: &[(&str, &str)]) -> idem_server::client::Reply {
+    client.send_with(Method::POST, path, Some(Bytes::from(body.to_owned())), headers).await.expect("request")
+}
+
+#[tokio::test]
+async fn bad_intake_gets_its_4xx_and_stores_nothing() {
+    let (url, _) = handler().await;
+    let verified = source("signed", &url, &format!("verify_secret = \"{SECRET}\""));
+    let by_header: SourceConfig = toml::from_str(&format!(
+        "name = \"keyed\"\nhandler_url = \"{url}\"\nevent_id = \"header:Idempotency-Key\"\nsigning_secret = \"{SECRET}\"\n"
+    ))
+    .expect("config");
+    let s = TestServer::start_with(
+        |c| c.sources = vec![source("partner", &url, ""), verified, by_header],
+        Arc::new(SystemClock),
+    )
+    .await;
+    let json = [("content-type", "application/json")];
+    // (path, body, headers, status)
+    let cases: Vec<Case> = vec![
+        ("/v1/sources/nobody/events", r#"{"external_event_id":"e1"}"#, json.to_vec(), 404),
+        ("/v1/sources/partner/events", "not json", json.to_vec(), 400),
+        ("/v1/sources/partner/events", r#"{"other":"e1"}"#, json.to_vec(), 400),
+        ("/v1/sources/partner/events", r#"{"external_event_id":{"nested":1}}"#, json.to_vec(), 400),
+        ("/v1/sources/partner/events", r#"{"external_event_id":""}"#, json.to_vec(), 400),
+        ("/v1/sources/keyed/events", "{}", json.to_vec(), 400),
+        ("/v1/sources/signed/events", r#"{"external_event_id":"e1"}"#, json.to_vec(), 401),
+    ];
+    for (path, body, headers, status) in &cases {
+        let reply = post(&s.client, path, body, headers).await;
+        assert_problem(&reply, *status, &format!("{path} {body}"));
+    }
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs() as i64;
+    let secret = Secret::parse(SECRET).expect("secret");
+    let body = r#"{"external_event_id":"e1"}"#;
+    for (ts, sig_body) in [(now - 600, body), (now, r#"{"external_event_id":"e2"}"#)] {
+        let sig = sign(&secret, "msg_1", ts, sig_body.as_bytes());
+        let ts = ts.to_string();
+        let headers = [
+            ("content-type", "application/json"),
+            ("webhook-id", "msg_1"),
+            ("webhook-timestamp", ts.as_str()),
+            ("webhook-signature", sig.as_str()),
+        ];
+        assert_problem(
+            &post(&s.client, "/v1/sources/signed/events", body, &headers).await,
+            401,
+            "stale or forged signature",
+        );
+    }
+    let listed = s.expect(Method::GET, "/v1/receipts?limit=1000", None, 200).await;
+    assert_eq!(listed["receipts"].as_array().map(Vec::len), Some(0), "nothing was stored");
+
+    let sig = sign(&secret, "msg_1", now, body.as_bytes());
+    let now = now.to_string();
+    let headers = [
+        ("content-type", "application/json"),
+        ("webhook-id", "msg_1"),
+        ("webhook-timestamp", now.as_str()),
+        ("webhook-signature", sig.as_str()),
+    ];
+    assert_eq!(
+        post(&s.client, "/v1/sources/signed/events", body, &headers).await.status,
+        202,
+        "a good signature is accepted"
+    );
+    assert_eq!(
+        post(&s.client, "/v1/sources/keyed/events", "raw bytes", &[("idempotency-key", "k-1")]).await.status,
+        202
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn intake_answers_202_then_200_then_409_and_receipts_tell_the_story() {
+    let (url, seen) = handler().await;
+    let s = TestServer::start_with(|c| c.sources = vec![source("partner", &url, "")], Arc::new(SystemClock)).await;
+    let json = [("content-type", "application/json")];
+    let first = post(&s.client, "/v1/sources/partner/events", r#"{"external_event_id":"e1","amount":5}"#, &json).await;
+    assert_eq!(first.status, 202);
+    let receipt = first.json()["receipt_id"].as_str().expect("receipt id").to_owned();
+    assert_eq!(first.json()["replay"], false);
+    let again = post(&s.client, "/v1/sources/partner/events", r#"{"external_event_id":"e1","amount":5}"#, &json).await;
+    assert_eq!(
+        (again.status.as_u16(), again.json()["receipt_id"].as_str(), again.json()["replay"].as_bool()),
+        (200, Some(receipt.as_str()), Some(true))
+    );
+    let other = post(&s.client, "/v1/sources/partner/events", r#"{"external_event_id":"e1","amount":6}"#, &json).await;
+    assert_problem(&other, 409, "same id, other payload");
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let done = loop {
+        let r = s.expect(Method::GET, &format!("/v1/receipts/{receipt}"), None, 200).await;
+        if r["status"] == "completed" || Instant::now() > deadline {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(done["status"], "completed");
+    assert_eq!(done["attempts"][0]["status_code"], 200);
+    assert_eq!(done["attempts"][0]["n"], 1);
+    assert_eq!(
+        seen.lock().expect("lock").as_slice(),
+        std::slice::from_ref(&receipt),
+        "delivered once, webhook-id = receipt id"
+    );
+    assert_eq!(
+        s.expect(Method::POST, &format!("/v1/receipts/{receipt}/replay"), None, 202).await["status"],
+        "accepted"
+    );
+    s.expect(Method::GET, "/v1/receipts/rcpt_000000000000000000000000000000000000", None, 404).await;
+    assert_problem(
+        &s.client.send(Method::GET, "/v1/receipts?status=lost", None).await.expect("request"),
+        400,
+        "bad status filter",
+    );
+    assert_problem(
+        &s.client.send(Method::GET, "/v1/receipts/not-a-receipt", None).await.expect("request"),
+        400,
+        "bad id",
+    );
+    s.stop().await;
+}
+
+/// The real binary takes 300 events, is killed with SIGKILL while delivering them to a slow
+/// handler, and restarts: every accepted event is delivered at least once, and all complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_mid_delivery_loses_no_accepted_event() {
+    let seen = Arc::new(Mutex::new(std::collections::HashSet::<String>::new()));
+    let record = Arc::clone(&seen);
+    let app = Router::new().route(
+        "/handle",
+        routing::post(move |headers: HeaderMap| {
+            let record = Arc::clone(&record);
+            async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                let id = headers.get("webhook-id").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+                record.lock().expect("lock").insert(id);
+                StatusCode::OK
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let handler_url = format!("http://{}/handle", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("idem.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[sources]]\nname = \"partner\"\nhandler_url = \"{handler_url}\"\nevent_id = \"/external_event_id\"\n\
+             signing_secret = \"{SECRET}\"\nattempt_timeout = \"2s\"\nbackoff = [\"50ms\"]\nmax_attempts = 10\nconcurrency = 4\n"
+        ),
+    )
+    .expect("write config");
+    let data = dir.path().join("data");
+    let args = ["--config", config.to_str().expect("utf-8")];
+    let mut idem = Idem::serve(&data, &args);
+    let client = ApiClient::new(&idem.url, None).expect("client");
+    let mut receipts = Vec::new();
+    for n in 0..300 {
+        let body = format!("{{\"external_event_id\":\"evt-{n}\"}}");
+        let reply = post(&client, "/v1/sources/partner/events", &body, &[("content-type", "application/json")]).await;
+        assert_eq!(reply.status, 202);
+        receipts.push(reply.json()["receipt_id"].as_str().expect("id").to_owned());
+    }
+    while seen.lock().expect("lock").len() < 20 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    idem.kill9();
+    assert!(seen.lock().expect("lock").len() < 300, "killed mid-delivery");
+
+    // What the killed process had leased waits for its lease (attempt_timeout + the same again);
+    // everything else is delivered by the restarted process at once. In the end: all of it.
+    let idem = Idem::serve(&data, &args);
+    let client = ApiClient::new(&idem.url, None).expect("client");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let page = client.send(Method::GET, "/v1/receipts?limit=1000", None).await.expect("list").json();
+        let all = page["receipts"].as_array().cloned().unwrap_or_default();
+        assert_eq!(all.len(), 300, "every accepted receipt survived the kill");
+        let open = all.iter().filter(|r| r["status"] != "completed").count();
+        if open == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{open} receipts did not complete after the restart");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let delivered = seen.lock().expect("lock").clone();
+    let missing: Vec<_> = receipts.iter().filter(|r| !delivered.contains(*r)).collect();
+    assert!(missing.is_empty(), "accepted events never delivered: {missing:?}");
+}

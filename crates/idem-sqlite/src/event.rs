@@ -1,0 +1,317 @@
+//! Events in SQLite: intake (receipt + first job in the writer's one transaction), the job queue
+//! leased by workers, attempts, replays; and the readers' receipt queries.
+
+use std::time::Duration;
+
+use idem_core::event::{
+    Accept, AttemptRecord, Job, JobKind, JobOutcome, NewEvent, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus,
+    ResultState,
+};
+use idem_core::gateway::LeaseToken;
+use idem_core::{StoreError, Timestamp};
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::row::store_error;
+
+/// A leased job row: id, receipt id, kind, attempt, result body.
+type LeasedRow = (i64, String, i64, u32, Option<Vec<u8>>);
+
+/// A receipt row, in the order of `RECEIPT_COLUMNS`.
+type ReceiptRow = (String, String, String, String, i64, i64, u32, Option<String>, u32, Option<u16>, Option<String>);
+
+const DELIVERY: i64 = 0;
+const RESULT: i64 = 1;
+
+fn internal(what: &str) -> StoreError {
+    StoreError::Internal(format!("event store: {what}"))
+}
+
+fn status_of(text: &str) -> Result<ReceiptStatus, StoreError> {
+    ReceiptStatus::parse(text).ok_or_else(|| internal("unknown receipt status"))
+}
+
+fn receipt_id(text: String) -> Result<ReceiptId, StoreError> {
+    ReceiptId::parse(&text).map_err(|_| internal("bad receipt id"))
+}
+
+pub fn accept(conn: &Connection, event: &NewEvent, now: Timestamp) -> Result<Accept, StoreError> {
+    let existing: Option<(String, Vec<u8>, String)> = conn
+        .prepare_cached("SELECT id, payload_hash, status FROM receipts WHERE source = ?1 AND event_id = ?2")
+        .and_then(|mut s| {
+            s.query_row(params![event.source, event.event_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).optional()
+        })
+        .map_err(store_error)?;
+    if let Some((id, hash, status)) = existing {
+        let receipt_id = receipt_id(id)?;
+        return Ok(if hash == event.payload_hash {
+            Accept::Duplicate { receipt_id, status: status_of(&status)? }
+        } else {
+            Accept::Mismatch { receipt_id }
+        });
+    }
+    let id = ReceiptId::generate(now);
+    conn.prepare_cached(
+        "INSERT INTO receipts (id, source, event_id, payload_hash, body, content_type, status, round, created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'accepted', 1, ?7, ?7)",
+    )
+    .and_then(|mut s| {
+        s.execute(params![id.as_str(), event.source, event.event_id, &event.payload_hash[..], event.body, event.content_type, now.millis()])
+    })
+    .map_err(store_error)?;
+    enqueue(conn, &id, DELIVERY, now, None)?;
+    Ok(Accept::Accepted { receipt_id: id })
+}
+
+fn enqueue(
+    conn: &Connection,
+    id: &ReceiptId,
+    kind: i64,
+    due: Timestamp,
+    body: Option<&[u8]>,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO jobs (receipt_id, source, kind, attempt, due_at, body)
+         SELECT id, source, ?2, 1, ?3, ?4 FROM receipts WHERE id = ?1",
+    )
+    .and_then(|mut s| s.execute(params![id.as_str(), kind, due.millis(), body]))
+    .map(drop)
+    .map_err(store_error)
+}
+
+pub fn lease(
+    conn: &Connection,
+    limit: usize,
+    lease: Duration,
+    busy: &[String],
+    now: Timestamp,
+) -> Result<Vec<Job>, StoreError> {
+    let busy = serde_json::to_string(busy).map_err(|e| internal(&e.to_string()))?;
+    let token = LeaseToken::generate();
+    let mut stmt = conn
+        .prepare_cached(
+            "UPDATE jobs SET lease_until = ?1, token = ?2
+             WHERE id IN (SELECT id FROM jobs WHERE due_at <= ?3 AND (lease_until IS NULL OR lease_until <= ?3)
+                          AND source NOT IN (SELECT value FROM json_each(?5))
+                          ORDER BY due_at LIMIT ?4)
+             RETURNING id, receipt_id, kind, attempt, body",
+        )
+        .map_err(store_error)?;
+    let leased: Vec<LeasedRow> = stmt
+        .query_map(params![now.plus(lease).millis(), &token.0[..], now.millis(), limit as i64, busy], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
+        .and_then(|rows| rows.collect())
+        .map_err(store_error)?;
+    let mut receipt = conn
+        .prepare_cached("SELECT source, event_id, body, content_type FROM receipts WHERE id = ?1")
+        .map_err(store_error)?;
+    let mut processing = conn
+        .prepare_cached("UPDATE receipts SET status = 'processing', updated_at = ?2 WHERE id = ?1")
+        .map_err(store_error)?;
+    let mut jobs = Vec::with_capacity(leased.len());
+    for (id, rid, kind, attempt, job_body) in leased {
+        let (source, event_id, event_body, content_type): (String, String, Vec<u8>, Option<String>) =
+            receipt.query_row([&rid], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))).map_err(store_error)?;
+        let kind = if kind == RESULT { JobKind::Result } else { JobKind::Delivery };
+        let (body, content_type) = match kind {
+            JobKind::Delivery => {
+                processing.execute(params![rid, now.millis()]).map_err(store_error)?;
+                (event_body, content_type)
+            }
+            JobKind::Result => (job_body.unwrap_or_default(), Some("application/json".to_owned())),
+        };
+        jobs.push(Job { id, kind, receipt_id: receipt_id(rid)?, source, event_id, attempt, body, content_type, token });
+    }
+    Ok(jobs)
+}
+
+pub fn finish(
+    conn: &Connection,
+    job: &Job,
+    outcome: &JobOutcome,
+    result_body: Option<&[u8]>,
+    now: Timestamp,
+) -> Result<bool, StoreError> {
+    let held: Option<i64> = conn
+        .prepare_cached("SELECT id FROM jobs WHERE id = ?1 AND token = ?2 AND lease_until > ?3")
+        .and_then(|mut s| s.query_row(params![job.id, &job.token.0[..], now.millis()], |r| r.get(0)).optional())
+        .map_err(store_error)?;
+    if held.is_none() {
+        return Ok(false);
+    }
+    let rid = job.receipt_id.as_str();
+    let (attempt, retry_at) = match outcome {
+        JobOutcome::Succeeded(a) => (a, None),
+        JobOutcome::Failed { attempt, retry_at } => (attempt, *retry_at),
+    };
+    match retry_at {
+        Some(at) => conn
+            .prepare_cached(
+                "UPDATE jobs SET attempt = attempt + 1, due_at = ?2, lease_until = NULL, token = NULL WHERE id = ?1",
+            )
+            .and_then(|mut s| s.execute(params![job.id, at.millis()])),
+        None => conn.prepare_cached("DELETE FROM jobs WHERE id = ?1").and_then(|mut s| s.execute([job.id])),
+    }
+    .map_err(store_error)?;
+    let succeeded = matches!(outcome, JobOutcome::Succeeded(_));
+    match job.kind {
+        JobKind::Delivery => {
+            conn.prepare_cached(
+                "INSERT OR REPLACE INTO attempts (receipt_id, round, n, started_at, duration_ms, status_code, error, response)
+                 SELECT ?1, round, ?2, ?3, ?4, ?5, ?6, ?7 FROM receipts WHERE id = ?1",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    rid,
+                    attempt.n,
+                    attempt.started_at.millis(),
+                    attempt.duration_ms as i64,
+                    attempt.status_code,
+                    attempt.error,
+                    attempt.response
+                ])
+            })
+            .map_err(store_error)?;
+            let status = match (succeeded, retry_at) {
+                (true, _) => ReceiptStatus::Completed,
+                (false, Some(_)) => ReceiptStatus::Retrying,
+                (false, None) => ReceiptStatus::Dead,
+            };
+            set_status(conn, rid, status, now)?;
+            if status.is_terminal()
+                && let Some(body) = result_body
+            {
+                enqueue(conn, &job.receipt_id, RESULT, now, Some(body))?;
+                conn.prepare_cached("UPDATE receipts SET result_status = 'pending', result_attempts = 0 WHERE id = ?1")
+                    .and_then(|mut s| s.execute([rid]))
+                    .map_err(store_error)?;
+            }
+        }
+        JobKind::Result => {
+            let state = match (succeeded, retry_at) {
+                (true, _) => "delivered",
+                (false, Some(_)) => "retrying",
+                (false, None) => "failed",
+            };
+            conn.prepare_cached(
+                "UPDATE receipts SET result_status = ?2, result_attempts = ?3, result_status_code = ?4, result_error = ?5 WHERE id = ?1",
+            )
+            .and_then(|mut s| s.execute(params![rid, state, attempt.n, attempt.status_code, attempt.error]))
+            .map_err(store_error)?;
+        }
+    }
+    Ok(true)
+}
+
+fn set_status(conn: &Connection, rid: &str, status: ReceiptStatus, now: Timestamp) -> Result<(), StoreError> {
+    conn.prepare_cached("UPDATE receipts SET status = ?2, updated_at = ?3 WHERE id = ?1")
+        .and_then(|mut s| s.execute(params![rid, status.as_str(), now.millis()]))
+        .map(drop)
+        .map_err(store_error)
+}
+
+pub fn replay(conn: &Connection, id: &ReceiptId, now: Timestamp) -> Result<Option<ReceiptStatus>, StoreError> {
+    let status: Option<String> = conn
+        .prepare_cached("SELECT status FROM receipts WHERE id = ?1")
+        .and_then(|mut s| s.query_row([id.as_str()], |r| r.get(0)).optional())
+        .map_err(store_error)?;
+    let Some(status) = status.map(|s| status_of(&s)).transpose()? else { return Ok(None) };
+    if status.is_terminal() {
+        conn.prepare_cached(
+            "UPDATE receipts SET status = 'accepted', round = round + 1, updated_at = ?2, result_status = NULL WHERE id = ?1",
+        )
+        .and_then(|mut s| s.execute(params![id.as_str(), now.millis()]))
+        .map_err(store_error)?;
+        enqueue(conn, id, DELIVERY, now, None)?;
+    }
+    Ok(Some(status))
+}
+
+const RECEIPT_COLUMNS: &str = "id, source, event_id, status, created_at, updated_at, round, \
+     result_status, result_attempts, result_status_code, result_error";
+
+fn receipt_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ReceiptRow> {
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+        r.get(6)?,
+        r.get(7)?,
+        r.get(8)?,
+        r.get(9)?,
+        r.get(10)?,
+    ))
+}
+
+fn to_receipt(row: ReceiptRow) -> Result<Receipt, StoreError> {
+    let (id, source, event_id, status, created, updated, round, rstatus, rattempts, rcode, rerror) = row;
+    Ok(Receipt {
+        id: receipt_id(id)?,
+        source,
+        event_id,
+        status: status_of(&status)?,
+        created_at: Timestamp(created),
+        updated_at: Timestamp(updated),
+        round,
+        attempts: Vec::new(),
+        result: rstatus.map(|status| ResultState {
+            status,
+            attempts: rattempts,
+            last_status_code: rcode,
+            last_error: rerror,
+        }),
+    })
+}
+
+pub fn get(conn: &Connection, id: &ReceiptId) -> Result<Option<Receipt>, StoreError> {
+    let row = conn
+        .prepare_cached(&format!("SELECT {RECEIPT_COLUMNS} FROM receipts WHERE id = ?1"))
+        .and_then(|mut s| s.query_row([id.as_str()], receipt_row).optional())
+        .map_err(store_error)?;
+    let Some(mut receipt) = row.map(to_receipt).transpose()? else { return Ok(None) };
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT n, started_at, duration_ms, status_code, error, response FROM attempts
+             WHERE receipt_id = ?1 AND round = ?2 ORDER BY n",
+        )
+        .map_err(store_error)?;
+    receipt.attempts = stmt
+        .query_map(params![id.as_str(), receipt.round], |r| {
+            Ok(AttemptRecord {
+                n: r.get(0)?,
+                started_at: Timestamp(r.get(1)?),
+                duration_ms: r.get::<_, i64>(2)? as u64,
+                status_code: r.get(3)?,
+                error: r.get(4)?,
+                response: r.get(5)?,
+            })
+        })
+        .and_then(|rows| rows.collect())
+        .map_err(store_error)?;
+    Ok(Some(receipt))
+}
+
+pub fn list(conn: &Connection, filter: &ReceiptFilter) -> Result<Vec<Receipt>, StoreError> {
+    let sql = format!(
+        "SELECT {RECEIPT_COLUMNS} FROM receipts
+         WHERE (?1 IS NULL OR source = ?1) AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR id < ?3)
+         ORDER BY id DESC LIMIT ?4"
+    );
+    let mut stmt = conn.prepare_cached(&sql).map_err(store_error)?;
+    let rows: Vec<ReceiptRow> = stmt
+        .query_map(
+            params![
+                filter.source,
+                filter.status.map(ReceiptStatus::as_str),
+                filter.before.as_ref().map(ReceiptId::as_str),
+                filter.limit as i64
+            ],
+            receipt_row,
+        )
+        .and_then(|rows| rows.collect())
+        .map_err(store_error)?;
+    rows.into_iter().map(to_receipt).collect()
+}

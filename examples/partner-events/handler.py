@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Seed 003's handler: receives events from idem and processes each once.
+
+Every delivery is verified with the `standardwebhooks` package (pip install standardwebhooks), an
+implementation independent of idem. Events are deduplicated by `webhook-id`, as idem delivers at
+least once. The handler fails on purpose: an event's first attempt fails when its number is a
+multiple of 4, and "poison" events (numbers that are multiples of 50) fail every time until
+`POST /heal`. `POST /results` receives idem's signed result webhooks. `GET /stats` reports.
+
+Run:  python3 examples/partner-events/handler.py PORT SECRET
+"""
+
+import json
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+lock = threading.Lock()
+state = {"processed": {}, "attempts": {}, "duplicates": 0, "bad_signatures": 0, "results": {}, "healed": False}
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def reply(self, status, body=None):
+        data = json.dumps(body or {}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        with lock:
+            self.reply(200, {
+                "processed": len(state["processed"]),
+                "processed_ids": sorted(state["processed"].values()),
+                "duplicates": state["duplicates"],
+                "bad_signatures": state["bad_signatures"],
+                "results": state["results"],
+            })
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path == "/heal":
+            with lock:
+                state["healed"] = True
+            return self.reply(200)
+        try:
+            WEBHOOK.verify(body, dict(self.headers.items()))
+        except WebhookVerificationError:
+            with lock:
+                state["bad_signatures"] += 1
+            return self.reply(401, {"error": "bad signature"})
+        webhook_id = self.headers["webhook-id"]
+        if self.path == "/results":
+            result = json.loads(body)
+            with lock:
+                state["results"][result["receipt_id"]] = result["type"]
+            return self.reply(204)
+        event = json.loads(body)
+        number = int(event["external_event_id"].rsplit("-", 1)[1])
+        attempt = int(self.headers.get("idem-attempt", "1"))
+        with lock:
+            if webhook_id in state["processed"]:
+                state["duplicates"] += 1
+                return self.reply(200, {"duplicate": True})
+            poison = number % 50 == 0 and not state["healed"]
+            if poison or (number % 4 == 0 and attempt == 1):
+                return self.reply(503, {"error": "try again"})
+            state["processed"][webhook_id] = event["external_event_id"]
+        self.reply(200, {"processed": True})
+
+    def log_message(self, *args):
+        pass
+
+
+if __name__ == "__main__":
+    port, secret = int(sys.argv[1]), sys.argv[2]
+    WEBHOOK = Webhook(secret)
+    ThreadingHTTPServer.request_queue_size = 256  # idem delivers many at once; the default backlog is 5
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    print(f"handler on http://127.0.0.1:{port}", flush=True)
+    server.serve_forever()
