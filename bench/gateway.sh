@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 SECS=${1:-10}
 API=7402; GW=7403; UP=7401
 command -v wrk >/dev/null || { echo "wrk is needed: apt-get install -y wrk" >&2; exit 1; }
-cargo build --release -q -p idem-server -p idem-gateway --example bench_upstream
+cargo build --release -q -p idem-server
+cargo build --release -q -p idem-gateway --example bench_upstream
 DATA=$(mktemp -d)
 trap 'kill $IDEM $UPSTREAM 2>/dev/null; wait 2>/dev/null; rm -rf "$DATA"' EXIT
 ./target/release/examples/bench_upstream 127.0.0.1:$UP >/dev/null &

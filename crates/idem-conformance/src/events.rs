@@ -100,7 +100,9 @@ pub async fn failures_retry_when_due_then_go_dead_and_queue_the_result(h: &Harne
     assert!(h.store.finish_job(&first, failed, None).await.expect("finish"));
     assert_eq!(h.store.get_receipt(&id).await.expect("get").expect("receipt").status, ReceiptStatus::Retrying);
     assert!(h.store.lease_jobs(10, LEASE, &[]).await.expect("lease").is_empty(), "not due yet");
+    assert_eq!(h.store.queue_stats().await.expect("stats"), (0, None), "nothing due yet");
     h.clock.advance(Duration::from_secs(10));
+    assert_eq!(h.store.queue_stats().await.expect("stats"), (1, Some(retry_at)), "one job due since retry_at");
     let second = lease_one(h).await;
     assert_eq!(second.attempt, 2);
     let last = JobOutcome::Failed { attempt: attempt(2, 503), retry_at: None };

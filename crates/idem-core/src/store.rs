@@ -81,6 +81,9 @@ pub trait Store: Send + Sync + 'static {
     /// had (`None`: no such receipt); a receipt that is not terminal is left alone.
     async fn replay_receipt(&self, id: &ReceiptId) -> Result<Option<ReceiptStatus>, StoreError>;
 
+    /// Jobs due now (leased or not), and when the oldest of them fell due.
+    async fn queue_stats(&self) -> Result<(u64, Option<crate::Timestamp>), StoreError>;
+
     /// Deletes up to `limit` expired claims and gateway records and says how many went.
     async fn sweep_expired(&self, limit: usize) -> Result<usize, StoreError>;
 

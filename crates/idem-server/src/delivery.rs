@@ -89,8 +89,13 @@ impl Delivery {
     /// Leases and delivers until `stop`, then lets running attempts finish for a while.
     pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let mut running = JoinSet::new();
+        let mut stats_at = Instant::now();
         while !*stop.borrow() {
             while running.try_join_next().is_some() {}
+            if stats_at.elapsed() >= Duration::from_secs(1) {
+                stats_at = Instant::now();
+                self.record_queue().await;
+            }
             let busy: Vec<String> =
                 self.sources.iter().filter(|(_, s)| s.slots.available_permits() == 0).map(|(n, _)| n.clone()).collect();
             let room = MAX_IN_FLIGHT.saturating_sub(running.len());
@@ -127,12 +132,21 @@ impl Delivery {
         }
     }
 
+    /// Queue depth and the age of the oldest due job, as gauges.
+    async fn record_queue(&self) {
+        if let Ok((due, oldest)) = self.store.queue_stats().await {
+            metrics::gauge!("idem_jobs_due").set(due as f64);
+            let age = oldest.map_or(0.0, |t| (self.clock.now().millis() - t.millis()).max(0) as f64 / 1000.0);
+            metrics::gauge!("idem_jobs_oldest_due_age_seconds").set(age);
+        }
+    }
+
     async fn attempt(&self, job: Job) {
         let Some(source) = self.sources.get(&job.source) else {
             tracing::warn!(source = job.source, "a job's source is no longer configured; its lease will run out");
             return;
         };
-        let _slot = source.slots.acquire().await;
+        let slot = source.slots.acquire().await;
         let (url, webhook_id, schedule, max_attempts) = match job.kind {
             JobKind::Delivery => {
                 (source.handler.clone(), job.receipt_id.to_string(), &source.config.backoff, source.config.max_attempts)
@@ -210,6 +224,7 @@ impl Delivery {
             .to_string()
             .into_bytes()
         });
+        drop(slot); // recording the attempt needs no slot of the handler's
         if job.kind == JobKind::Delivery && terminal {
             let end = if ok { "completed" } else { "dead" };
             metrics::counter!("idem_deliveries_total", "source" => job.source.clone(), "outcome" => end).increment(1);

@@ -315,3 +315,13 @@ pub fn list(conn: &Connection, filter: &ReceiptFilter) -> Result<Vec<Receipt>, S
         .map_err(store_error)?;
     rows.into_iter().map(to_receipt).collect()
 }
+
+pub fn queue_stats(conn: &Connection, now: Timestamp) -> Result<(u64, Option<Timestamp>), StoreError> {
+    conn.prepare_cached("SELECT count(*), min(due_at) FROM jobs WHERE due_at <= ?1")
+        .and_then(|mut s| {
+            s.query_row([now.millis()], |r| {
+                Ok((r.get::<_, i64>(0)? as u64, r.get::<_, Option<i64>>(1)?.map(Timestamp)))
+            })
+        })
+        .map_err(store_error)
+}

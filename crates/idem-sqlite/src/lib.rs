@@ -207,6 +207,11 @@ impl Store for SqliteStore {
         self.send(|reply| Command::Replay { id, reply }).await
     }
 
+    async fn queue_stats(&self) -> Result<(u64, Option<idem_core::Timestamp>), StoreError> {
+        let now = self.clock.now();
+        self.readers.run(move |conn| event::queue_stats(conn, now)).await
+    }
+
     async fn check_ready(&self) -> Result<(), StoreError> {
         self.readers.run(reader::ping).await?;
         self.send(|reply| Command::Probe { reply }).await

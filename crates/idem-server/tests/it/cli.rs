@@ -97,3 +97,53 @@ async fn import_loads_json_lines_and_reports_bad_lines() {
     let _ = s.expect(Method::GET, "/healthz", None, 200).await;
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn receipts_list_show_replay() {
+    let source: idem_server::config::SourceConfig = toml::from_str(
+        "name = \"partner\"\nhandler_url = \"http://127.0.0.1:9/never\"\nevent_id = \"/id\"\nmax_attempts = 1\n\
+         signing_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n",
+    )
+    .expect("source");
+    let s = TestServer::start_with(|c| c.sources = vec![source], std::sync::Arc::new(idem_core::SystemClock)).await;
+    let reply = s
+        .client
+        .send_with(
+            Method::POST,
+            "/v1/sources/partner/events",
+            Some(bytes::Bytes::from_static(b"{\"id\":\"e1\"}")),
+            &[("content-type", "application/json")],
+        )
+        .await
+        .expect("intake");
+    assert_eq!(reply.status, 202);
+    let id = reply.json()["receipt_id"].as_str().expect("id").to_owned();
+    let server = ["--server", s.url.as_str()];
+    let with_server = |mut a: Vec<String>| {
+        a.extend(args(&server));
+        a
+    };
+    // The handler is unreachable and max_attempts is 1: the receipt goes dead.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (code, stdout, _) = idem(with_server(args(&["receipts", "show", &id]))).await;
+        assert_eq!(code, 0);
+        if stdout.contains("\"dead\"") {
+            assert!(stdout.contains("\"error\""), "the failed attempt is recorded: {stdout}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never went dead: {stdout}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (code, stdout, _) =
+        idem(with_server(args(&["receipts", "list", "--status", "dead", "--source", "partner"]))).await;
+    assert_eq!(code, 0);
+    assert!(stdout.contains(&id), "{stdout}");
+    let (code, stdout, _) = idem(with_server(args(&["receipts", "replay", &id]))).await;
+    assert_eq!(code, 0);
+    assert!(stdout.contains("\"accepted\""), "{stdout}");
+    let (code, _, stderr) =
+        idem(with_server(args(&["receipts", "show", "rcpt_000000000000000000000000000000000000"]))).await;
+    assert_eq!(code, 1, "{stderr}");
+    s.stop().await;
+}

@@ -109,6 +109,7 @@ async fn orders_are_created_once_however_often_the_client_retries() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partner_events_are_each_handled_once() {
     const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    ensure_standardwebhooks();
     let port = crate::support::binary::free_port();
     let mut handler = std::process::Command::new("python3")
         .arg(example("partner-events/handler.py"))
@@ -149,4 +150,22 @@ async fn partner_events_are_each_handled_once() {
     assert!(out.status.success(), "partner failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("all 400 events processed once"), "{stdout}");
     s.stop().await;
+}
+
+/// The handler verifies with the PyPI package `standardwebhooks`; install it if it is missing, so
+/// that `cargo test` works on a fresh machine as the README says.
+fn ensure_standardwebhooks() {
+    let present = |_: ()| {
+        std::process::Command::new("python3")
+            .args(["-c", "import standardwebhooks"])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if present(()) {
+        return;
+    }
+    let installed = std::process::Command::new("python3")
+        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "standardwebhooks"])
+        .status();
+    assert!(present(()), "the Python package standardwebhooks is needed and could not be installed: {installed:?}");
 }
