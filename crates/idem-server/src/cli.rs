@@ -35,6 +35,12 @@ pub enum Command {
     /// Event receipts on a running server.
     #[command(subcommand)]
     Receipts(ReceiptsCommand),
+    /// Prepare a PostgreSQL database for idem (apply pending migrations).
+    Migrate {
+        /// The database (or IDEM_DATABASE_URL).
+        #[arg(long, env = "IDEM_DATABASE_URL", hide_env_values = true)]
+        database_url: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -200,6 +206,12 @@ pub async fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::Import(args) => crate::import::run(args).await,
         Command::Claims(command) => claims(command).await,
         Command::Receipts(command) => receipts(command).await,
+        Command::Migrate { database_url } => {
+            let version =
+                idem_postgres::PgStore::migrate(&database_url).await.map_err(|e| Failure::runtime(e.to_string()))?;
+            eprintln!("idem: the database is at schema version {version}");
+            Ok(())
+        }
     }
 }
 
@@ -214,16 +226,19 @@ pub fn load_config(args: &ConfigArgs) -> Result<Config, Failure> {
 }
 
 /// Chooses the backend, once, for the whole process.
-pub fn open_store(config: &Config) -> Result<Arc<dyn Store>, Failure> {
+pub async fn open_store(config: &Config) -> Result<Arc<dyn Store>, Failure> {
     match &config.store {
         StoreConfig::Sqlite {} => {
             let store = SqliteStore::open(&config.data_dir, Arc::new(SystemClock), SqliteOptions::default())
                 .map_err(|e| Failure::runtime(e.to_string()))?;
             Ok(Arc::new(store))
         }
-        StoreConfig::Postgres { .. } => Err(Failure::usage(
-            "the PostgreSQL store is not part of this build yet; use [store] type = \"sqlite\" (the default)",
-        )),
+        StoreConfig::Postgres { url, pool_size } => {
+            let store = idem_postgres::PgStore::connect(url.expose(), *pool_size, Arc::new(SystemClock))
+                .await
+                .map_err(|e| Failure::runtime(e.to_string()))?;
+            Ok(Arc::new(store))
+        }
     }
 }
 
@@ -237,14 +252,18 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
             config.listen
         )));
     }
-    let store = open_store(&config)?;
+    let store = open_store(&config).await?;
     let listeners = Listeners::bind(&config).await.map_err(|e| Failure::runtime(format!("cannot listen: {e}")))?;
     if let Some(gateway) = listeners.gateway.as_ref().and_then(|l| l.local_addr().ok()) {
         let upstream = config.gateway.as_ref().map_or("", |g| g.upstream.as_str());
         tracing::info!(addr = %gateway, upstream, "idem gateway listening");
     }
     let addr = listeners.api.local_addr().map_err(|e| Failure::runtime(e.to_string()))?;
-    tracing::info!(%addr, data_dir = %config.data_dir.display(), "idem listening");
+    let store_kind = match &config.store {
+        StoreConfig::Sqlite {} => format!("sqlite in {}", config.data_dir.display()),
+        StoreConfig::Postgres { .. } => "postgres".to_owned(),
+    };
+    tracing::info!(%addr, store = store_kind, "idem listening");
     crate::run(config, store, Arc::new(SystemClock), listeners, shutdown_signal())
         .await
         .map_err(|e| Failure::runtime(e.to_string()))

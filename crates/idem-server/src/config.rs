@@ -57,7 +57,13 @@ pub enum StoreConfig {
     /// One SQLite file under `data_dir`.
     Sqlite {},
     /// A PostgreSQL database shared by several nodes.
-    Postgres { url: Secret },
+    Postgres {
+        /// `postgres://user:password@host:port/db`; never printed.
+        url: Secret,
+        /// Connections this node keeps to the database, at most.
+        #[serde(default = "defaults::pool_size")]
+        pool_size: usize,
+    },
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -267,6 +273,9 @@ mod defaults {
     pub fn concurrency() -> usize {
         16
     }
+    pub fn pool_size() -> usize {
+        16
+    }
 }
 
 impl RouteConfig {
@@ -373,6 +382,8 @@ pub struct Overrides {
 
 /// Environment variables that belong to the command line, not to the config tree.
 const NOT_CONFIG_ENV: &[&str] = &["IDEM_CONFIG", "IDEM_SERVER", "IDEM_TOKEN", "IDEM_DATABASE_URL"];
+/// Variables of idem's own test suite (`IDEM_TEST_DATABASE_URL`), never config.
+const TEST_ENV_PREFIX: &str = "IDEM_TEST_";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -397,7 +408,7 @@ impl Config {
         };
         for (name, value) in env {
             let Some(rest) = name.strip_prefix("IDEM_") else { continue };
-            if NOT_CONFIG_ENV.contains(&name.as_str()) || rest.is_empty() {
+            if NOT_CONFIG_ENV.contains(&name.as_str()) || name.starts_with(TEST_ENV_PREFIX) || rest.is_empty() {
                 continue;
             }
             let path: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
@@ -527,7 +538,12 @@ mod tests {
     #[test]
     fn layers_apply_in_order() {
         let file = "listen = \"127.0.0.1:1111\"\n[namespaces.notified_articles]\ndefault_ttl = \"90d\"\n";
-        let env = [("IDEM_LISTEN", "127.0.0.1:2222"), ("IDEM_SWEEPER__BATCH", "50"), ("IDEM_TOKEN", "client-only")];
+        let env = [
+            ("IDEM_LISTEN", "127.0.0.1:2222"),
+            ("IDEM_SWEEPER__BATCH", "50"),
+            ("IDEM_TOKEN", "client-only"),
+            ("IDEM_TEST_DATABASE_URL", "postgres://for-the-test-suite"),
+        ];
         let c = load(file, &env, &Overrides::default()).expect("load");
         assert_eq!(c.listen.to_string(), "127.0.0.1:2222", "env beats file");
         assert_eq!(c.sweeper.batch, 50);

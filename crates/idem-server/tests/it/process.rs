@@ -169,3 +169,54 @@ async fn a_gateway_request_killed_mid_flight_frees_its_key_after_the_lease() {
     assert_eq!(late.status, 201, "after the lease the key is usable again");
     assert_eq!(upstream.count("/orders"), 2, "the retry executed again");
 }
+
+/// `idem migrate` then `idem serve --store postgres`: claims live in the database and survive a
+/// restart. Skipped, loudly, without IDEM_TEST_DATABASE_URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_on_postgres_after_migrate() {
+    let Ok(base) = std::env::var("IDEM_TEST_DATABASE_URL") else {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "!!! SKIPPED: IDEM_TEST_DATABASE_URL is not set: idem serve on PostgreSQL was not tested !!!"
+        );
+        return;
+    };
+    let schema = format!("idem_proc_{}", std::process::id());
+    let (admin, connection) = tokio_postgres::connect(&base, tokio_postgres::NoTls).await.expect("connect");
+    tokio::spawn(connection);
+    admin
+        .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"))
+        .await
+        .expect("schema");
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let url = format!("{base}{sep}options=-c%20search_path%3D{schema}");
+    let (code, _, stderr) = run(&["migrate", "--database-url", &url], &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("schema version"), "{stderr}");
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let claim = |idem: &Idem| {
+        let client = ApiClient::new(&idem.url, None).expect("client");
+        async move {
+            client.send(Method::POST, "/v1/claims/pg", Some(&json!({"key": "k"}))).await.expect("claim").status.as_u16()
+        }
+    };
+    let idem = Idem::serve(dir.path(), &["--store", "postgres", "--database-url", &url]);
+    assert_eq!(claim(&idem).await, 201);
+    drop(idem);
+    let idem = Idem::serve(dir.path(), &["--store", "postgres", "--database-url", &url]);
+    assert_eq!(claim(&idem).await, 200, "the claim is in the database");
+    drop(idem);
+    admin.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).await.expect("drop schema");
+}
+
+#[test]
+fn config_check_never_prints_the_database_password() {
+    let (code, stdout, stderr) = run(
+        &["config", "check", "--store", "postgres", "--database-url", "postgres://idem:hunter2@db.internal/idem"],
+        &[],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("type = \"postgres\"") && !stdout.contains("hunter2"), "{stdout}");
+}

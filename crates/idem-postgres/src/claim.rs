@@ -1,0 +1,122 @@
+//! Claims in PostgreSQL. One statement per claim takes the key (insert, or take over an expired
+//! row) or returns the existing record; the primary key makes exactly one of any number of
+//! concurrent claims, on any number of nodes, the winner. A batch runs in id order in one
+//! transaction, its statements pipelined over one connection.
+
+use deadpool_postgres::Object;
+use futures_util::future::try_join_all;
+use idem_core::{ClaimId, ClaimOutcome, ClaimRecord, Namespace, NewClaim, Parts, StoreError, Timestamp};
+use serde_json::value::RawValue;
+use tokio_postgres::Row;
+
+use crate::{retryable, store_error};
+
+const CLAIM: &str = "WITH ins AS (
+        INSERT INTO claims (ns, id, parts, data, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6)
+        ON CONFLICT (ns, id) DO UPDATE SET parts = excluded.parts, data = excluded.data,
+            created_at = excluded.created_at, expires_at = excluded.expires_at
+        WHERE claims.expires_at IS NOT NULL AND claims.expires_at <= $5
+        RETURNING parts, data, created_at, expires_at, true AS claimed)
+    SELECT * FROM ins
+    UNION ALL
+    SELECT parts, data, created_at, expires_at, false FROM claims
+    WHERE ns = $1 AND id = $2 AND NOT EXISTS (SELECT 1 FROM ins)";
+
+const EXISTING: &str = "SELECT parts, data, created_at, expires_at, false FROM claims WHERE ns = $1 AND id = $2";
+
+fn record(ns: &Namespace, id: ClaimId, row: &Row) -> Result<ClaimOutcome, StoreError> {
+    let parts: Vec<u8> = row.get(0);
+    let data: Option<String> = row.get(1);
+    let parts = Parts::decode(&parts).map_err(|e| StoreError::Internal(format!("claim {id}: {e}")))?;
+    let data =
+        data.map(RawValue::from_string).transpose().map_err(|e| StoreError::Internal(format!("claim {id}: {e}")))?;
+    let record = ClaimRecord {
+        namespace: ns.clone(),
+        id,
+        parts,
+        data,
+        created_at: Timestamp(row.get(2)),
+        expires_at: row.get::<_, Option<i64>>(3).map(Timestamp),
+    };
+    Ok(ClaimOutcome { claimed: row.get(4), record })
+}
+
+pub async fn claim(
+    client: &mut Object,
+    ns: &Namespace,
+    items: Vec<NewClaim>,
+    now: Timestamp,
+) -> Result<Vec<ClaimOutcome>, StoreError> {
+    let mut keyed: Vec<(usize, ClaimId, NewClaim)> =
+        items.into_iter().enumerate().map(|(i, c)| (i, c.parts.id(), c)).collect();
+    // Id order: concurrent batches lock rows in the same order and cannot deadlock; the sort is
+    // stable, so of two equal keys the first asked still wins.
+    keyed.sort_by_key(|(_, id, _)| *id);
+    let mut tries = 0;
+    loop {
+        match run_batch(client, ns, &keyed, now).await {
+            Err(e) if retryable(&e) && tries < 3 => tries += 1,
+            Err(e) => return Err(store_error(e)),
+            Ok(rows) => {
+                let mut out: Vec<Option<ClaimOutcome>> = (0..keyed.len()).map(|_| None).collect();
+                for ((i, id, _), row) in keyed.iter().zip(rows) {
+                    let row = match row {
+                        Some(row) => row,
+                        // Won by a transaction that committed after this statement began: read it.
+                        None => client.query_one(EXISTING, &[&ns.as_str(), &&id.0[..]]).await.map_err(store_error)?,
+                    };
+                    out[*i] = Some(record(ns, *id, &row)?);
+                }
+                return out
+                    .into_iter()
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| StoreError::Internal("a claim went unanswered".into()));
+            }
+        }
+    }
+}
+
+async fn run_batch(
+    client: &mut Object,
+    ns: &Namespace,
+    keyed: &[(usize, ClaimId, NewClaim)],
+    now: Timestamp,
+) -> Result<Vec<Option<Row>>, tokio_postgres::Error> {
+    let tx = client.transaction().await?;
+    let stmt = tx.prepare_cached(CLAIM).await?;
+    let encoded: Vec<(Vec<u8>, Option<&str>, Option<i64>)> = keyed
+        .iter()
+        .map(|(_, _, c)| (c.parts.encode(), c.data.as_deref().map(RawValue::get), c.ttl.map(|t| now.plus(t).millis())))
+        .collect();
+    let queries = keyed.iter().zip(&encoded).map(|((_, id, _), (parts, data, expires))| {
+        let (tx, stmt) = (&tx, &stmt);
+        async move { tx.query_opt(stmt, &[&ns.as_str(), &&id.0[..], parts, data, &now.millis(), expires]).await }
+    });
+    let rows = try_join_all(queries).await?;
+    tx.commit().await?;
+    Ok(rows)
+}
+
+pub async fn lookup(
+    client: &Object,
+    ns: &Namespace,
+    ids: &[ClaimId],
+    now: Timestamp,
+) -> Result<Vec<Option<ClaimRecord>>, StoreError> {
+    let raw: Vec<&[u8]> = ids.iter().map(|id| &id.0[..]).collect();
+    let rows = client
+        .query(
+            "SELECT parts, data, created_at, expires_at, false, id FROM claims
+             WHERE ns = $1 AND id = ANY($2) AND (expires_at IS NULL OR expires_at > $3)",
+            &[&ns.as_str(), &raw, &now.millis()],
+        )
+        .await
+        .map_err(store_error)?;
+    let mut found = std::collections::HashMap::with_capacity(rows.len());
+    for row in &rows {
+        let id_bytes: Vec<u8> = row.get(5);
+        let id = ClaimId::from_slice(&id_bytes).ok_or_else(|| StoreError::Internal("bad claim id".into()))?;
+        found.insert(id, record(ns, id, row)?.record);
+    }
+    Ok(ids.iter().map(|id| found.get(id).cloned()).collect())
+}

@@ -1,0 +1,333 @@
+//! Events in PostgreSQL: intake dedup by the (source, event id) unique constraint with the receipt
+//! and its first job in one transaction; a job queue that several nodes lease from with
+//! `FOR UPDATE SKIP LOCKED`; attempts, result jobs and replays as in the embedded store.
+
+use std::time::Duration;
+
+use deadpool_postgres::{Object, Transaction};
+use idem_core::event::{
+    Accept, AttemptRecord, Job, JobKind, JobOutcome, NewEvent, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus,
+    ResultState,
+};
+use idem_core::gateway::LeaseToken;
+use idem_core::{StoreError, Timestamp};
+use tokio_postgres::Row;
+
+use crate::{retryable, store_error};
+
+const DELIVERY: i16 = 0;
+const RESULT: i16 = 1;
+
+fn internal(what: &str) -> StoreError {
+    StoreError::Internal(format!("event store: {what}"))
+}
+
+fn status_of(text: &str) -> Result<ReceiptStatus, StoreError> {
+    ReceiptStatus::parse(text).ok_or_else(|| internal("unknown receipt status"))
+}
+
+fn receipt_id(text: &str) -> Result<ReceiptId, StoreError> {
+    ReceiptId::parse(text).map_err(|_| internal("bad receipt id"))
+}
+
+/// Runs a transaction body again when a concurrent transaction got in the way.
+macro_rules! retrying {
+    ($client:expr, |$tx:ident| $body:expr) => {{
+        let mut tries = 0;
+        loop {
+            let attempt = async {
+                let $tx = $client.transaction().await?;
+                let out = $body;
+                $tx.commit().await?;
+                Ok::<_, tokio_postgres::Error>(out)
+            }
+            .await;
+            match attempt {
+                Err(e) if retryable(&e) && tries < 3 => tries += 1,
+                Err(e) => break Err(store_error(e)),
+                Ok(out) => break out,
+            }
+        }
+    }};
+}
+
+async fn enqueue(
+    tx: &Transaction<'_>,
+    id: &str,
+    kind: i16,
+    due: Timestamp,
+    body: Option<&[u8]>,
+) -> Result<(), tokio_postgres::Error> {
+    tx.execute(
+        "INSERT INTO jobs (receipt_id, source, kind, attempt, due_at, body) SELECT id, source, $2, 1, $3, $4 FROM receipts WHERE id = $1",
+        &[&id, &kind, &due.millis(), &body],
+    )
+    .await
+    .map(drop)
+}
+
+pub async fn accept(client: &mut Object, e: &NewEvent, now: Timestamp) -> Result<Accept, StoreError> {
+    retrying!(client, |tx| {
+        let id = ReceiptId::generate(now);
+        let inserted = tx
+            .query_opt(
+                "INSERT INTO receipts (id, source, event_id, payload_hash, body, content_type, status, round, created_at, updated_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, 'accepted', 1, $7, $7)
+                 ON CONFLICT (source, event_id) DO NOTHING RETURNING id",
+                &[&id.as_str(), &e.source, &e.event_id, &&e.payload_hash[..], &e.body, &e.content_type, &now.millis()],
+            )
+            .await?;
+        if inserted.is_some() {
+            enqueue(&tx, id.as_str(), DELIVERY, now, None).await?;
+            Ok(Accept::Accepted { receipt_id: id })
+        } else {
+            let row = tx
+                .query_one(
+                    "SELECT id, payload_hash, status FROM receipts WHERE source = $1 AND event_id = $2",
+                    &[&e.source, &e.event_id],
+                )
+                .await?;
+            let (rid, hash, status): (String, Vec<u8>, String) = (row.get(0), row.get(1), row.get(2));
+            receipt_id(&rid).and_then(|receipt_id| {
+                Ok(if hash == e.payload_hash {
+                    Accept::Duplicate { receipt_id, status: status_of(&status)? }
+                } else {
+                    Accept::Mismatch { receipt_id }
+                })
+            })
+        }
+    })
+}
+
+pub async fn lease(
+    client: &mut Object,
+    limit: usize,
+    lease: Duration,
+    busy: &[String],
+    now: Timestamp,
+) -> Result<Vec<Job>, StoreError> {
+    let token = LeaseToken::generate();
+    retrying!(client, |tx| {
+        let leased = tx
+            .query(
+                "UPDATE jobs SET lease_until = $1, token = $2 WHERE id IN (
+                     SELECT id FROM jobs WHERE due_at <= $3 AND (lease_until IS NULL OR lease_until <= $3)
+                     AND NOT (source = ANY($5)) ORDER BY due_at LIMIT $4 FOR UPDATE SKIP LOCKED)
+                 RETURNING id, receipt_id, kind, attempt, body",
+                &[&now.plus(lease).millis(), &&token.0[..], &now.millis(), &(limit as i64), &busy],
+            )
+            .await?;
+        let mut jobs = Vec::with_capacity(leased.len());
+        for row in &leased {
+            let rid: String = row.get(1);
+            let kind = if row.get::<_, i16>(2) == RESULT { JobKind::Result } else { JobKind::Delivery };
+            let r = tx
+                .query_one("SELECT source, event_id, body, content_type FROM receipts WHERE id = $1", &[&rid])
+                .await?;
+            let (body, content_type) = match kind {
+                JobKind::Delivery => {
+                    tx.execute(
+                        "UPDATE receipts SET status = 'processing', updated_at = $2 WHERE id = $1",
+                        &[&rid, &now.millis()],
+                    )
+                    .await?;
+                    (r.get::<_, Vec<u8>>(2), r.get::<_, Option<String>>(3))
+                }
+                JobKind::Result => {
+                    (row.get::<_, Option<Vec<u8>>>(4).unwrap_or_default(), Some("application/json".to_owned()))
+                }
+            };
+            jobs.push((
+                row.get::<_, i64>(0),
+                kind,
+                rid,
+                r.get::<_, String>(0),
+                r.get::<_, String>(1),
+                row.get::<_, i32>(3),
+                body,
+                content_type,
+            ));
+        }
+        jobs.into_iter()
+            .map(|(id, kind, rid, source, event_id, attempt, body, content_type)| {
+                Ok(Job {
+                    id,
+                    kind,
+                    receipt_id: receipt_id(&rid)?,
+                    source,
+                    event_id,
+                    attempt: attempt as u32,
+                    body,
+                    content_type,
+                    token,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()
+    })
+}
+
+pub async fn finish(
+    client: &mut Object,
+    job: &Job,
+    outcome: &JobOutcome,
+    result_body: Option<&[u8]>,
+    now: Timestamp,
+) -> Result<bool, StoreError> {
+    let (attempt, retry_at) = match outcome {
+        JobOutcome::Succeeded(a) => (a, None),
+        JobOutcome::Failed { attempt, retry_at } => (attempt, *retry_at),
+    };
+    let succeeded = matches!(outcome, JobOutcome::Succeeded(_));
+    let rid = job.receipt_id.as_str();
+    let finished: Result<bool, StoreError> = retrying!(client, |tx| {
+        let held = tx
+            .query_opt(
+                "SELECT id FROM jobs WHERE id = $1 AND token = $2 AND lease_until > $3 FOR UPDATE",
+                &[&job.id, &&job.token.0[..], &now.millis()],
+            )
+            .await?;
+        if held.is_none() {
+            Ok(false)
+        } else {
+            match retry_at {
+                Some(at) => {
+                    tx.execute("UPDATE jobs SET attempt = attempt + 1, due_at = $2, lease_until = NULL, token = NULL WHERE id = $1", &[&job.id, &at.millis()])
+                        .await?
+                }
+                None => tx.execute("DELETE FROM jobs WHERE id = $1", &[&job.id]).await?,
+            };
+            match job.kind {
+                JobKind::Delivery => {
+                    tx.execute(
+                        "INSERT INTO attempts (receipt_id, round, n, started_at, duration_ms, status_code, error, response)
+                         SELECT $1, round, $2, $3, $4, $5, $6, $7 FROM receipts WHERE id = $1
+                         ON CONFLICT (receipt_id, round, n) DO UPDATE SET started_at = excluded.started_at,
+                             duration_ms = excluded.duration_ms, status_code = excluded.status_code, error = excluded.error,
+                             response = excluded.response",
+                        &[&rid, &(attempt.n as i32), &attempt.started_at.millis(), &(attempt.duration_ms as i64),
+                          &attempt.status_code.map(i32::from), &attempt.error, &attempt.response],
+                    )
+                    .await?;
+                    let status = match (succeeded, retry_at) {
+                        (true, _) => ReceiptStatus::Completed,
+                        (false, Some(_)) => ReceiptStatus::Retrying,
+                        (false, None) => ReceiptStatus::Dead,
+                    };
+                    tx.execute(
+                        "UPDATE receipts SET status = $2, updated_at = $3 WHERE id = $1",
+                        &[&rid, &status.as_str(), &now.millis()],
+                    )
+                    .await?;
+                    if status.is_terminal()
+                        && let Some(body) = result_body
+                    {
+                        enqueue(&tx, rid, RESULT, now, Some(body)).await?;
+                        tx.execute(
+                            "UPDATE receipts SET result_status = 'pending', result_attempts = 0 WHERE id = $1",
+                            &[&rid],
+                        )
+                        .await?;
+                    }
+                }
+                JobKind::Result => {
+                    let state = match (succeeded, retry_at) {
+                        (true, _) => "delivered",
+                        (false, Some(_)) => "retrying",
+                        (false, None) => "failed",
+                    };
+                    tx.execute(
+                        "UPDATE receipts SET result_status = $2, result_attempts = $3, result_status_code = $4, result_error = $5 WHERE id = $1",
+                        &[&rid, &state, &(attempt.n as i32), &attempt.status_code.map(i32::from), &attempt.error],
+                    )
+                    .await?;
+                }
+            }
+            Ok(true)
+        }
+    });
+    finished
+}
+
+pub async fn replay(client: &mut Object, id: &ReceiptId, now: Timestamp) -> Result<Option<ReceiptStatus>, StoreError> {
+    retrying!(client, |tx| {
+        let row = tx.query_opt("SELECT status FROM receipts WHERE id = $1 FOR UPDATE", &[&id.as_str()]).await?;
+        match row.map(|r| status_of(&r.get::<_, String>(0))).transpose() {
+            Err(e) => Err(e),
+            Ok(None) => Ok(None),
+            Ok(Some(status)) => {
+                if status.is_terminal() {
+                    tx.execute(
+                        "UPDATE receipts SET status = 'accepted', round = round + 1, updated_at = $2, result_status = NULL WHERE id = $1",
+                        &[&id.as_str(), &now.millis()],
+                    )
+                    .await?;
+                    enqueue(&tx, id.as_str(), DELIVERY, now, None).await?;
+                }
+                Ok(Some(status))
+            }
+        }
+    })
+}
+
+const RECEIPT_COLUMNS: &str = "id, source, event_id, status, created_at, updated_at, round, result_status, result_attempts, result_status_code, result_error";
+
+fn to_receipt(r: &Row) -> Result<Receipt, StoreError> {
+    Ok(Receipt {
+        id: receipt_id(&r.get::<_, String>(0))?,
+        source: r.get(1),
+        event_id: r.get(2),
+        status: status_of(&r.get::<_, String>(3))?,
+        created_at: Timestamp(r.get(4)),
+        updated_at: Timestamp(r.get(5)),
+        round: r.get::<_, i32>(6) as u32,
+        attempts: Vec::new(),
+        result: r.get::<_, Option<String>>(7).map(|status| ResultState {
+            status,
+            attempts: r.get::<_, i32>(8) as u32,
+            last_status_code: r.get::<_, Option<i32>>(9).and_then(|c| u16::try_from(c).ok()),
+            last_error: r.get(10),
+        }),
+    })
+}
+
+pub async fn get(client: &Object, id: &ReceiptId) -> Result<Option<Receipt>, StoreError> {
+    let row = client
+        .query_opt(&format!("SELECT {RECEIPT_COLUMNS} FROM receipts WHERE id = $1"), &[&id.as_str()])
+        .await
+        .map_err(store_error)?;
+    let Some(mut receipt) = row.as_ref().map(to_receipt).transpose()? else { return Ok(None) };
+    let rows = client
+        .query(
+            "SELECT n, started_at, duration_ms, status_code, error, response FROM attempts WHERE receipt_id = $1 AND round = $2 ORDER BY n",
+            &[&id.as_str(), &(receipt.round as i32)],
+        )
+        .await
+        .map_err(store_error)?;
+    receipt.attempts = rows
+        .iter()
+        .map(|r| AttemptRecord {
+            n: r.get::<_, i32>(0) as u32,
+            started_at: Timestamp(r.get(1)),
+            duration_ms: r.get::<_, i64>(2) as u64,
+            status_code: r.get::<_, Option<i32>>(3).and_then(|c| u16::try_from(c).ok()),
+            error: r.get(4),
+            response: r.get(5),
+        })
+        .collect();
+    Ok(Some(receipt))
+}
+
+pub async fn list(client: &Object, filter: &ReceiptFilter) -> Result<Vec<Receipt>, StoreError> {
+    let rows = client
+        .query(
+            &format!(
+                "SELECT {RECEIPT_COLUMNS} FROM receipts
+                 WHERE ($1::text IS NULL OR source = $1) AND ($2::text IS NULL OR status = $2) AND ($3::text IS NULL OR id < $3)
+                 ORDER BY id DESC LIMIT $4"
+            ),
+            &[&filter.source, &filter.status.map(ReceiptStatus::as_str), &filter.before.as_ref().map(ReceiptId::as_str), &(filter.limit as i64)],
+        )
+        .await
+        .map_err(store_error)?;
+    rows.iter().map(to_receipt).collect()
+}

@@ -1,0 +1,107 @@
+//! Gateway requests in PostgreSQL: a begin locks the key's row (or inserts it), so exactly one of
+//! any number of concurrent begins, on any node, takes the key; completion and release are
+//! compare-and-set on the lease token.
+
+use std::time::Duration;
+
+use deadpool_postgres::Object;
+use idem_core::gateway::{Begin, LeaseToken, NewRequest, RequestState, StoredResponse};
+use idem_core::{ClaimId, StoreError, Timestamp};
+use tokio_postgres::Row;
+
+use crate::{retryable, store_error};
+
+const READ: &str = "SELECT fingerprint, state, until, response FROM requests WHERE id = $1";
+
+fn state(id: &ClaimId, row: &Row, fingerprint: &[u8; 32]) -> Result<Begin, StoreError> {
+    let same_fingerprint = row.get::<_, Vec<u8>>(0) == fingerprint;
+    let until = Timestamp(row.get(2));
+    if row.get::<_, i16>(1) == 0 {
+        return Ok(Begin::InFlight { same_fingerprint, lease_until: until });
+    }
+    let bytes: Option<Vec<u8>> = row.get(3);
+    let response = StoredResponse::decode(&bytes.unwrap_or_default())
+        .map_err(|e| StoreError::Internal(format!("request {id}: {e}")))?;
+    Ok(Begin::Completed { same_fingerprint, response, expires_at: until })
+}
+
+pub async fn begin(client: &mut Object, request: &NewRequest, now: Timestamp) -> Result<Begin, StoreError> {
+    let mut tries = 0;
+    loop {
+        match try_begin(client, request, now).await {
+            Err(e) if retryable(&e) && tries < 3 => tries += 1,
+            other => return other.map_err(store_error)?,
+        }
+    }
+}
+
+async fn try_begin(
+    client: &mut Object,
+    request: &NewRequest,
+    now: Timestamp,
+) -> Result<Result<Begin, StoreError>, tokio_postgres::Error> {
+    let tx = client.transaction().await?;
+    let id = &request.id.0[..];
+    let existing = tx.query_opt(&format!("{READ} FOR UPDATE"), &[&id]).await?;
+    if let Some(row) = existing.as_ref().filter(|r| r.get::<_, i64>(2) > now.millis()) {
+        let answer = state(&request.id, row, &request.fingerprint);
+        tx.commit().await?;
+        return Ok(answer);
+    }
+    let token = LeaseToken::generate();
+    let taken = tx
+        .query_opt(
+            "INSERT INTO requests (id, fingerprint, state, token, until, response) VALUES ($1, $2, 0, $3, $4, NULL)
+             ON CONFLICT (id) DO UPDATE SET fingerprint = excluded.fingerprint, state = 0, token = excluded.token,
+                 until = excluded.until, response = NULL
+             WHERE requests.until <= $5
+             RETURNING 1",
+            &[&id, &&request.fingerprint[..], &&token.0[..], &now.plus(request.lease).millis(), &now.millis()],
+        )
+        .await?;
+    let answer = match taken {
+        Some(_) => Ok(Begin::Started { token, lease_expired: existing.is_some_and(|r| r.get::<_, i16>(1) == 0) }),
+        // Another node's begin committed first: report what it holds.
+        None => match tx.query_opt(READ, &[&id]).await? {
+            Some(row) => state(&request.id, &row, &request.fingerprint),
+            None => Err(StoreError::Unavailable("a concurrent begin vanished; retry".into())),
+        },
+    };
+    tx.commit().await?;
+    Ok(answer)
+}
+
+pub async fn complete(
+    client: &Object,
+    id: &ClaimId,
+    token: &LeaseToken,
+    response: &[u8],
+    ttl: Duration,
+    now: Timestamp,
+) -> Result<bool, StoreError> {
+    let n = client
+        .execute(
+            "UPDATE requests SET state = 1, token = NULL, until = $1, response = $2
+             WHERE id = $3 AND state = 0 AND token = $4 AND until > $5",
+            &[&now.plus(ttl).millis(), &response, &&id.0[..], &&token.0[..], &now.millis()],
+        )
+        .await
+        .map_err(store_error)?;
+    Ok(n == 1)
+}
+
+pub async fn peek(client: &Object, id: &ClaimId, now: Timestamp) -> Result<Option<RequestState>, StoreError> {
+    let Some(row) = client.query_opt(READ, &[&&id.0[..]]).await.map_err(store_error)? else { return Ok(None) };
+    if row.get::<_, i64>(2) <= now.millis() {
+        return Ok(None);
+    }
+    let fingerprint: [u8; 32] = row
+        .get::<_, Vec<u8>>(0)
+        .try_into()
+        .map_err(|_| StoreError::Internal(format!("request {id}: bad fingerprint")))?;
+    Ok(Some(match state(id, &row, &fingerprint)? {
+        Begin::InFlight { lease_until, .. } => RequestState::InFlight { fingerprint, lease_until },
+        Begin::Completed { response, expires_at, .. } => RequestState::Completed { fingerprint, response, expires_at },
+        Begin::Started { .. } => return Err(StoreError::Internal("impossible request state".into())),
+    }))
+}

@@ -1,0 +1,96 @@
+//! The PostgreSQL schema and its versioned migrations, applied under an advisory lock so that
+//! several nodes starting at once migrate exactly once.
+
+use tokio_postgres::Client;
+
+/// Each entry moves the schema from version `i` to `i + 1`. Append only.
+const MIGRATIONS: &[&str] = &[
+    // 1: claims, gateway requests, events — the same model as the embedded store.
+    "CREATE TABLE claims (
+         ns text NOT NULL,
+         id bytea NOT NULL,
+         parts bytea NOT NULL,
+         data text,
+         created_at bigint NOT NULL,
+         expires_at bigint,
+         PRIMARY KEY (ns, id)
+     );
+     CREATE INDEX claims_by_parts ON claims (ns, parts) INCLUDE (expires_at);
+     CREATE INDEX claims_by_expiry ON claims (expires_at) WHERE expires_at IS NOT NULL;
+     CREATE TABLE requests (
+         id bytea PRIMARY KEY,
+         fingerprint bytea NOT NULL,
+         state smallint NOT NULL,
+         token bytea,
+         until bigint NOT NULL,
+         response bytea
+     );
+     CREATE INDEX requests_by_until ON requests (until);
+     CREATE TABLE receipts (
+         id text PRIMARY KEY,
+         source text NOT NULL,
+         event_id text NOT NULL,
+         payload_hash bytea NOT NULL,
+         body bytea NOT NULL,
+         content_type text,
+         status text NOT NULL,
+         round integer NOT NULL,
+         created_at bigint NOT NULL,
+         updated_at bigint NOT NULL,
+         result_status text,
+         result_attempts integer NOT NULL DEFAULT 0,
+         result_status_code integer,
+         result_error text,
+         UNIQUE (source, event_id)
+     );
+     CREATE INDEX receipts_by_source ON receipts (source, id);
+     CREATE INDEX receipts_by_status ON receipts (status, id);
+     CREATE TABLE jobs (
+         id bigserial PRIMARY KEY,
+         receipt_id text NOT NULL,
+         source text NOT NULL,
+         kind smallint NOT NULL,
+         attempt integer NOT NULL,
+         due_at bigint NOT NULL,
+         lease_until bigint,
+         token bytea,
+         body bytea
+     );
+     CREATE INDEX jobs_by_due ON jobs (due_at);
+     CREATE TABLE attempts (
+         receipt_id text NOT NULL,
+         round integer NOT NULL,
+         n integer NOT NULL,
+         started_at bigint NOT NULL,
+         duration_ms bigint NOT NULL,
+         status_code integer,
+         error text,
+         response text,
+         PRIMARY KEY (receipt_id, round, n)
+     );
+     CREATE TABLE meta (key text PRIMARY KEY, value bigint);",
+];
+
+/// An arbitrary constant naming idem's migration lock.
+const LOCK: i64 = 0x1de3_0001;
+
+/// Applies pending migrations; returns the schema version.
+pub async fn migrate(client: &mut Client) -> Result<usize, tokio_postgres::Error> {
+    client.execute("SELECT pg_advisory_lock($1)", &[&LOCK]).await?;
+    let result = apply(client).await;
+    client.execute("SELECT pg_advisory_unlock($1)", &[&LOCK]).await?;
+    result
+}
+
+async fn apply(client: &mut Client) -> Result<usize, tokio_postgres::Error> {
+    client.batch_execute("CREATE TABLE IF NOT EXISTS idem_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())").await?;
+    let row = client.query_one("SELECT coalesce(max(version), 0) FROM idem_migrations", &[]).await?;
+    let current = row.get::<_, i32>(0) as usize;
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(current) {
+        let tx = client.transaction().await?;
+        tx.batch_execute(sql).await?;
+        tx.execute("INSERT INTO idem_migrations (version) VALUES ($1)", &[&((i + 1) as i32)]).await?;
+        tx.commit().await?;
+    }
+    Ok(MIGRATIONS.len())
+}

@@ -1,0 +1,66 @@
+//! The shared conformance suite on a real PostgreSQL: the URL comes from IDEM_TEST_DATABASE_URL
+//! (`.ci/run` sets it); each test gets a schema of its own, dropped afterwards. Without the URL
+//! every test says loudly that it was skipped.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use idem_conformance::{Harness, START};
+use idem_core::ManualClock;
+use idem_postgres::PgStore;
+
+const URL_VAR: &str = "IDEM_TEST_DATABASE_URL";
+
+/// Drops the test's schema when the harness goes.
+struct Schema {
+    url: String,
+    name: String,
+}
+
+impl Drop for Schema {
+    fn drop(&mut self) {
+        let (url, name) = (self.url.clone(), self.name.clone());
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            runtime.block_on(async {
+                if let Ok((client, connection)) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await {
+                    tokio::spawn(connection);
+                    let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE")).await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+async fn postgres() -> Option<Harness> {
+    let Ok(url) = std::env::var(URL_VAR) else {
+        announce_skip();
+        return None;
+    };
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let name = format!("idem_test_{}_{}", std::process::id(), NEXT.fetch_add(1, Ordering::SeqCst));
+    let (client, connection) =
+        tokio_postgres::connect(&url, tokio_postgres::NoTls).await.expect("connect to the test database");
+    tokio::spawn(connection);
+    client
+        .batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}"))
+        .await
+        .expect("create schema");
+    let mut config: tokio_postgres::Config = url.parse().expect("valid URL");
+    config.options(format!("-c search_path={name}"));
+    let clock = Arc::new(ManualClock::new(START));
+    let store = PgStore::with_config(config, 8, clock.clone()).await.expect("open PgStore");
+    Some(Harness { store: Arc::new(store), clock, guard: Box::new(Schema { url, name }) })
+}
+
+idem_conformance::suite!(postgres);
+
+/// Written straight to stderr, past the test harness's output capture, so that it shows.
+fn announce_skip() {
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "!!! SKIPPED: {URL_VAR} is not set: this PostgreSQL conformance test did not run (e.g. {URL_VAR}=postgres://postgres@127.0.0.1:5432/postgres) !!!"
+    );
+}
