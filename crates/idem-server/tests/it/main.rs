@@ -8,6 +8,7 @@ mod errors;
 mod events;
 mod examples;
 mod gateway;
+mod multinode;
 mod ops;
 mod process;
 mod support;
