@@ -43,3 +43,14 @@ def call(method, path, body=None, attempts=5):
 def expect(condition, message):
     if not condition:
         raise SystemExit(f"FAILED: {message}")
+
+
+def require_server():
+    """Exits with a plain message when idem is not reachable at IDEM_URL."""
+    try:
+        with urllib.request.urlopen(BASE + "/healthz", timeout=5) as response:
+            if response.status == 200:
+                return
+    except (OSError, urllib.error.URLError):
+        pass
+    raise SystemExit(f"idem is not reachable at {BASE}: start it with `idem serve` (or set IDEM_URL)")

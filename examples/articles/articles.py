@@ -18,7 +18,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from idem_client import call, expect  # noqa: E402
+from idem_client import call, expect, require_server  # noqa: E402
 
 BATCH = 500
 RUN = os.environ.get("RUN_ID") or datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d%H%M%S%f")
@@ -65,6 +65,7 @@ def run_once():
 
 
 def main():
+    require_server()
     new, rejected, announced = run_once()
     print(f"first run: {len(new)} new, {len(rejected)} rejected, announced {len(announced)} new articles")
     expect(len(announced) == 540 and len(rejected) == 60, "first run decides every article")

@@ -21,7 +21,7 @@ import sys
 import threading
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from idem_client import call, expect  # noqa: E402
+from idem_client import call, expect, require_server  # noqa: E402
 
 NS = "survey_answers"
 saved = []
@@ -45,6 +45,7 @@ def answer_once(entry_point, scenario, user, node, answer):
 
 
 def main():
+    require_server()
     # A user taps "A" four times at once, through the three entry points.
     taps = [("postback", "A"), ("postback", "A"), ("message", "A"), ("quick_reply", "A")]
     threads = [threading.Thread(target=answer_once, args=(via, "scenario-1", "user-3", "node-2", a)) for via, a in taps]

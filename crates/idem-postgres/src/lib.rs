@@ -9,6 +9,7 @@
 
 mod claim;
 mod event;
+mod group;
 mod request;
 mod schema;
 
@@ -34,6 +35,8 @@ pub enum OpenError {
 pub struct PgStore {
     pool: Pool,
     clock: Arc<dyn Clock>,
+    /// Single claims go through group commit.
+    singles: tokio::sync::mpsc::Sender<group::Queued>,
 }
 
 /// Maps a driver error to the store's terms; SQLSTATEs stay inside this crate.
@@ -78,7 +81,8 @@ impl PgStore {
         let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
         let pool =
             Pool::builder(manager).max_size(pool_size.max(1)).build().map_err(|e| OpenError::Connect(e.to_string()))?;
-        let store = Self { pool, clock };
+        let singles = group::spawn(pool.clone(), Arc::clone(&clock), (pool_size / 2).max(1));
+        let store = Self { pool, clock, singles };
         let mut client = store.client().await.map_err(|e| OpenError::Connect(e.to_string()))?;
         schema::migrate(&mut client).await.map_err(|e| OpenError::Connect(e.to_string()))?;
         Ok(store)
@@ -106,7 +110,14 @@ impl PgStore {
 
 #[async_trait]
 impl Store for PgStore {
-    async fn claim(&self, ns: &Namespace, items: Vec<NewClaim>) -> Result<Vec<ClaimOutcome>, StoreError> {
+    async fn claim(&self, ns: &Namespace, mut items: Vec<NewClaim>) -> Result<Vec<ClaimOutcome>, StoreError> {
+        if items.len() == 1 {
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            let claim = items.pop().ok_or_else(|| StoreError::Internal("empty claim".into()))?;
+            let queued = group::Queued { ns: ns.clone(), claim, reply };
+            self.singles.send(queued).await.map_err(|_| StoreError::Closed)?;
+            return answer.await.map_err(|_| StoreError::Closed)?.map(|outcome| vec![outcome]);
+        }
         let mut client = self.client().await?;
         claim::claim(&mut client, ns, items, self.now()).await
     }
