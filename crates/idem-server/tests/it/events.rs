@@ -1,12 +1,9 @@
 //! Event intake and receipts over HTTP: every bad input gets its 4xx and stores nothing;
 //! receipts read, list and replay; and the real binary killed mid-delivery delivers every event.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::http::{HeaderMap, StatusCode};
-use axum::routing;
 use bytes::Bytes;
 use http::Method;
 use idem_core::SystemClock;
@@ -15,6 +12,7 @@ use idem_server::client::ApiClient;
 use idem_server::config::SourceConfig;
 
 use crate::support::binary::Idem;
+use crate::support::receiver::Receiver;
 use crate::support::{TestServer, assert_problem};
 
 type Case<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, u16);
@@ -29,34 +27,14 @@ fn source(name: &str, handler: &str, extra: &str) -> SourceConfig {
     .expect("source config")
 }
 
-/// A handler that answers 200 and records the webhook-ids it got.
-async fn handler() -> (String, Arc<Mutex<Vec<String>>>) {
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let record = Arc::clone(&seen);
-    let app = Router::new().route(
-        "/handle",
-        routing::post(move |headers: HeaderMap| {
-            let record = Arc::clone(&record);
-            async move {
-                let id = headers.get("webhook-id").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
-                record.lock().expect("lock").push(id);
-                StatusCode::OK
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}/handle", listener.local_addr().expect("addr"));
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (url, seen)
-}
-
 async fn post(client: &ApiClient, path: &str, body: &str, headers: &[(&str, &str)]) -> idem_server::client::Reply {
     client.send_with(Method::POST, path, Some(Bytes::from(body.to_owned())), headers).await.expect("request")
 }
 
 #[tokio::test]
 async fn bad_intake_gets_its_4xx_and_stores_nothing() {
-    let (url, _) = handler().await;
+    let receiver = Receiver::start(Duration::ZERO).await;
+    let url = receiver.url.clone();
     let verified = source("signed", &url, &format!("verify_secret = \"{SECRET}\""));
     let by_header: SourceConfig = toml::from_str(&format!(
         "name = \"keyed\"\nhandler_url = \"{url}\"\nevent_id = \"header:Idempotency-Key\"\nsigning_secret = \"{SECRET}\"\n"
@@ -125,8 +103,9 @@ async fn bad_intake_gets_its_4xx_and_stores_nothing() {
 
 #[tokio::test]
 async fn intake_answers_202_then_200_then_409_and_receipts_tell_the_story() {
-    let (url, seen) = handler().await;
-    let s = TestServer::start_with(|c| c.sources = vec![source("partner", &url, "")], Arc::new(SystemClock)).await;
+    let receiver = Receiver::start(Duration::ZERO).await;
+    let s =
+        TestServer::start_with(|c| c.sources = vec![source("partner", &receiver.url, "")], Arc::new(SystemClock)).await;
     let json = [("content-type", "application/json")];
     let first = post(&s.client, "/v1/sources/partner/events", r#"{"external_event_id":"e1","amount":5}"#, &json).await;
     assert_eq!(first.status, 202);
@@ -152,7 +131,7 @@ async fn intake_answers_202_then_200_then_409_and_receipts_tell_the_story() {
     assert_eq!(done["attempts"][0]["status_code"], 200);
     assert_eq!(done["attempts"][0]["n"], 1);
     assert_eq!(
-        seen.lock().expect("lock").as_slice(),
+        receiver.ids.lock().expect("lock").as_slice(),
         std::slice::from_ref(&receipt),
         "delivered once, webhook-id = receipt id"
     );
@@ -178,23 +157,8 @@ async fn intake_answers_202_then_200_then_409_and_receipts_tell_the_story() {
 /// handler, and restarts: every accepted event is delivered at least once, and all complete.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_mid_delivery_loses_no_accepted_event() {
-    let seen = Arc::new(Mutex::new(std::collections::HashSet::<String>::new()));
-    let record = Arc::clone(&seen);
-    let app = Router::new().route(
-        "/handle",
-        routing::post(move |headers: HeaderMap| {
-            let record = Arc::clone(&record);
-            async move {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                let id = headers.get("webhook-id").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
-                record.lock().expect("lock").insert(id);
-                StatusCode::OK
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let handler_url = format!("http://{}/handle", listener.local_addr().expect("addr"));
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let receiver = Receiver::start(Duration::from_millis(20)).await;
+    let handler_url = receiver.url.clone();
 
     let dir = tempfile::tempdir().expect("temp dir");
     let config = dir.path().join("idem.toml");
@@ -217,11 +181,11 @@ async fn kill_9_mid_delivery_loses_no_accepted_event() {
         assert_eq!(reply.status, 202);
         receipts.push(reply.json()["receipt_id"].as_str().expect("id").to_owned());
     }
-    while seen.lock().expect("lock").len() < 20 {
+    while receiver.distinct().len() < 20 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     idem.kill9();
-    assert!(seen.lock().expect("lock").len() < 300, "killed mid-delivery");
+    assert!(receiver.distinct().len() < 300, "killed mid-delivery");
 
     // What the killed process had leased waits for its lease (attempt_timeout + the same again);
     // everything else is delivered by the restarted process at once. In the end: all of it.
@@ -239,7 +203,7 @@ async fn kill_9_mid_delivery_loses_no_accepted_event() {
         assert!(Instant::now() < deadline, "{open} receipts did not complete after the restart");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let delivered = seen.lock().expect("lock").clone();
+    let delivered = receiver.distinct();
     let missing: Vec<_> = receipts.iter().filter(|r| !delivered.contains(*r)).collect();
     assert!(missing.is_empty(), "accepted events never delivered: {missing:?}");
 }

@@ -2,26 +2,23 @@
 //! one winner, identical gateway requests reach the upstream once, and events survive a node
 //! killed mid-delivery. Skipped, loudly, without IDEM_TEST_DATABASE_URL.
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::http::{HeaderMap, StatusCode};
-use axum::routing;
 use bytes::Bytes;
 use http::Method;
 use idem_server::client::ApiClient;
 use serde_json::json;
 
 use crate::support::binary::{Idem, free_port};
+use crate::support::pg::TestSchema;
+use crate::support::receiver::Receiver;
 use crate::support::upstream::Upstream;
 
 struct Cluster {
     nodes: Vec<Idem>,
     gateways: Vec<ApiClient>,
     _dir: tempfile::TempDir,
-    schema: String,
-    base: String,
+    _schema: TestSchema,
 }
 
 impl Cluster {
@@ -30,41 +27,8 @@ impl Cluster {
     }
 }
 
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        self.nodes.clear();
-        let (base, schema) = (self.base.clone(), self.schema.clone());
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-            rt.block_on(async {
-                if let Ok((client, connection)) = tokio_postgres::connect(&base, tokio_postgres::NoTls).await {
-                    tokio::spawn(connection);
-                    let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await;
-                }
-            });
-        })
-        .join();
-    }
-}
-
-async fn cluster(name: &str, upstream: &str, handler: &str) -> Option<Cluster> {
-    let Ok(base) = std::env::var("IDEM_TEST_DATABASE_URL") else {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "!!! SKIPPED: IDEM_TEST_DATABASE_URL is not set: the multi-node test {name} did not run !!!"
-        );
-        return None;
-    };
-    let schema = format!("idem_multi_{name}_{}", std::process::id());
-    let (admin, connection) = tokio_postgres::connect(&base, tokio_postgres::NoTls).await.expect("connect");
-    tokio::spawn(connection);
-    admin
-        .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"))
-        .await
-        .expect("schema");
-    let sep = if base.contains('?') { '&' } else { '?' };
-    let url = format!("{base}{sep}options=-c%20search_path%3D{schema}");
+async fn cluster(upstream: &str, handler: &str) -> Option<Cluster> {
+    let schema = TestSchema::create("multinode").await?;
     let dir = tempfile::tempdir().expect("temp dir");
     let mut nodes = Vec::new();
     let mut gateways = Vec::new();
@@ -74,12 +38,13 @@ async fn cluster(name: &str, upstream: &str, handler: &str) -> Option<Cluster> {
         std::fs::write(
             &config,
             format!(
-                "[store]\ntype = \"postgres\"\nurl = \"{url}\"\n\n\
+                "[store]\ntype = \"postgres\"\nurl = \"{}\"\n\n\
                  [gateway]\nlisten = \"127.0.0.1:{gateway_port}\"\nupstream = \"{upstream}\"\n\n\
                  [[gateway.routes]]\npath = \"/orders\"\nkey = \"required\"\nin_flight = \"wait\"\n\n\
                  [[sources]]\nname = \"partner\"\nhandler_url = \"{handler}\"\nevent_id = \"/id\"\n\
                  signing_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\nattempt_timeout = \"2s\"\n\
-                 backoff = [\"50ms\"]\nmax_attempts = 10\nconcurrency = 4\n"
+                 backoff = [\"50ms\"]\nmax_attempts = 10\nconcurrency = 4\n",
+                schema.url
             ),
         )
         .expect("write config");
@@ -87,30 +52,14 @@ async fn cluster(name: &str, upstream: &str, handler: &str) -> Option<Cluster> {
         nodes.push(Idem::serve(&data, &["--config", config.to_str().expect("utf-8")]));
         gateways.push(ApiClient::new(&format!("http://127.0.0.1:{gateway_port}"), None).expect("client"));
     }
-    Some(Cluster { nodes, gateways, _dir: dir, schema, base })
+    Some(Cluster { nodes, gateways, _dir: dir, _schema: schema })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_one_database() {
     let upstream = Upstream::start().await;
-    let delivered = Arc::new(Mutex::new(std::collections::HashSet::<String>::new()));
-    let record = Arc::clone(&delivered);
-    let app = Router::new().route(
-        "/handle",
-        routing::post(move |headers: HeaderMap| {
-            let record = Arc::clone(&record);
-            async move {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                let id = headers.get("webhook-id").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
-                record.lock().expect("lock").insert(id);
-                StatusCode::OK
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let handler = format!("http://{}/handle", listener.local_addr().expect("addr"));
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    let Some(mut c) = cluster("main", &upstream.url, &handler).await else { return };
+    let receiver = Receiver::start(Duration::from_millis(20)).await;
+    let Some(mut c) = cluster(&upstream.url, &receiver.url).await else { return };
 
     // 500 concurrent claims of one key, spread across the three nodes: one winner.
     let tasks: Vec<_> = (0..500)
@@ -171,13 +120,14 @@ async fn three_nodes_one_database() {
         assert_eq!(reply.status, 202);
         receipts.push(reply.json()["receipt_id"].as_str().expect("id").to_owned());
     }
-    while delivered.lock().expect("lock").len() < 20 {
+    while receiver.distinct().len() < 20 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     c.nodes[1].kill9();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let missing = receipts.iter().filter(|r| !delivered.lock().expect("lock").contains(*r)).count();
+        let delivered = receiver.distinct();
+        let missing = receipts.iter().filter(|r| !delivered.contains(*r)).count();
         if missing == 0 {
             break;
         }

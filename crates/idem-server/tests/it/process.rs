@@ -174,23 +174,8 @@ async fn a_gateway_request_killed_mid_flight_frees_its_key_after_the_lease() {
 /// restart. Skipped, loudly, without IDEM_TEST_DATABASE_URL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_on_postgres_after_migrate() {
-    let Ok(base) = std::env::var("IDEM_TEST_DATABASE_URL") else {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "!!! SKIPPED: IDEM_TEST_DATABASE_URL is not set: idem serve on PostgreSQL was not tested !!!"
-        );
-        return;
-    };
-    let schema = format!("idem_proc_{}", std::process::id());
-    let (admin, connection) = tokio_postgres::connect(&base, tokio_postgres::NoTls).await.expect("connect");
-    tokio::spawn(connection);
-    admin
-        .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"))
-        .await
-        .expect("schema");
-    let sep = if base.contains('?') { '&' } else { '?' };
-    let url = format!("{base}{sep}options=-c%20search_path%3D{schema}");
+    let Some(schema) = crate::support::pg::TestSchema::create("serve_on_postgres").await else { return };
+    let url = schema.url.clone();
     let (code, _, stderr) = run(&["migrate", "--database-url", &url], &[]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("schema version"), "{stderr}");
@@ -208,7 +193,6 @@ async fn serve_on_postgres_after_migrate() {
     let idem = Idem::serve(dir.path(), &["--store", "postgres", "--database-url", &url]);
     assert_eq!(claim(&idem).await, 200, "the claim is in the database");
     drop(idem);
-    admin.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).await.expect("drop schema");
 }
 
 #[test]

@@ -2,6 +2,8 @@
 //! whose helpers assert status codes, and a runner for the real binary.
 
 pub mod binary;
+pub mod pg;
+pub mod receiver;
 pub mod upstream;
 
 use std::sync::Arc;
