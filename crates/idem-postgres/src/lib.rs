@@ -4,14 +4,17 @@
 //! a receipt with its first job in one transaction. Transient failures (deadlock, serialization
 //! failure, a racing insert) are retried here; an unreachable database is `Unavailable`.
 //!
-//! Time comes from the injected clock, as in the embedded store, so the same conformance suite
-//! controls it; nodes must keep their clocks in sync (NTP).
+//! Time is the database's: each node follows the database clock (its own clock plus a measured
+//! offset), so nodes with skewed clocks agree on expiry. Tests inject a clock instead.
 
 mod claim;
 mod event;
 mod group;
 mod request;
 mod schema;
+mod time;
+
+pub use time::TimeSource;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,21 +69,25 @@ pub(crate) fn retryable(e: &tokio_postgres::Error) -> bool {
 
 impl PgStore {
     /// Connects (`pool_size` connections at most) and applies pending migrations.
-    pub async fn connect(url: &str, pool_size: usize, clock: Arc<dyn Clock>) -> Result<Self, OpenError> {
+    pub async fn connect(url: &str, pool_size: usize, time: TimeSource) -> Result<Self, OpenError> {
         let config: tokio_postgres::Config =
             url.parse().map_err(|e: tokio_postgres::Error| OpenError::Url(e.to_string()))?;
-        Self::with_config(config, pool_size, clock).await
+        Self::with_config(config, pool_size, time).await
     }
 
     /// As [`PgStore::connect`], from a parsed config (tests set `search_path` this way).
     pub async fn with_config(
         config: tokio_postgres::Config,
         pool_size: usize,
-        clock: Arc<dyn Clock>,
+        time: TimeSource,
     ) -> Result<Self, OpenError> {
         let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
         let pool =
             Pool::builder(manager).max_size(pool_size.max(1)).build().map_err(|e| OpenError::Connect(e.to_string()))?;
+        let clock: Arc<dyn Clock> = match time {
+            TimeSource::Given(clock) => clock,
+            TimeSource::Database { local } => time::DatabaseClock::start(local, pool.clone()).await,
+        };
         let singles = group::spawn(pool.clone(), Arc::clone(&clock), (pool_size / 2).max(1));
         let store = Self { pool, clock, singles };
         let mut client = store.client().await.map_err(|e| OpenError::Connect(e.to_string()))?;
@@ -105,6 +112,11 @@ impl PgStore {
 
     fn now(&self) -> Timestamp {
         self.clock.now()
+    }
+
+    /// The clock this store reads (the database's, unless a test gave one).
+    pub fn clock(&self) -> Arc<dyn Clock> {
+        Arc::clone(&self.clock)
     }
 }
 

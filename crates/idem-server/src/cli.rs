@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
 use http::Method;
-use idem_core::{ClaimId, Namespace, Parts, Store, SystemClock};
+use idem_core::{ClaimId, Clock, Namespace, Parts, Store, SystemClock};
 use idem_sqlite::{SqliteOptions, SqliteStore};
 
 use crate::Listeners;
@@ -225,19 +225,24 @@ pub fn load_config(args: &ConfigArgs) -> Result<Config, Failure> {
     Config::load(args.config.as_deref(), std::env::vars(), &overrides).map_err(|e| Failure::usage(e.to_string()))
 }
 
-/// Chooses the backend, once, for the whole process.
-pub async fn open_store(config: &Config) -> Result<Arc<dyn Store>, Failure> {
+/// Chooses the backend, once, for the whole process; answers it with the clock it keeps time by
+/// (the system's for the embedded store, the database's for PostgreSQL), which the rest of the
+/// server must share.
+pub async fn open_store(config: &Config) -> Result<(Arc<dyn Store>, Arc<dyn Clock>), Failure> {
     match &config.store {
         StoreConfig::Sqlite {} => {
-            let store = SqliteStore::open(&config.data_dir, Arc::new(SystemClock), SqliteOptions::default())
+            let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+            let store = SqliteStore::open(&config.data_dir, Arc::clone(&clock), SqliteOptions::default())
                 .map_err(|e| Failure::runtime(e.to_string()))?;
-            Ok(Arc::new(store))
+            Ok((Arc::new(store), clock))
         }
         StoreConfig::Postgres { url, pool_size } => {
-            let store = idem_postgres::PgStore::connect(url.expose(), *pool_size, Arc::new(SystemClock))
+            let time = idem_postgres::TimeSource::Database { local: Arc::new(SystemClock) };
+            let store = idem_postgres::PgStore::connect(url.expose(), *pool_size, time)
                 .await
                 .map_err(|e| Failure::runtime(e.to_string()))?;
-            Ok(Arc::new(store))
+            let clock = store.clock();
+            Ok((Arc::new(store), clock))
         }
     }
 }
@@ -252,7 +257,7 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
             config.listen
         )));
     }
-    let store = open_store(&config).await?;
+    let (store, clock) = open_store(&config).await?;
     let listeners = Listeners::bind(&config).await.map_err(|e| Failure::runtime(format!("cannot listen: {e}")))?;
     if let Some(gateway) = listeners.gateway.as_ref().and_then(|l| l.local_addr().ok()) {
         let upstream = config.gateway.as_ref().map_or("", |g| g.upstream.as_str());
@@ -264,9 +269,7 @@ async fn serve(args: ServeArgs) -> Result<(), Failure> {
         StoreConfig::Postgres { .. } => "postgres".to_owned(),
     };
     tracing::info!(%addr, store = store_kind, "idem listening");
-    crate::run(config, store, Arc::new(SystemClock), listeners, shutdown_signal())
-        .await
-        .map_err(|e| Failure::runtime(e.to_string()))
+    crate::run(config, store, clock, listeners, shutdown_signal()).await.map_err(|e| Failure::runtime(e.to_string()))
 }
 
 /// Resolves on SIGINT or SIGTERM.
