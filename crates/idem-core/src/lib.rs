@@ -17,4 +17,4 @@ pub use duration::{format_duration, parse_duration};
 pub use error::{Invalid, StoreError};
 pub use key::{ClaimId, Parts};
 pub use namespace::Namespace;
-pub use store::Store;
+pub use store::{SignalHandler, Store, StoreSignal};

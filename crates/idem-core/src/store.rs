@@ -19,6 +19,18 @@ use crate::event::{Accept, Job, JobOutcome, NewEvent, Receipt, ReceiptFilter, Re
 use crate::gateway::{Begin, LeaseToken, NewRequest, RequestState, StoredResponse};
 use crate::{ClaimId, ClaimOutcome, ClaimRecord, Namespace, NewClaim, Parts, StoreError};
 
+/// A change made through another node that this node may be waiting for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreSignal {
+    /// Delivery jobs were queued.
+    JobsQueued,
+    /// A gateway key was completed or released.
+    RequestDone(ClaimId),
+}
+
+/// Receives [`StoreSignal`]s.
+pub type SignalHandler = Box<dyn Fn(StoreSignal) + Send + Sync>;
+
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Claims every item in order; within one call the first of two equal keys wins.
@@ -92,6 +104,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// Finishes pending writes and releases the store. Later calls answer `StoreError::Closed`.
     async fn close(&self);
+
+    /// Asks to hear of changes other nodes make (a shared database's notifications). A store that
+    /// only one process uses has none to tell, and ignores this.
+    fn on_signal(&self, _handler: SignalHandler) {}
 
     /// One claim by id.
     async fn get(&self, ns: &Namespace, id: &ClaimId) -> Result<Option<ClaimRecord>, StoreError> {

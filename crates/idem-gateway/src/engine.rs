@@ -89,6 +89,11 @@ impl Engine {
         &self.config
     }
 
+    /// Wakes this node's duplicates waiting on a key that another node completed or released.
+    pub fn wake(&self, id: &ClaimId) {
+        self.waiters.wake(id);
+    }
+
     /// Answers one request on a guarded route; `forward` sends it on when it is to execute.
     pub async fn handle<F>(
         self: &Arc<Self>,

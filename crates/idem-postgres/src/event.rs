@@ -66,6 +66,11 @@ async fn enqueue(
     .map(drop)
 }
 
+/// Wakes every node's delivery worker when this transaction commits.
+async fn notify_jobs(tx: &Transaction<'_>) -> Result<(), tokio_postgres::Error> {
+    tx.execute("SELECT pg_notify($1, $2)", &[&crate::signal::CHANNEL, &crate::signal::JOBS]).await.map(drop)
+}
+
 pub async fn accept(client: &mut Object, e: &NewEvent, now: Timestamp) -> Result<Accept, StoreError> {
     retrying!(client, |tx| {
         let id = ReceiptId::generate(now);
@@ -79,6 +84,7 @@ pub async fn accept(client: &mut Object, e: &NewEvent, now: Timestamp) -> Result
             .await?;
         if inserted.is_some() {
             enqueue(&tx, id.as_str(), DELIVERY, now, None).await?;
+            notify_jobs(&tx).await?;
             Ok(Accept::Accepted { receipt_id: id })
         } else {
             let row = tx
@@ -262,6 +268,7 @@ pub async fn replay(client: &mut Object, id: &ReceiptId, now: Timestamp) -> Resu
                     )
                     .await?;
                     enqueue(&tx, id.as_str(), DELIVERY, now, None).await?;
+                    notify_jobs(&tx).await?;
                 }
                 Ok(Some(status))
             }

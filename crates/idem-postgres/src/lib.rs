@@ -12,6 +12,7 @@ mod event;
 mod group;
 mod request;
 mod schema;
+mod signal;
 mod time;
 
 pub use time::TimeSource;
@@ -40,6 +41,8 @@ pub struct PgStore {
     clock: Arc<dyn Clock>,
     /// Single claims go through group commit.
     singles: tokio::sync::mpsc::Sender<group::Queued>,
+    /// Who hears of other nodes' changes (LISTEN/NOTIFY).
+    handlers: signal::Handlers,
 }
 
 /// Maps a driver error to the store's terms; SQLSTATEs stay inside this crate.
@@ -81,6 +84,7 @@ impl PgStore {
         pool_size: usize,
         time: TimeSource,
     ) -> Result<Self, OpenError> {
+        let listen_config = config.clone();
         let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
         let pool =
             Pool::builder(manager).max_size(pool_size.max(1)).build().map_err(|e| OpenError::Connect(e.to_string()))?;
@@ -89,7 +93,9 @@ impl PgStore {
             TimeSource::Database { local } => time::DatabaseClock::start(local, pool.clone()).await,
         };
         let singles = group::spawn(pool.clone(), Arc::clone(&clock), (pool_size / 2).max(1));
-        let store = Self { pool, clock, singles };
+        let handlers = signal::Handlers::default();
+        signal::spawn(listen_config, Arc::clone(&handlers));
+        let store = Self { pool, clock, singles, handlers };
         let mut client = store.client().await.map_err(|e| OpenError::Connect(e.to_string()))?;
         schema::migrate(&mut client).await.map_err(|e| OpenError::Connect(e.to_string()))?;
         Ok(store)
@@ -202,11 +208,21 @@ impl Store for PgStore {
 
     async fn release_request(&self, id: &ClaimId, token: LeaseToken) -> Result<bool, StoreError> {
         let client = self.client().await?;
-        let n = client
-            .execute("DELETE FROM requests WHERE id = $1 AND state = 0 AND token = $2", &[&&id.0[..], &&token.0[..]])
+        let released = client
+            .query(
+                "WITH gone AS (DELETE FROM requests WHERE id = $1 AND state = 0 AND token = $2 RETURNING id)
+                 SELECT pg_notify($3, $4) FROM gone",
+                &[&&id.0[..], &&token.0[..], &signal::CHANNEL, &signal::request_done(id)],
+            )
             .await
             .map_err(store_error)?;
-        Ok(n == 1)
+        Ok(released.len() == 1)
+    }
+
+    fn on_signal(&self, handler: idem_core::SignalHandler) {
+        if let Ok(mut handlers) = self.handlers.lock() {
+            handlers.push(handler);
+        }
     }
 
     async fn peek_request(&self, id: &ClaimId) -> Result<Option<RequestState>, StoreError> {

@@ -79,15 +79,25 @@ pub async fn complete(
     ttl: Duration,
     now: Timestamp,
 ) -> Result<bool, StoreError> {
-    let n = client
-        .execute(
-            "UPDATE requests SET state = 1, token = NULL, until = $1, response = $2
-             WHERE id = $3 AND state = 0 AND token = $4 AND until > $5",
-            &[&now.plus(ttl).millis(), &response, &&id.0[..], &&token.0[..], &now.millis()],
+    // The notification is sent only if the row was completed, and delivered when that commits.
+    let done = client
+        .query(
+            "WITH done AS (UPDATE requests SET state = 1, token = NULL, until = $1, response = $2
+                           WHERE id = $3 AND state = 0 AND token = $4 AND until > $5 RETURNING id)
+             SELECT pg_notify($6, $7) FROM done",
+            &[
+                &now.plus(ttl).millis(),
+                &response,
+                &&id.0[..],
+                &&token.0[..],
+                &now.millis(),
+                &crate::signal::CHANNEL,
+                &crate::signal::request_done(id),
+            ],
         )
         .await
         .map_err(store_error)?;
-    Ok(n == 1)
+    Ok(done.len() == 1)
 }
 
 pub async fn peek(client: &Object, id: &ClaimId, now: Timestamp) -> Result<Option<RequestState>, StoreError> {

@@ -67,6 +67,10 @@ impl Proxy {
         })
     }
 
+    pub fn engine(&self) -> Arc<Engine> {
+        Arc::clone(&self.engine)
+    }
+
     pub fn router(self) -> Router {
         Router::new().fallback(proxy).with_state(Arc::new(self))
     }

@@ -24,7 +24,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::{Clock, Store};
+use idem_core::{Clock, Store, StoreSignal};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -64,11 +64,14 @@ pub async fn run(
     let (stop, stopped) = watch::channel(false);
     let sweeper = tokio::spawn(sweeper::run(Arc::clone(&store), config.sweeper.clone(), stopped.clone()));
     let upkeep = tokio::spawn(metrics_upkeep(handle, stopped.clone()));
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let mut engine = None;
     let gateway = match (&config.gateway, listeners.gateway) {
         (Some(gateway), Some(listener)) => {
             let proxy =
                 gateway::Proxy::new(gateway, config.limits.max_body_bytes, Arc::clone(&store), Arc::clone(&clock))
                     .map_err(std::io::Error::other)?;
+            engine = Some(proxy.engine());
             let stopped = stopped.clone();
             Some(tokio::spawn(
                 axum::serve(listener, proxy.router()).with_graceful_shutdown(until_stopped(stopped)).into_future(),
@@ -76,7 +79,16 @@ pub async fn run(
         }
         _ => None,
     };
-    let wake = Arc::new(tokio::sync::Notify::new());
+    // Changes other nodes make (a shared database) wake what waits here: no polling needed.
+    let signal_wake = Arc::clone(&wake);
+    store.on_signal(Box::new(move |signal| match signal {
+        StoreSignal::JobsQueued => signal_wake.notify_one(),
+        StoreSignal::RequestDone(id) => {
+            if let Some(engine) = &engine {
+                engine.wake(&id);
+            }
+        }
+    }));
     let delivery = if config.sources.is_empty() {
         None
     } else {

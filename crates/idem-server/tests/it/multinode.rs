@@ -108,6 +108,36 @@ async fn three_nodes_one_database() {
     assert_eq!(upstream.count("/orders"), 1, "the upstream saw exactly one of 200 requests across 3 nodes");
     assert_eq!(bodies.len(), 1, "all 200 got the same answer");
 
+    // A duplicate waiting on node 1 for node 0's request is woken by NOTIFY as soon as it completes,
+    // not by its once-a-second poll.
+    let first = {
+        let gateway = c.gateways[0].clone();
+        tokio::spawn(async move {
+            let headers =
+                [("content-type", "application/json"), ("idempotency-key", "notified"), ("x-delay-ms", "400")];
+            gateway
+                .send_with(Method::POST, "/orders", Some(Bytes::from_static(b"{}")), &headers)
+                .await
+                .expect("request")
+        })
+    };
+    while upstream.count("/orders") < 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let started = Instant::now();
+    let headers = [("content-type", "application/json"), ("idempotency-key", "notified")];
+    let waited = c.gateways[1]
+        .send_with(Method::POST, "/orders", Some(Bytes::from_static(b"{}")), &headers)
+        .await
+        .expect("request");
+    let elapsed = started.elapsed();
+    assert_eq!(waited.status, 201);
+    assert_eq!(waited.body, first.await.expect("task").body, "the waiter got the first request's answer");
+    assert!(
+        elapsed < Duration::from_millis(900),
+        "woken by the other node's notification, not a 1 s poll: {elapsed:?}"
+    );
+
     // Events accepted on node 0 are delivered by all three; node 1 is killed mid-delivery.
     let api = c.api(0);
     let mut receipts = Vec::new();
