@@ -10,5 +10,6 @@ mod examples;
 mod gateway;
 mod multinode;
 mod ops;
+mod pg_restart;
 mod process;
 mod support;
