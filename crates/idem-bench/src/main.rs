@@ -1,0 +1,119 @@
+//! `idem-bench`: idem measured side by side with its anchors, in one run, on one machine. Each
+//! scenario starts what it needs (idem on a fresh data dir, a built-in upstream, a private Redis)
+//! and prints a table with ratios — absolute figures drift on shared machines; ratios hold.
+//!
+//! ```sh
+//! cargo build --release -p idem-server -p idem-bench
+//! ./target/release/idem-bench all --quick --json bench.json
+//! ```
+
+mod load;
+mod scenario;
+mod target;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "idem-bench", about = "idem beside its anchors, in one run")]
+struct Cli {
+    #[command(subcommand)]
+    scenario: Which,
+    /// Short runs (1 s warm-up, 4 s per measurement): `all --quick` takes about two minutes.
+    #[arg(long, global = true)]
+    quick: bool,
+    /// Seconds per measurement (default 10, or 4 with --quick).
+    #[arg(long, global = true)]
+    seconds: Option<u64>,
+    /// Concurrent connections.
+    #[arg(long, global = true, default_value_t = 64)]
+    connections: usize,
+    /// Also write the results as JSON.
+    #[arg(long, global = true)]
+    json: Option<PathBuf>,
+    /// PostgreSQL for the INSERT … ON CONFLICT anchor.
+    #[arg(
+        long,
+        global = true,
+        env = "IDEM_BENCH_DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/postgres"
+    )]
+    database_url: String,
+}
+
+#[derive(Debug, Clone, Subcommand, PartialEq, Eq)]
+enum Which {
+    /// Single durable claims (unique keys, and 10 % repeats) beside Redis SET NX and PostgreSQL.
+    Claims,
+    /// 500-item batch claims, in keys per second.
+    ClaimsBatch,
+    /// The gateway's replay and first-execution paths beside the upstream called directly.
+    Gateway,
+    /// Event intake beside single claims of the same build.
+    Events,
+    /// Every scenario above.
+    All,
+    /// (internal) Serve the built-in upstream on ADDR, as its own process.
+    #[command(hide = true)]
+    Upstream { addr: String },
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    if let Which::Upstream { addr } = &cli.scenario {
+        return match target::serve_upstream(addr).await {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("idem-bench upstream: {e}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
+    let seconds = cli.seconds.unwrap_or(if cli.quick { 4 } else { 10 });
+    let plan = load::Plan {
+        connections: cli.connections,
+        warmup: Duration::from_secs(if cli.quick { 1 } else { 2 }),
+        duration: Duration::from_secs(seconds),
+    };
+    let ctx = scenario::Context { plan, database_url: cli.database_url.clone() };
+    let which: Vec<Which> = match cli.scenario.clone() {
+        Which::All => vec![Which::Claims, Which::ClaimsBatch, Which::Gateway, Which::Events],
+        one => vec![one],
+    };
+    let mut tables = Vec::new();
+    for w in which {
+        let table = match w {
+            Which::Claims => scenario::claims(&ctx).await,
+            Which::ClaimsBatch => scenario::claims_batch(&ctx).await,
+            Which::Gateway => scenario::gateway(&ctx).await,
+            Which::Events => scenario::events(&ctx).await,
+            Which::All | Which::Upstream { .. } => unreachable!("handled above"),
+        };
+        match table {
+            Ok(table) => {
+                table.print();
+                tables.push(table);
+            }
+            Err(e) => {
+                eprintln!("idem-bench: {w:?} failed: {e}");
+                return std::process::ExitCode::FAILURE;
+            }
+        }
+    }
+    if let Some(path) = cli.json {
+        let doc = serde_json::json!({
+            "machine": { "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0) },
+            "seconds_per_measurement": seconds,
+            "connections": cli.connections,
+            "scenarios": tables,
+        });
+        if let Err(e) = std::fs::write(&path, serde_json::to_string_pretty(&doc).unwrap_or_default()) {
+            eprintln!("idem-bench: cannot write {}: {e}", path.display());
+            return std::process::ExitCode::FAILURE;
+        }
+    }
+    std::process::ExitCode::SUCCESS
+}
