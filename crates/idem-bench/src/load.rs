@@ -26,6 +26,21 @@ pub struct Measured {
 }
 
 impl Measured {
+    /// A rate measured by counting, without per-operation latencies.
+    pub fn throughput(name: &str, ops_per_sec: f64, total: u64) -> Self {
+        Self {
+            name: name.to_owned(),
+            ops_per_sec,
+            per_op: 1,
+            p50_ms: f64::NAN,
+            p90_ms: f64::NAN,
+            p99_ms: f64::NAN,
+            max_ms: f64::NAN,
+            errors: 0,
+            total,
+        }
+    }
+
     pub fn items_per_sec(&self) -> f64 {
         self.ops_per_sec * self.per_op as f64
     }
@@ -59,8 +74,9 @@ where
                 while !stop.load(Ordering::Relaxed) {
                     n += 1;
                     let started = Instant::now();
+                    let counted = counting.load(Ordering::Relaxed);
                     let result = op(c, n).await;
-                    if counting.load(Ordering::Relaxed) {
+                    if counted && counting.load(Ordering::Relaxed) {
                         let _ = hist.record(started.elapsed().as_micros().max(1) as u64);
                         done.fetch_add(1, Ordering::Relaxed);
                         if let Err(e) = result {
@@ -81,6 +97,8 @@ where
         let secs = started.elapsed().as_secs_f64();
         eprint!("\r  {name}: {:>5.1}s  {:>10.0} ops/s ", secs, done.load(Ordering::Relaxed) as f64 / secs);
     }
+    // Requests still in flight when the time is up are neither counted nor timed.
+    counting.store(false, Ordering::Relaxed);
     stop.store(true, Ordering::Relaxed);
     let elapsed = started.elapsed().as_secs_f64();
     eprintln!();

@@ -9,6 +9,8 @@
 
 mod load;
 mod scenario;
+mod stored;
+mod table;
 mod target;
 
 use std::path::PathBuf;
@@ -33,7 +35,11 @@ struct Cli {
     /// Also write the results as JSON.
     #[arg(long, global = true)]
     json: Option<PathBuf>,
-    /// PostgreSQL for the INSERT … ON CONFLICT anchor.
+    /// The store of the idem under test: the embedded `sqlite`, or `postgres` (a fresh schema in
+    /// the --database-url database, dropped afterwards).
+    #[arg(long, global = true, value_enum, default_value_t = StoreKind::Sqlite)]
+    store: StoreKind,
+    /// PostgreSQL for the INSERT … ON CONFLICT anchor (and for idem with --store postgres).
     #[arg(
         long,
         global = true,
@@ -41,6 +47,12 @@ struct Cli {
         default_value = "postgres://postgres@127.0.0.1:5432/postgres"
     )]
     database_url: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum StoreKind {
+    Sqlite,
+    Postgres,
 }
 
 #[derive(Debug, Clone, Subcommand, PartialEq, Eq)]
@@ -51,8 +63,17 @@ enum Which {
     ClaimsBatch,
     /// The gateway's replay and first-execution paths beside the upstream called directly.
     Gateway,
-    /// Event intake beside single claims of the same build.
+    /// Event intake and end-to-end delivery beside single claims of the same build.
     Events,
+    /// 500-key batch lookups among a million stored claims, beside PostgreSQL and Redis.
+    Lookup,
+    /// Claims and lookups as the store grows (0, 1 million and 10 million stored claims).
+    Scale {
+        /// Stored claims at which to measure, comma-separated [default: 0,1000000,10000000; with
+        /// --quick 0,1000000, since storing ten million claims takes minutes].
+        #[arg(long, value_delimiter = ',')]
+        stages: Vec<u64>,
+    },
     /// Every scenario above.
     All,
     /// (internal) Serve the built-in upstream on ADDR, as its own process.
@@ -78,18 +99,37 @@ async fn main() -> std::process::ExitCode {
         warmup: Duration::from_secs(if cli.quick { 1 } else { 2 }),
         duration: Duration::from_secs(seconds),
     };
-    let ctx = scenario::Context { plan, database_url: cli.database_url.clone() };
+    let backend = match cli.store {
+        StoreKind::Sqlite => target::Backend::Sqlite,
+        StoreKind::Postgres => target::Backend::Postgres(cli.database_url.clone()),
+    };
+    let ctx = scenario::Context {
+        plan,
+        database_url: cli.database_url.clone(),
+        backend,
+        quick: cli.quick,
+        claim_anchors: Default::default(),
+    };
     let which: Vec<Which> = match cli.scenario.clone() {
-        Which::All => vec![Which::Claims, Which::ClaimsBatch, Which::Gateway, Which::Events],
+        Which::All => vec![
+            Which::Claims,
+            Which::ClaimsBatch,
+            Which::Lookup,
+            Which::Gateway,
+            Which::Events,
+            Which::Scale { stages: Vec::new() },
+        ],
         one => vec![one],
     };
     let mut tables = Vec::new();
     for w in which {
-        let table = match w {
+        let table = match &w {
             Which::Claims => scenario::claims(&ctx).await,
             Which::ClaimsBatch => scenario::claims_batch(&ctx).await,
             Which::Gateway => scenario::gateway(&ctx).await,
             Which::Events => scenario::events(&ctx).await,
+            Which::Lookup => stored::lookup(&ctx).await,
+            Which::Scale { stages } => stored::scale(&ctx, stages.clone()).await,
             Which::All | Which::Upstream { .. } => unreachable!("handled above"),
         };
         match table {
@@ -108,12 +148,20 @@ async fn main() -> std::process::ExitCode {
             "machine": { "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0) },
             "seconds_per_measurement": seconds,
             "connections": cli.connections,
+            "store": format!("{:?}", cli.store).to_lowercase(),
             "scenarios": tables,
         });
         if let Err(e) = std::fs::write(&path, serde_json::to_string_pretty(&doc).unwrap_or_default()) {
             eprintln!("idem-bench: cannot write {}: {e}", path.display());
             return std::process::ExitCode::FAILURE;
         }
+    }
+    // A run in which requests failed measured something else than it says: fail it (CI's smoke
+    // test relies on this).
+    let failed: u64 = tables.iter().flat_map(|t| t.rows.iter().chain(&t.anchors)).map(|m| m.errors).sum();
+    if failed > 0 {
+        eprintln!("idem-bench: {failed} requests failed; the figures above do not stand");
+        return std::process::ExitCode::FAILURE;
     }
     std::process::ExitCode::SUCCESS
 }

@@ -1,75 +1,31 @@
 //! The scenarios. Each measures idem and the anchors that give its figures meaning, in one run.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
-use serde::Serialize;
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, OnceCell};
 
 use crate::load::{self, Measured, Plan};
-use crate::target::{self, Idem, Redis, RedisConn};
+use crate::table::Table;
+use crate::target::{self, Backend, Idem, Redis, RedisConn, Upstream, pg_error, unique_name};
 
 pub struct Context {
     pub plan: Plan,
+    /// The PostgreSQL of the `INSERT … ON CONFLICT` anchor (and of idem with `--store postgres`).
     pub database_url: String,
-}
-
-/// One scenario's results: idem's rows, the anchors' rows, and idem's heap.
-#[derive(Debug, Serialize)]
-pub struct Table {
-    pub scenario: &'static str,
-    pub rows: Vec<Measured>,
-    pub anchors: Vec<Measured>,
-    pub skipped: Vec<String>,
-    pub idem_heap_mib: Option<f64>,
-}
-
-impl Table {
-    pub fn print(&self) {
-        println!("\n## {}", self.scenario);
-        println!(
-            "{:<40} {:>12} {:>12} {:>9} {:>9} {:>9} {:>7}",
-            "", "ops/s", "items/s", "p50 ms", "p99 ms", "max ms", "errors"
-        );
-        for m in self.rows.iter().chain(&self.anchors) {
-            println!(
-                "{:<40} {:>12.0} {:>12.0} {:>9.2} {:>9.2} {:>9.1} {:>7}",
-                m.name,
-                m.ops_per_sec,
-                m.items_per_sec(),
-                m.p50_ms,
-                m.p99_ms,
-                m.max_ms,
-                m.errors
-            );
-        }
-        for row in &self.rows {
-            for anchor in &self.anchors {
-                println!(
-                    "  {} / {}: {:.2}x",
-                    row.name,
-                    anchor.name,
-                    row.items_per_sec() / anchor.items_per_sec().max(f64::MIN_POSITIVE)
-                );
-            }
-        }
-        for note in &self.skipped {
-            println!("  (skipped: {note})");
-        }
-        if let Some(heap) = self.idem_heap_mib {
-            println!("  idem heap (RssAnon): {heap:.0} MiB");
-        }
-    }
+    pub backend: Backend,
+    pub quick: bool,
+    /// The per-key anchors, measured once per run and shared by `claims` and `claims-batch`.
+    pub claim_anchors: OnceCell<(Vec<Measured>, Vec<String>)>,
 }
 
 fn unique(prefix: &str) -> String {
-    static RUN: AtomicU64 = AtomicU64::new(0);
-    format!("{prefix}-{}-{}", std::process::id(), RUN.fetch_add(1, Ordering::Relaxed))
+    unique_name(prefix).replace('_', "-")
 }
 
 /// Single claims of unique keys (and with 10 % repeats), beside Redis and PostgreSQL.
 pub async fn claims(ctx: &Context) -> Result<Table, String> {
-    let idem = Idem::start("").await?;
+    let idem = Idem::start(&ctx.backend, "").await?;
     let client = target::http();
     let url = format!("{}/v1/claims/bench", idem.url);
     let mut rows = Vec::new();
@@ -85,14 +41,19 @@ pub async fn claims(ctx: &Context) -> Result<Table, String> {
             .await,
         );
     }
-    let heap = idem.heap_mib();
+    let memory = idem.memory();
     drop(idem);
-    let (anchors, skipped) = claim_anchors(ctx).await;
-    Ok(Table { scenario: "claims", rows, anchors, skipped, idem_heap_mib: heap })
+    let (mut anchors, skipped) = claim_anchors(ctx).await;
+    anchors.push(http_ceiling(ctx, 1, |c, n| format!("{{\"parts\":[\"ceiling\",\"{c}\",\"{n}\"]}}")).await?);
+    Ok(Table::new("claims", rows, anchors).skipped(skipped).memory(memory))
 }
 
 /// Redis `SET NX EX` (in memory and fsync-always) and PostgreSQL `INSERT … ON CONFLICT`.
 async fn claim_anchors(ctx: &Context) -> (Vec<Measured>, Vec<String>) {
+    ctx.claim_anchors.get_or_init(|| measure_claim_anchors(ctx)).await.clone()
+}
+
+async fn measure_claim_anchors(ctx: &Context) -> (Vec<Measured>, Vec<String>) {
     let (mut anchors, mut skipped) = (Vec::new(), Vec::new());
     for (name, durable) in [("redis SET NX EX (in memory)", false), ("redis SET NX EX (appendfsync always)", true)] {
         let Some(redis) = Redis::start(durable).await else {
@@ -127,11 +88,11 @@ async fn claim_anchors(ctx: &Context) -> (Vec<Measured>, Vec<String>) {
 }
 
 async fn postgres_anchor(ctx: &Context) -> Result<Measured, String> {
-    let table = unique("idem_bench").replace('-', "_");
+    let table = unique_name("idem_bench");
     let mut clients = Vec::new();
     for _ in 0..ctx.plan.connections {
         let (client, connection) =
-            tokio_postgres::connect(&ctx.database_url, tokio_postgres::NoTls).await.map_err(|e| e.to_string())?;
+            tokio_postgres::connect(&ctx.database_url, tokio_postgres::NoTls).await.map_err(pg_error)?;
         tokio::spawn(connection);
         clients.push(client);
     }
@@ -140,49 +101,72 @@ async fn postgres_anchor(ctx: &Context) -> Result<Measured, String> {
             "CREATE TABLE {table} (id text PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT now())"
         ))
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(pg_error)?;
     let clients = Arc::new(clients);
     let sql = Arc::new(format!("INSERT INTO {table} (id) VALUES ($1) ON CONFLICT DO NOTHING"));
     let shared = Arc::clone(&clients);
-    let measured =
-        load::run("postgres INSERT … ON CONFLICT DO NOTHING", 1, ctx.plan, move |c, n| {
-            let (clients, sql) = (Arc::clone(&shared), Arc::clone(&sql));
-            async move {
-                clients[c].execute(sql.as_str(), &[&format!("{c}-{n}")]).await.map(drop).map_err(|e| e.to_string())
-            }
-        })
-        .await;
+    let measured = load::run("postgres INSERT … ON CONFLICT DO NOTHING", 1, ctx.plan, move |c, n| {
+        let (clients, sql) = (Arc::clone(&shared), Arc::clone(&sql));
+        async move { clients[c].execute(sql.as_str(), &[&format!("{c}-{n}")]).await.map(drop).map_err(pg_error) }
+    })
+    .await;
     let _ = clients[0].batch_execute(&format!("DROP TABLE {table}")).await;
     Ok(measured)
 }
 
+/// A 500-item batch of unique keys.
+fn batch_body(run: &str, c: usize, n: u64) -> String {
+    let items: Vec<String> = (0..500).map(|i| format!("{{\"key\":\"{run}-{c}-{n}-{i}\"}}")).collect();
+    format!("{{\"items\":[{}]}}", items.join(","))
+}
+
+/// The machine's HTTP ceiling: a minimal axum server answering "ok" to the same bodies, over the
+/// same connections, from its own process.
+pub async fn http_ceiling<B>(ctx: &Context, per_op: u64, body: B) -> Result<Measured, String>
+where
+    B: Fn(usize, u64) -> String + Send + Sync + 'static,
+{
+    let server = Upstream::start().await?;
+    let (client, url) = (target::http(), format!("{}/ok", server.url));
+    let name = if per_op == 1 {
+        "HTTP ceiling (axum \"ok\" server)".to_owned()
+    } else {
+        format!("HTTP ceiling (axum \"ok\" server), {per_op}-item bodies")
+    };
+    Ok(load::run(&name, per_op, ctx.plan, move |c, n| {
+        let (client, url, body) = (client.clone(), url.clone(), body(c, n));
+        async move { target::post(&client, &url, body, &[]).await }
+    })
+    .await)
+}
+
 /// 500-item batches, in keys per second, beside the same anchors.
 pub async fn claims_batch(ctx: &Context) -> Result<Table, String> {
-    let idem = Idem::start("[limits]\nmax_body_bytes = 4194304\n").await?;
+    let idem = Idem::start(&ctx.backend, "[limits]\nmax_body_bytes = 4194304\n").await?;
     let (client, url, run) = (target::http(), format!("{}/v1/claims/bench/batch", idem.url), unique("b"));
     let row = load::run("idem 500-item batches", 500, ctx.plan, move |c, n| {
         let (client, url) = (client.clone(), url.clone());
-        let items: Vec<String> = (0..500).map(|i| format!("{{\"key\":\"{run}-{c}-{n}-{i}\"}}")).collect();
-        let body = format!("{{\"items\":[{}]}}", items.join(","));
+        let body = batch_body(&run, c, n);
         async move { target::post(&client, &url, body, &[]).await }
     })
     .await;
-    let heap = idem.heap_mib();
+    let memory = idem.memory();
     drop(idem);
-    let (anchors, skipped) = claim_anchors(ctx).await;
-    Ok(Table { scenario: "claims-batch", rows: vec![row], anchors, skipped, idem_heap_mib: heap })
+    let (mut anchors, skipped) = claim_anchors(ctx).await;
+    anchors.push(http_ceiling(ctx, 500, |c, n| batch_body("ceiling", c, n)).await?);
+    Ok(Table::new("claims-batch", vec![row], anchors).skipped(skipped).memory(memory))
 }
 
 /// The gateway's replay and first-execution paths, beside the upstream called directly and the
 /// machine's HTTP ceiling.
 pub async fn gateway(ctx: &Context) -> Result<Table, String> {
-    let upstream_process = target::Upstream::start().await?;
+    let upstream_process = Upstream::start().await?;
     let upstream = upstream_process.url.clone();
     let gateway_port = target::free_port();
     let config = format!(
         "[gateway]\nlisten = \"127.0.0.1:{gateway_port}\"\nupstream = \"{upstream}\"\n\n[[gateway.routes]]\npath = \"/orders\"\nmethods = [\"POST\"]\nkey = \"required\"\n"
     );
-    let idem = Idem::start(&config).await?;
+    let idem = Idem::start(&ctx.backend, &config).await?;
     let client = target::http();
     let gw = format!("http://127.0.0.1:{gateway_port}/orders");
     // Complete the keys that the replay run will cycle through.
@@ -207,7 +191,7 @@ pub async fn gateway(ctx: &Context) -> Result<Table, String> {
         })
         .await,
     );
-    let heap = idem.heap_mib();
+    let memory = idem.memory();
     drop(idem);
     let (c4, direct) = (client.clone(), format!("{upstream}/orders"));
     let anchors = vec![
@@ -218,38 +202,64 @@ pub async fn gateway(ctx: &Context) -> Result<Table, String> {
         .await,
     ];
     drop(upstream_process);
-    Ok(Table { scenario: "gateway", rows, anchors, skipped: Vec::new(), idem_heap_mib: heap })
+    Ok(Table::new("gateway", rows, anchors).memory(memory))
 }
 
-/// Durable event intake (deliveries running to a built-in handler), beside single claims.
+/// Durable event intake and end-to-end delivery to the built-in handler, beside single claims of
+/// the same process measured just before (while nothing is being delivered).
 pub async fn events(ctx: &Context) -> Result<Table, String> {
-    let upstream_process = target::Upstream::start().await?;
+    let upstream_process = Upstream::start().await?;
     let upstream = upstream_process.url.clone();
     let config = format!(
         "[[sources]]\nname = \"bench\"\nhandler_url = \"{upstream}/handle\"\nevent_id = \"/id\"\nconcurrency = 64\n\
          signing_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n"
     );
-    let idem = Idem::start(&config).await?;
+    let idem = Idem::start(&ctx.backend, &config).await?;
     let client = target::http();
-    let (c1, url, run) = (client.clone(), format!("{}/v1/sources/bench/events", idem.url), unique("e"));
-    let intake = load::run("idem event intake (202)", 1, ctx.plan, move |c, n| {
-        let (client, url, body) = (c1.clone(), url.clone(), format!("{{\"id\":\"{run}-{c}-{n}\",\"amount\":42}}"));
-        async move { target::post(&client, &url, body, &[]).await }
-    })
-    .await;
-    let (c2, claims_url, run) = (client.clone(), format!("{}/v1/claims/bench", idem.url), unique("ec"));
+    let (c1, claims_url, run) = (client.clone(), format!("{}/v1/claims/bench", idem.url), unique("ec"));
     let claims = load::run("idem single claims (same process)", 1, ctx.plan, move |c, n| {
-        let (client, url, body) = (c2.clone(), claims_url.clone(), format!("{{\"key\":\"{run}-{c}-{n}\"}}"));
+        let (client, url, body) = (c1.clone(), claims_url.clone(), format!("{{\"key\":\"{run}-{c}-{n}\"}}"));
         async move { target::post(&client, &url, body, &[]).await }
     })
     .await;
-    let heap = idem.heap_mib();
-    drop((idem, upstream_process));
-    Ok(Table {
-        scenario: "events",
-        rows: vec![intake],
-        anchors: vec![claims],
-        skipped: Vec::new(),
-        idem_heap_mib: heap,
+    let started = Instant::now();
+    let (c2, url, run) = (client.clone(), format!("{}/v1/sources/bench/events", idem.url), unique("e"));
+    let intake = load::run("idem event intake (202)", 1, ctx.plan, move |c, n| {
+        let (client, url, body) = (c2.clone(), url.clone(), format!("{{\"id\":\"{run}-{c}-{n}\",\"amount\":42}}"));
+        async move { target::post(&client, &url, body, &[]).await }
     })
+    .await;
+    let delivery = delivered(&client, &idem, started).await?;
+    let memory = idem.memory();
+    drop((idem, upstream_process));
+    Ok(Table::new("events", vec![intake, delivery], vec![claims]).memory(memory))
+}
+
+/// Waits until every accepted event is delivered and completed; the rate is completed deliveries
+/// from the first event sent (warm-up included) to the last completion.
+async fn delivered(client: &target::Http, idem: &Idem, started: Instant) -> Result<Measured, String> {
+    let metrics = format!("{}/metrics", idem.url);
+    let value = |text: &str, series: &str| -> f64 {
+        text.lines().find_map(|l| l.strip_prefix(series)?.trim().parse().ok()).unwrap_or(0.0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let text = target::get_text(client, &metrics).await?;
+        let accepted = value(&text, "idem_events_intake_total{source=\"bench\",outcome=\"accepted\"}");
+        let completed = value(&text, "idem_deliveries_total{source=\"bench\",outcome=\"completed\"}");
+        let elapsed = started.elapsed().as_secs_f64();
+        eprint!("\r  delivering: {completed:.0} of {accepted:.0} completed ");
+        if completed >= accepted && accepted > 0.0 {
+            eprintln!();
+            return Ok(Measured::throughput(
+                "idem delivery, accepted → completed",
+                completed / elapsed,
+                completed as u64,
+            ));
+        }
+        if Instant::now() > deadline {
+            return Err(format!("only {completed} of {accepted} events delivered after 10 minutes"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

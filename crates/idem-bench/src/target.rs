@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -14,6 +15,8 @@ use hyper_util::rt::TokioExecutor;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
+use crate::table::Memory;
+
 pub type Http = Client<HttpConnector, Full<Bytes>>;
 
 pub fn http() -> Http {
@@ -24,6 +27,20 @@ pub fn http() -> Http {
 
 /// POSTs `body` with extra headers; a non-2xx answer is an error.
 pub async fn post(client: &Http, url: &str, body: String, headers: &[(&str, &str)]) -> Result<(), String> {
+    post_for_body(client, url, body, headers).await.map(drop)
+}
+
+/// GETs `url` and returns the answer as text; a non-2xx answer is an error.
+pub async fn get_text(client: &Http, url: &str) -> Result<String, String> {
+    let request = Request::get(url).body(Full::new(Bytes::new())).map_err(|e| e.to_string())?;
+    let response = client.request(request).await.map_err(|e| e.to_string())?;
+    let status = response.status();
+    let body = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+    if status.is_success() { Ok(String::from_utf8_lossy(&body).into_owned()) } else { Err(format!("status {status}")) }
+}
+
+/// POSTs `body` and returns the answer's body; a non-2xx answer is an error.
+pub async fn post_for_body(client: &Http, url: &str, body: String, headers: &[(&str, &str)]) -> Result<Bytes, String> {
     let mut request = Request::builder().method(Method::POST).uri(url).header("content-type", "application/json");
     for (name, value) in headers {
         request = request.header(*name, *value);
@@ -31,18 +48,28 @@ pub async fn post(client: &Http, url: &str, body: String, headers: &[(&str, &str
     let request = request.body(Full::new(Bytes::from(body))).map_err(|e| e.to_string())?;
     let response = client.request(request).await.map_err(|e| e.to_string())?;
     let status = response.status();
-    let _ = response.into_body().collect().await;
-    if status.is_success() { Ok(()) } else { Err(format!("status {status}")) }
+    let body = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+    if status.is_success() { Ok(body) } else { Err(format!("status {status}")) }
 }
 
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(7499)
 }
 
+/// Which store the idem under test uses.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    /// The embedded store, in a fresh data dir.
+    Sqlite,
+    /// PostgreSQL at this URL, in a fresh schema dropped afterwards.
+    Postgres(String),
+}
+
 /// An `idem serve` started for one scenario, stopped when dropped.
 pub struct Idem {
     child: Child,
     pub url: String,
+    schema: Option<(String, String)>,
     _dir: tempfile::TempDir,
 }
 
@@ -53,28 +80,42 @@ impl Idem {
         me.parent().map(|d| d.join("idem")).unwrap_or_else(|| PathBuf::from("idem"))
     }
 
-    /// Starts idem with `config` (TOML) and waits until it is ready.
-    pub async fn start(config: &str) -> Result<Self, String> {
+    /// Starts idem on `backend` with `config` (TOML) and waits until it is ready.
+    pub async fn start(backend: &Backend, config: &str) -> Result<Self, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let port = free_port();
         let file = dir.path().join("idem.toml");
         std::fs::write(&file, config).map_err(|e| e.to_string())?;
-        let child = Command::new(Self::binary())
+        let mut command = Command::new(Self::binary());
+        command
             .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--config"])
             .arg(&file)
             .arg("--data-dir")
             .arg(dir.path().join("data"))
             .env("IDEM_LOG__LEVEL", "warn")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| {
-                format!(
-                    "cannot start {}: {e} (build it: cargo build --release -p idem-server)",
-                    Self::binary().display()
-                )
-            })?;
-        let idem = Self { child, url: format!("http://127.0.0.1:{port}"), _dir: dir };
+            .stderr(Stdio::null());
+        let mut schema = None;
+        if let Backend::Postgres(base) = backend {
+            let name = unique_name("idem_bench");
+            let (client, connection) = tokio_postgres::connect(base, tokio_postgres::NoTls)
+                .await
+                .map_err(|e| format!("postgres: {}", pg_error(e)))?;
+            tokio::spawn(connection);
+            client
+                .batch_execute(&format!("CREATE SCHEMA {name}"))
+                .await
+                .map_err(|e| format!("postgres: {}", pg_error(e)))?;
+            let sep = if base.contains('?') { '&' } else { '?' };
+            command
+                .args(["--store", "postgres"])
+                .env("IDEM_DATABASE_URL", format!("{base}{sep}options=-c%20search_path%3D{name}"));
+            schema = Some((base.clone(), name));
+        }
+        let child = command.spawn().map_err(|e| {
+            format!("cannot start {}: {e} (build it: cargo build --release -p idem-server)", Self::binary().display())
+        })?;
+        let idem = Self { child, url: format!("http://127.0.0.1:{port}"), schema, _dir: dir };
         let client = http();
         for _ in 0..200 {
             let ready = Request::get(format!("{}/readyz", idem.url))
@@ -88,11 +129,14 @@ impl Idem {
         Err("idem did not become ready".into())
     }
 
-    /// Heap of the idem process (RssAnon; the mapped database file is page cache, not heap).
-    pub fn heap_mib(&self) -> Option<f64> {
+    /// The process's peak resident set and its heap, from `/proc`.
+    pub fn memory(&self) -> Option<Memory> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
-        let kib: f64 = status.lines().find(|l| l.starts_with("RssAnon:"))?.split_whitespace().nth(1)?.parse().ok()?;
-        Some(kib / 1024.0)
+        let mib = |field: &str| -> Option<f64> {
+            let kib: f64 = status.lines().find(|l| l.starts_with(field))?.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib / 1024.0)
+        };
+        Some(Memory { peak_rss_mib: mib("VmHWM:")?, heap_mib: mib("RssAnon:")? })
     }
 }
 
@@ -100,11 +144,36 @@ impl Drop for Idem {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some((base, name)) = self.schema.take() {
+            // Drop runs inside the (multi-threaded) runtime: leave it briefly to clean up.
+            tokio::task::block_in_place(|| {
+                tokio::runtime::Handle::current().block_on(async {
+                    if let Ok((client, connection)) = tokio_postgres::connect(&base, tokio_postgres::NoTls).await {
+                        tokio::spawn(connection);
+                        let _ = client.batch_execute(&format!("DROP SCHEMA {name} CASCADE")).await;
+                    }
+                })
+            });
+        }
     }
 }
 
+/// A PostgreSQL error with the server's message, where there is one.
+pub fn pg_error(e: tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.code().code(), db.message()),
+        None => e.to_string(),
+    }
+}
+
+/// A name no other run of this process or of another one uses (for keys, tables, schemas).
+pub fn unique_name(prefix: &str) -> String {
+    static RUN: AtomicU64 = AtomicU64::new(0);
+    format!("{prefix}_{}_{}", std::process::id(), RUN.fetch_add(1, Ordering::Relaxed))
+}
+
 /// The built-in minimal upstream: `POST /orders` → 201 with a small JSON body, `POST /handle` →
-/// 200 (an event handler). It runs as its own process (this binary, re-launched), like idem, so
+/// 200 (an event handler), `POST /ok` → 200 "ok" (the machine's HTTP ceiling). It runs as its own process (this binary, re-launched), like idem, so
 /// that measuring it directly does not share the load generator's runtime.
 pub struct Upstream {
     child: Child,
@@ -147,7 +216,8 @@ pub async fn serve_upstream(addr: &str) -> Result<(), String> {
             "/orders",
             post(|| async { (http::StatusCode::CREATED, [("content-type", "application/json")], "{\"order_id\":1}") }),
         )
-        .route("/handle", post(|| async { http::StatusCode::OK }));
+        .route("/handle", post(|| async { http::StatusCode::OK }))
+        .route("/ok", post(|| async { "ok" }));
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| e.to_string())?;
     axum::serve(listener, app).await.map_err(|e| e.to_string())
 }
@@ -197,7 +267,7 @@ impl Drop for Redis {
     }
 }
 
-/// One Redis connection speaking just enough RESP for `SET key v NX EX 86400`.
+/// One Redis connection speaking just enough RESP for `SET key v NX EX 86400`, `MSET` and `MGET`.
 pub struct RedisConn(BufReader<TcpStream>);
 
 impl RedisConn {
@@ -214,5 +284,53 @@ impl RedisConn {
         let mut line = String::new();
         self.0.read_line(&mut line).await.map_err(|e| e.to_string())?;
         if line.starts_with('+') || line.starts_with("$-1") { Ok(()) } else { Err(format!("redis answered {line:?}")) }
+    }
+
+    /// Stores every key with `MSET`, a thousand per command.
+    pub async fn mset(&mut self, keys: impl Iterator<Item = String>) -> Result<(), String> {
+        let keys: Vec<String> = keys.collect();
+        for chunk in keys.chunks(1000) {
+            let mut cmd = format!("*{}\r\n$4\r\nMSET\r\n", 1 + 2 * chunk.len());
+            for key in chunk {
+                cmd.push_str(&format!("${}\r\n{key}\r\n$1\r\nv\r\n", key.len()));
+            }
+            self.0.get_mut().write_all(cmd.as_bytes()).await.map_err(|e| e.to_string())?;
+            let line = self.line().await?;
+            if !line.starts_with('+') {
+                return Err(format!("redis answered {line:?}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// `MGET` of `keys`; how many of them exist.
+    pub async fn mget(&mut self, keys: &[String]) -> Result<usize, String> {
+        let mut cmd = format!("*{}\r\n$4\r\nMGET\r\n", 1 + keys.len());
+        for key in keys {
+            cmd.push_str(&format!("${}\r\n{key}\r\n", key.len()));
+        }
+        self.0.get_mut().write_all(cmd.as_bytes()).await.map_err(|e| e.to_string())?;
+        let header = self.line().await?;
+        let n: usize =
+            header.trim_start_matches('*').trim().parse().map_err(|_| format!("redis answered {header:?}"))?;
+        let mut found = 0;
+        for _ in 0..n {
+            let bulk = self.line().await?;
+            if bulk.starts_with("$-1") {
+                continue;
+            }
+            self.line().await?;
+            found += 1;
+        }
+        Ok(found)
+    }
+
+    async fn line(&mut self) -> Result<String, String> {
+        let mut line = String::new();
+        match self.0.read_line(&mut line).await {
+            Ok(0) => Err("redis closed the connection".into()),
+            Ok(_) => Ok(line),
+            Err(e) => Err(e.to_string()),
+        }
     }
 }

@@ -145,11 +145,25 @@ fn hex_value(c: u8) -> Option<u8> {
 
 impl std::fmt::Display for ClaimId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for b in self.0 {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
+        let mut out = [0u8; 64];
+        f.write_str(hex_into(&self.0, &mut out))
     }
+}
+
+/// `bytes` as lowercase hex digits. Ids are written in every lookup result, where formatting byte
+/// by byte through `fmt` showed up in profiles.
+pub fn hex(bytes: &[u8]) -> String {
+    let mut out = vec![0u8; bytes.len() * 2];
+    hex_into(bytes, &mut out).to_owned()
+}
+
+fn hex_into<'a>(bytes: &[u8], out: &'a mut [u8]) -> &'a str {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = DIGITS[usize::from(b >> 4)];
+        pair[1] = DIGITS[usize::from(b & 0xf)];
+    }
+    std::str::from_utf8(out).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -186,6 +200,12 @@ mod tests {
         assert!(Parts::new(vec!["a\0b".into()]).is_err());
         assert!(Parts::new(vec!["x".repeat(1025)]).is_err());
         assert!(Parts::new(vec!["x".repeat(1024)]).is_ok());
+    }
+
+    #[test]
+    fn hex_is_lowercase_and_two_digits_per_byte() {
+        assert_eq!(hex(&[0x00, 0x0f, 0xa0, 0xff]), "000fa0ff");
+        assert_eq!(hex(&[]), "");
     }
 
     #[test]

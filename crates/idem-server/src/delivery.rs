@@ -153,7 +153,7 @@ impl Delivery {
             }
             JobKind::Result => {
                 let Some(url) = source.result.clone() else { return };
-                let suffix: String = Sha256::digest(&job.body)[..4].iter().map(|b| format!("{b:02x}")).collect();
+                let suffix = idem_core::key::hex(&Sha256::digest(&job.body)[..4]);
                 let max = source.config.result_backoff.len() as u32 + 1;
                 (url, format!("{}_result_{suffix}", job.receipt_id), &source.config.result_backoff, max)
             }

@@ -13,7 +13,7 @@ pub struct ReceiptId(String);
 impl ReceiptId {
     pub fn generate(now: Timestamp) -> Self {
         let unique = LeaseToken::generate().0;
-        let tail: String = unique[4..].iter().map(|b| format!("{b:02x}")).collect();
+        let tail = crate::key::hex(&unique[4..]);
         Self(format!("rcpt_{:012x}{tail}", now.millis().max(0)))
     }
 
