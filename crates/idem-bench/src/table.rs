@@ -26,13 +26,17 @@ pub struct Ratio {
     pub ratio: f64,
 }
 
-/// The idem process's memory at the end of a scenario, from `/proc/PID/status`.
+/// The idem process's memory over a scenario, from `/proc/PID`.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Memory {
-    /// Peak resident set (VmHWM), including pages of the memory-mapped database file.
+    /// The kernel's peak resident set (VmHWM). It counts the memory-mapped database once per
+    /// mapping, and every SQLite connection maps it: with a large database it overstates.
     pub peak_rss_mib: f64,
-    /// Anonymous memory (RssAnon) at the end: the heap, without the mapped file.
-    pub heap_mib: f64,
+    /// Peak proportional set size, sampled each second: heap plus mapped database pages, each
+    /// page counted once. What the process costs the machine.
+    pub peak_pss_mib: f64,
+    /// Peak anonymous memory (RssAnon), sampled each second: the heap.
+    pub peak_heap_mib: f64,
 }
 
 impl Table {
@@ -80,8 +84,9 @@ impl Table {
         }
         if let Some(m) = self.memory {
             println!(
-                "  idem memory: peak RSS {:.0} MiB (with the mapped database), heap {:.0} MiB",
-                m.peak_rss_mib, m.heap_mib
+                "  idem memory, peaks: heap {:.0} MiB; PSS {:.0} MiB (heap + mapped database pages); \
+                 RSS {:.0} MiB (VmHWM: counts mapped pages once per connection)",
+                m.peak_heap_mib, m.peak_pss_mib, m.peak_rss_mib
             );
         }
     }

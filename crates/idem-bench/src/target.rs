@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -70,6 +71,8 @@ pub struct Idem {
     child: Child,
     pub url: String,
     schema: Option<(String, String)>,
+    peaks: Arc<std::sync::Mutex<(f64, f64)>>,
+    sampler: tokio::task::JoinHandle<()>,
     _dir: tempfile::TempDir,
 }
 
@@ -115,7 +118,9 @@ impl Idem {
         let child = command.spawn().map_err(|e| {
             format!("cannot start {}: {e} (build it: cargo build --release -p idem-server)", Self::binary().display())
         })?;
-        let idem = Self { child, url: format!("http://127.0.0.1:{port}"), schema, _dir: dir };
+        let peaks = Arc::new(std::sync::Mutex::new((0.0, 0.0)));
+        let sampler = sample_memory(child.id(), Arc::clone(&peaks));
+        let idem = Self { child, url: format!("http://127.0.0.1:{port}"), schema, peaks, sampler, _dir: dir };
         let client = http();
         for _ in 0..200 {
             let ready = Request::get(format!("{}/readyz", idem.url))
@@ -129,19 +134,40 @@ impl Idem {
         Err("idem did not become ready".into())
     }
 
-    /// The process's peak resident set and its heap, from `/proc`.
+    /// The process's memory: the kernel's peak RSS, and the peaks of what the sampler saw.
     pub fn memory(&self) -> Option<Memory> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
-        let mib = |field: &str| -> Option<f64> {
-            let kib: f64 = status.lines().find(|l| l.starts_with(field))?.split_whitespace().nth(1)?.parse().ok()?;
-            Some(kib / 1024.0)
-        };
-        Some(Memory { peak_rss_mib: mib("VmHWM:")?, heap_mib: mib("RssAnon:")? })
+        let peaks = *self.peaks.lock().ok()?;
+        Some(Memory { peak_rss_mib: field_mib(&status, "VmHWM:")?, peak_pss_mib: peaks.0, peak_heap_mib: peaks.1 })
     }
+}
+
+/// A value in KiB from a `/proc` file, in MiB.
+fn field_mib(text: &str, field: &str) -> Option<f64> {
+    let kib: f64 = text.lines().find(|l| l.starts_with(field))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+/// Samples a process's proportional set size (PSS: pages of the memory-mapped database counted once,
+/// however many connections map them) and its heap (RssAnon) every second, keeping the peaks.
+fn sample_memory(pid: u32, peaks: Arc<std::sync::Mutex<(f64, f64)>>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let pss = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok();
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok();
+            let pss = pss.as_deref().and_then(|t| field_mib(t, "Pss:"));
+            let heap = status.as_deref().and_then(|t| field_mib(t, "RssAnon:"));
+            if let (Some(pss), Some(heap), Ok(mut peaks)) = (pss, heap, peaks.lock()) {
+                *peaks = (peaks.0.max(pss), peaks.1.max(heap));
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    })
 }
 
 impl Drop for Idem {
     fn drop(&mut self) {
+        self.sampler.abort();
         let _ = self.child.kill();
         let _ = self.child.wait();
         if let Some((base, name)) = self.schema.take() {
