@@ -7,7 +7,9 @@ use tokio::sync::{Mutex, OnceCell};
 
 use crate::load::{self, Measured, Plan};
 use crate::table::Table;
-use crate::target::{self, Backend, Idem, Redis, RedisConn, Upstream, pg_error, unique_name};
+use crate::target::{
+    self, Backend, HttpConn, HttpConns, Idem, PgTable, Redis, RedisConn, Upstream, pg_error, unique_name,
+};
 
 pub struct Context {
     pub plan: Plan,
@@ -23,23 +25,66 @@ fn unique(prefix: &str) -> String {
     unique_name(prefix).replace('_', "-")
 }
 
+/// A cheap, well-mixed pseudo-random number (splitmix64), for keys and picks.
+pub fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// A request of a measurement: its body, and the Idempotency-Key to send with it, if any.
+pub struct Post {
+    pub body: String,
+    pub key: Option<String>,
+}
+
+impl Post {
+    pub fn body(body: String) -> Self {
+        Self { body, key: None }
+    }
+}
+
+/// Any 2xx answer will do.
+pub fn any_answer(_: &[u8]) -> Result<(), String> {
+    Ok(())
+}
+
+/// Measures POSTs to `base` + `path`, each loop on a connection of its own; `make(c, n)` builds
+/// request `n` of connection `c`, and `check` judges each 2xx answer's body.
+pub async fn measure_posts<M>(
+    ctx: &Context,
+    name: &str,
+    per_op: u64,
+    (base, path): (&str, &str),
+    make: M,
+    check: fn(&[u8]) -> Result<(), String>,
+) -> Measured
+where
+    M: Fn(usize, u64) -> Post + Send + Sync + 'static,
+{
+    let (conns, path) = (HttpConns::new(base, ctx.plan.connections), Arc::new(path.to_owned()));
+    load::run(name, per_op, ctx.plan, move |c, n| {
+        let (conns, path, post) = (Arc::clone(&conns), Arc::clone(&path), make(c, n));
+        async move {
+            let headers: Vec<(&str, &str)> = post.key.iter().map(|k| ("idempotency-key", k.as_str())).collect();
+            check(&conns.post(c, &path, post.body, &headers).await?)
+        }
+    })
+    .await
+}
+
 /// Single claims of unique keys (and with 10 % repeats), beside Redis and PostgreSQL.
 pub async fn claims(ctx: &Context) -> Result<Table, String> {
     let idem = Idem::start(&ctx.backend, "").await?;
-    let client = target::http();
-    let url = format!("{}/v1/claims/bench", idem.url);
     let mut rows = Vec::new();
     for (name, repeat) in [("idem single claims", false), ("idem single claims, 10 % repeats", true)] {
-        let (client, url, run) = (client.clone(), url.clone(), unique("c"));
-        rows.push(
-            load::run(name, 1, ctx.plan, move |c, n| {
-                let (client, url) = (client.clone(), url.clone());
-                let n = if repeat && n % 10 == 0 && n > 10 { n - 10 } else { n };
-                let body = format!("{{\"parts\":[\"{run}\",\"{c}\",\"{n}\"]}}");
-                async move { target::post(&client, &url, body, &[]).await }
-            })
-            .await,
-        );
+        let run = unique("c");
+        let make = move |c, n| {
+            let n = if repeat && n % 10 == 0 && n > 10 { n - 10 } else { n };
+            Post::body(format!("{{\"parts\":[\"{run}\",\"{c}\",\"{n}\"]}}"))
+        };
+        rows.push(measure_posts(ctx, name, 1, (&idem.url, "/v1/claims/bench"), make, any_answer).await);
     }
     let memory = idem.memory();
     drop(idem);
@@ -88,29 +133,21 @@ async fn measure_claim_anchors(ctx: &Context) -> (Vec<Measured>, Vec<String>) {
 }
 
 async fn postgres_anchor(ctx: &Context) -> Result<Measured, String> {
-    let table = unique_name("idem_bench");
-    let mut clients = Vec::new();
-    for _ in 0..ctx.plan.connections {
-        let (client, connection) =
-            tokio_postgres::connect(&ctx.database_url, tokio_postgres::NoTls).await.map_err(pg_error)?;
-        tokio::spawn(connection);
-        clients.push(client);
-    }
-    clients[0]
-        .batch_execute(&format!(
-            "CREATE TABLE {table} (id text PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT now())"
-        ))
-        .await
-        .map_err(pg_error)?;
-    let clients = Arc::new(clients);
-    let sql = Arc::new(format!("INSERT INTO {table} (id) VALUES ($1) ON CONFLICT DO NOTHING"));
-    let shared = Arc::clone(&clients);
+    let sql = "INSERT INTO {table} (id) VALUES ($1) ON CONFLICT DO NOTHING";
+    let table = PgTable::create(&ctx.database_url, ctx.plan.connections, "", sql).await?;
+    let shared = Arc::clone(&table);
     let measured = load::run("postgres INSERT … ON CONFLICT DO NOTHING", 1, ctx.plan, move |c, n| {
-        let (clients, sql) = (Arc::clone(&shared), Arc::clone(&sql));
-        async move { clients[c].execute(sql.as_str(), &[&format!("{c}-{n}")]).await.map(drop).map_err(pg_error) }
+        let table = Arc::clone(&shared);
+        async move {
+            let (client, statement) = &table.clients[c];
+            // Keys spread over the whole index, as idem's SHA-256 ids are: sequential keys per
+            // connection would make PostgreSQL's inserts cheaper than any user's.
+            let key = format!("{:016x}", mix((c as u64) << 40 ^ n));
+            client.execute(statement, &[&key]).await.map(drop).map_err(pg_error)
+        }
     })
     .await;
-    let _ = clients[0].batch_execute(&format!("DROP TABLE {table}")).await;
+    table.drop_table().await;
     Ok(measured)
 }
 
@@ -127,29 +164,21 @@ where
     B: Fn(usize, u64) -> String + Send + Sync + 'static,
 {
     let server = Upstream::start().await?;
-    let (client, url) = (target::http(), format!("{}/ok", server.url));
     let name = if per_op == 1 {
         "HTTP ceiling (axum \"ok\" server)".to_owned()
     } else {
         format!("HTTP ceiling (axum \"ok\" server), {per_op}-item bodies")
     };
-    Ok(load::run(&name, per_op, ctx.plan, move |c, n| {
-        let (client, url, body) = (client.clone(), url.clone(), body(c, n));
-        async move { target::post(&client, &url, body, &[]).await }
-    })
-    .await)
+    Ok(measure_posts(ctx, &name, per_op, (&server.url, "/ok"), move |c, n| Post::body(body(c, n)), any_answer).await)
 }
 
 /// 500-item batches, in keys per second, beside the same anchors.
 pub async fn claims_batch(ctx: &Context) -> Result<Table, String> {
     let idem = Idem::start(&ctx.backend, "[limits]\nmax_body_bytes = 4194304\n").await?;
-    let (client, url, run) = (target::http(), format!("{}/v1/claims/bench/batch", idem.url), unique("b"));
-    let row = load::run("idem 500-item batches", 500, ctx.plan, move |c, n| {
-        let (client, url) = (client.clone(), url.clone());
-        let body = batch_body(&run, c, n);
-        async move { target::post(&client, &url, body, &[]).await }
-    })
-    .await;
+    let run = unique("b");
+    let make = move |c, n| Post::body(batch_body(&run, c, n));
+    let row =
+        measure_posts(ctx, "idem 500-item batches", 500, (&idem.url, "/v1/claims/bench/batch"), make, any_answer).await;
     let memory = idem.memory();
     drop(idem);
     let (mut anchors, skipped) = claim_anchors(ctx).await;
@@ -157,8 +186,7 @@ pub async fn claims_batch(ctx: &Context) -> Result<Table, String> {
     Ok(Table::new("claims-batch", vec![row], anchors).skipped(skipped).memory(memory))
 }
 
-/// The gateway's replay and first-execution paths, beside the upstream called directly and the
-/// machine's HTTP ceiling.
+/// The gateway's replay and first-execution paths, beside the upstream called directly.
 pub async fn gateway(ctx: &Context) -> Result<Table, String> {
     let upstream_process = Upstream::start().await?;
     let upstream = upstream_process.url.clone();
@@ -167,42 +195,36 @@ pub async fn gateway(ctx: &Context) -> Result<Table, String> {
         "[gateway]\nlisten = \"127.0.0.1:{gateway_port}\"\nupstream = \"{upstream}\"\n\n[[gateway.routes]]\npath = \"/orders\"\nmethods = [\"POST\"]\nkey = \"required\"\n"
     );
     let idem = Idem::start(&ctx.backend, &config).await?;
-    let client = target::http();
-    let gw = format!("http://127.0.0.1:{gateway_port}/orders");
+    let gateway = format!("http://127.0.0.1:{gateway_port}");
+    let order = || "{\"item\":\"book\"}".to_owned();
     // Complete the keys that the replay run will cycle through.
+    let mut setup = HttpConn::connect(&gateway).await?;
     for k in 0..1000 {
-        let key = format!("\"replay-{k}\"");
-        target::post(&client, &gw, "{\"item\":\"book\"}".into(), &[("idempotency-key", &key)]).await?;
+        setup.post("/orders", order(), &[("idempotency-key", &format!("\"replay-{k}\""))]).await?;
     }
-    let mut rows = Vec::new();
-    let (c2, gw2) = (client.clone(), gw.clone());
-    rows.push(
-        load::run("idem gateway replays", 1, ctx.plan, move |c, n| {
-            let (client, url, key) = (c2.clone(), gw2.clone(), format!("\"replay-{}\"", (c as u64 * 7919 + n) % 1000));
-            async move { target::post(&client, &url, "{\"item\":\"book\"}".into(), &[("idempotency-key", &key)]).await }
-        })
-        .await,
-    );
-    let (c3, gw3, run) = (client.clone(), gw.clone(), unique("g"));
-    rows.push(
-        load::run("idem gateway first executions", 1, ctx.plan, move |c, n| {
-            let (client, url, key) = (c3.clone(), gw3.clone(), format!("\"{run}-{c}-{n}\""));
-            async move { target::post(&client, &url, "{\"item\":\"book\"}".into(), &[("idempotency-key", &key)]).await }
-        })
-        .await,
-    );
+    let replay = move |c: usize, n: u64| Post {
+        body: order(),
+        key: Some(format!("\"replay-{}\"", (c as u64 * 7919 + n) % 1000)),
+    };
+    let run = unique("g");
+    let first = move |c, n| Post { body: order(), key: Some(format!("\"{run}-{c}-{n}\"")) };
+    let rows = vec![
+        measure_posts(ctx, "idem gateway replays", 1, (&gateway, "/orders"), replay, any_answer).await,
+        measure_posts(ctx, "idem gateway first executions", 1, (&gateway, "/orders"), first, any_answer).await,
+    ];
     let memory = idem.memory();
     drop(idem);
-    let (c4, direct) = (client.clone(), format!("{upstream}/orders"));
-    let anchors = vec![
-        load::run("upstream called directly", 1, ctx.plan, move |_, _| {
-            let (client, url) = (c4.clone(), direct.clone());
-            async move { target::post(&client, &url, "{\"item\":\"book\"}".into(), &[]).await }
-        })
-        .await,
-    ];
+    let direct = measure_posts(
+        ctx,
+        "upstream called directly",
+        1,
+        (&upstream, "/orders"),
+        move |_, _| Post::body(order()),
+        any_answer,
+    )
+    .await;
     drop(upstream_process);
-    Ok(Table::new("gateway", rows, anchors).memory(memory))
+    Ok(Table::new("gateway", rows, vec![direct]).memory(memory))
 }
 
 /// Durable event intake and end-to-end delivery to the built-in handler, beside single claims of
@@ -215,21 +237,18 @@ pub async fn events(ctx: &Context) -> Result<Table, String> {
          signing_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n"
     );
     let idem = Idem::start(&ctx.backend, &config).await?;
-    let client = target::http();
-    let (c1, claims_url, run) = (client.clone(), format!("{}/v1/claims/bench", idem.url), unique("ec"));
-    let claims = load::run("idem single claims (same process)", 1, ctx.plan, move |c, n| {
-        let (client, url, body) = (c1.clone(), claims_url.clone(), format!("{{\"key\":\"{run}-{c}-{n}\"}}"));
-        async move { target::post(&client, &url, body, &[]).await }
-    })
-    .await;
+    let run = unique("ec");
+    let claim = move |c, n| Post::body(format!("{{\"key\":\"{run}-{c}-{n}\"}}"));
+    let claims =
+        measure_posts(ctx, "idem single claims (same process)", 1, (&idem.url, "/v1/claims/bench"), claim, any_answer)
+            .await;
     let started = Instant::now();
-    let (c2, url, run) = (client.clone(), format!("{}/v1/sources/bench/events", idem.url), unique("e"));
-    let intake = load::run("idem event intake (202)", 1, ctx.plan, move |c, n| {
-        let (client, url, body) = (c2.clone(), url.clone(), format!("{{\"id\":\"{run}-{c}-{n}\",\"amount\":42}}"));
-        async move { target::post(&client, &url, body, &[]).await }
-    })
-    .await;
-    let delivery = delivered(&client, &idem, started).await?;
+    let run = unique("e");
+    let event = move |c, n| Post::body(format!("{{\"id\":\"{run}-{c}-{n}\",\"amount\":42}}"));
+    let intake =
+        measure_posts(ctx, "idem event intake (202)", 1, (&idem.url, "/v1/sources/bench/events"), event, any_answer)
+            .await;
+    let delivery = delivered(&target::http(), &idem, started).await?;
     let memory = idem.memory();
     drop((idem, upstream_process));
     Ok(Table::new("events", vec![intake, delivery], vec![claims]).memory(memory))

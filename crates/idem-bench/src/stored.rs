@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 
 use crate::load::{self, Measured};
-use crate::scenario::{Context, http_ceiling};
+use crate::scenario::{Context, Post, any_answer, http_ceiling, measure_posts, mix};
 use crate::table::{Ratio, Table};
-use crate::target::{self, Idem, Redis, RedisConn, pg_error, unique_name};
+use crate::target::{HttpConn, Idem, PgTable, Redis, RedisConn, pg_error, unique_name};
 
 /// Keys per lookup call.
 const LOOKUP: usize = 500;
@@ -22,14 +22,6 @@ const CONFIG: &str = "[limits]\nmax_body_bytes = 4194304\n";
 /// The `i`-th stored key of a run.
 fn key(run: &str, i: u64) -> String {
     format!("{run}-{i}")
-}
-
-/// A cheap, well-mixed pseudo-random number (splitmix64) for picking stored keys.
-fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
 }
 
 /// `LOOKUP` stored keys, picked at random among the first `stored`, for request `n` of connection `c`.
@@ -46,13 +38,13 @@ fn lookup_body(keys: &[String]) -> String {
 /// Stores the keys `from..to` of `run` through the batch API, 10,000 per call, two calls at a time
 /// (the writer is single, so more gain nothing), with a progress line.
 async fn load(idem: &Idem, run: &str, from: u64, to: u64) -> Result<(), String> {
-    let (client, url) = (target::http(), format!("{}/v1/claims/bench/batch", idem.url));
     let next = Arc::new(AtomicU64::new(from));
     let started = Instant::now();
     let loaders: Vec<_> = (0..2)
         .map(|_| {
-            let (client, url, next, run) = (client.clone(), url.clone(), Arc::clone(&next), run.to_owned());
+            let (base, next, run) = (idem.url.clone(), Arc::clone(&next), run.to_owned());
             tokio::spawn(async move {
+                let mut conn = HttpConn::connect(&base).await?;
                 loop {
                     let start = next.fetch_add(LOAD_BATCH, Ordering::Relaxed);
                     if start >= to {
@@ -62,7 +54,7 @@ async fn load(idem: &Idem, run: &str, from: u64, to: u64) -> Result<(), String> 
                         .map(|i| format!("{{\"key\":\"{}\"}}", key(&run, i)))
                         .collect();
                     let body = format!("{{\"items\":[{}]}}", items.join(","));
-                    target::post(&client, &url, body, &[]).await.map_err(|e| format!("loading claims: {e}"))?;
+                    conn.post("/v1/claims/bench/batch", body, &[]).await.map_err(|e| format!("loading claims: {e}"))?;
                 }
             })
         })
@@ -97,26 +89,24 @@ async fn load(idem: &Idem, run: &str, from: u64, to: u64) -> Result<(), String> 
 
 /// Measures 500-key lookups of keys among the first `stored` of `run`; a key not found is an error.
 async fn measure_lookups(ctx: &Context, name: &str, idem: &Idem, run: &str, stored: u64) -> Measured {
-    let (client, url, run) = (target::http(), format!("{}/v1/claims/bench/lookup", idem.url), run.to_owned());
-    load::run(name, LOOKUP as u64, ctx.plan, move |c, n| {
-        let (client, url, body) = (client.clone(), url.clone(), lookup_body(&picks(&run, stored, c, n)));
-        async move {
-            let answer = target::post_for_body(&client, &url, body, &[]).await?;
-            let missing = answer.windows(15).filter(|w| w == b"\"exists\":false").count();
-            if missing == 0 { Ok(()) } else { Err(format!("{missing} stored keys not found")) }
-        }
-    })
-    .await
+    let run = run.to_owned();
+    let make = move |c, n| Post::body(lookup_body(&picks(&run, stored, c, n)));
+    measure_posts(ctx, name, LOOKUP as u64, (&idem.url, "/v1/claims/bench/lookup"), make, all_found).await
+}
+
+/// A lookup answer in which every key was found.
+fn all_found(answer: &[u8]) -> Result<(), String> {
+    match answer.windows(15).filter(|w| w == b"\"exists\":false").count() {
+        0 => Ok(()),
+        missing => Err(format!("{missing} stored keys not found")),
+    }
 }
 
 /// Measures single claims of new unique keys.
 async fn measure_claims(ctx: &Context, name: &str, idem: &Idem) -> Measured {
-    let (client, url, run) = (target::http(), format!("{}/v1/claims/bench", idem.url), unique_name("new"));
-    load::run(name, 1, ctx.plan, move |c, n| {
-        let (client, url, body) = (client.clone(), url.clone(), format!("{{\"key\":\"{run}-{c}-{n}\"}}"));
-        async move { target::post(&client, &url, body, &[]).await }
-    })
-    .await
+    let run = unique_name("new");
+    let make = move |c, n| Post::body(format!("{{\"key\":\"{run}-{c}-{n}\"}}"));
+    measure_posts(ctx, name, 1, (&idem.url, "/v1/claims/bench"), make, any_answer).await
 }
 
 /// Lets the checkpointer drain what loading left in the WAL, so that the measurement sees the
@@ -153,37 +143,25 @@ pub async fn lookup(ctx: &Context) -> Result<Table, String> {
 /// `SELECT id, created_at … WHERE id = ANY($1)` of 500 keys among `stored` rows: the rows found
 /// come back, as idem's records do.
 async fn postgres_lookups(ctx: &Context, stored: u64) -> Result<Measured, String> {
-    let table = unique_name("idem_bench");
-    let mut clients = Vec::new();
-    for _ in 0..ctx.plan.connections {
-        let (client, connection) =
-            tokio_postgres::connect(&ctx.database_url, tokio_postgres::NoTls).await.map_err(pg_error)?;
-        tokio::spawn(connection);
-        clients.push(client);
-    }
     let run = "pg";
-    clients[0]
-        .batch_execute(&format!(
-            "CREATE TABLE {table} (id text PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT now());
-             INSERT INTO {table} (id) SELECT '{run}-' || g FROM generate_series(0, {}) g;",
-            stored - 1
-        ))
-        .await
-        .map_err(pg_error)?;
-    clients[0].batch_execute(&format!("VACUUM ANALYZE {table}")).await.map_err(pg_error)?;
-    let clients = Arc::new(clients);
-    let sql = Arc::new(format!("SELECT id, created_at FROM {table} WHERE id = ANY($1)"));
-    let shared = Arc::clone(&clients);
+    let setup = format!("INSERT INTO {{table}} (id) SELECT '{run}-' || g FROM generate_series(0, {}) g;", stored - 1);
+    let sql = "SELECT id, created_at FROM {table} WHERE id = ANY($1)";
+    let table = PgTable::create(&ctx.database_url, ctx.plan.connections, &setup, sql).await?;
+    if let Some((client, _)) = table.clients.first() {
+        client.batch_execute(&format!("VACUUM ANALYZE {}", table.name)).await.map_err(pg_error)?;
+    }
+    let shared = Arc::clone(&table);
     let measured = load::run("postgres SELECT … WHERE id = ANY(500 keys)", LOOKUP as u64, ctx.plan, move |c, n| {
-        let (clients, sql, keys) = (Arc::clone(&shared), Arc::clone(&sql), picks(run, stored, c, n));
+        let (table, keys) = (Arc::clone(&shared), picks(run, stored, c, n));
         async move {
-            let found = clients[c].query(sql.as_str(), &[&keys]).await.map_err(pg_error)?.len();
+            let (client, statement) = &table.clients[c];
+            let found = client.query(statement, &[&keys]).await.map_err(pg_error)?.len();
             let distinct = keys.iter().collect::<std::collections::HashSet<_>>().len();
             if found == distinct { Ok(()) } else { Err(format!("found {found} of {distinct}")) }
         }
     })
     .await;
-    let _ = clients[0].batch_execute(&format!("DROP TABLE {table}")).await;
+    table.drop_table().await;
     Ok(measured)
 }
 
