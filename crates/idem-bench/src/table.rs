@@ -32,7 +32,7 @@ pub struct Memory {
     /// The kernel's peak resident set (VmHWM). It counts the memory-mapped database once per
     /// mapping, and every SQLite connection maps it: with a large database it overstates.
     pub peak_rss_mib: f64,
-    /// Peak proportional set size, sampled each second: heap plus mapped database pages, each
+    /// Peak proportional set size, sampled every five seconds and at the end: heap plus mapped database pages, each
     /// page counted once. What the process costs the machine.
     pub peak_pss_mib: f64,
     /// Peak anonymous memory (RssAnon), sampled each second: the heap.

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -173,7 +173,7 @@ pub struct Idem {
     pub url: String,
     schema: Option<(String, String)>,
     peaks: Arc<std::sync::Mutex<(f64, f64)>>,
-    sampler: tokio::task::JoinHandle<()>,
+    stop_sampler: Arc<AtomicBool>,
     _dir: tempfile::TempDir,
 }
 
@@ -220,8 +220,9 @@ impl Idem {
             format!("cannot start {}: {e} (build it: cargo build --release -p idem-server)", Self::binary().display())
         })?;
         let peaks = Arc::new(std::sync::Mutex::new((0.0, 0.0)));
-        let sampler = sample_memory(child.id(), Arc::clone(&peaks));
-        let idem = Self { child, url: format!("http://127.0.0.1:{port}"), schema, peaks, sampler, _dir: dir };
+        let stop_sampler = Arc::new(AtomicBool::new(false));
+        sample_memory(child.id(), Arc::clone(&peaks), Arc::clone(&stop_sampler));
+        let idem = Self { child, url: format!("http://127.0.0.1:{port}"), schema, peaks, stop_sampler, _dir: dir };
         let client = http();
         for _ in 0..200 {
             let ready = Request::get(format!("{}/readyz", idem.url))
@@ -237,8 +238,12 @@ impl Idem {
 
     /// The process's memory: the kernel's peak RSS, and the peaks of what the sampler saw.
     pub fn memory(&self) -> Option<Memory> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        let pid = self.child.id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        // One last PSS sample: the sampler reads it only every five seconds.
+        let pss = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok().and_then(|t| field_mib(&t, "Pss:"));
         let peaks = *self.peaks.lock().ok()?;
+        let peaks = (peaks.0.max(pss.unwrap_or(0.0)), peaks.1);
         Some(Memory { peak_rss_mib: field_mib(&status, "VmHWM:")?, peak_pss_mib: peaks.0, peak_heap_mib: peaks.1 })
     }
 }
@@ -249,26 +254,31 @@ fn field_mib(text: &str, field: &str) -> Option<f64> {
     Some(kib / 1024.0)
 }
 
-/// Samples a process's proportional set size (PSS: pages of the memory-mapped database counted once,
-/// however many connections map them) and its heap (RssAnon) every second, keeping the peaks.
-fn sample_memory(pid: u32, peaks: Arc<std::sync::Mutex<(f64, f64)>>) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        loop {
-            let pss = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok();
-            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok();
-            let pss = pss.as_deref().and_then(|t| field_mib(t, "Pss:"));
-            let heap = status.as_deref().and_then(|t| field_mib(t, "RssAnon:"));
-            if let (Some(pss), Some(heap), Ok(mut peaks)) = (pss, heap, peaks.lock()) {
-                *peaks = (peaks.0.max(pss), peaks.1.max(heap));
+/// Samples a process's heap (RssAnon) every second and its proportional set size (PSS: pages of
+/// the memory-mapped database counted once, however many connections map them) every five,
+/// keeping the peaks, until `stop`. A thread of its own, off the load generator's runtime: reading
+/// `smaps_rollup` walks every mapping, which takes milliseconds once the database is large.
+fn sample_memory(pid: u32, peaks: Arc<std::sync::Mutex<(f64, f64)>>, stop: Arc<AtomicBool>) {
+    std::thread::spawn(move || {
+        let mut tick = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            let read = |file: &str, field: &str| {
+                std::fs::read_to_string(format!("/proc/{pid}/{file}")).ok().and_then(|t| field_mib(&t, field))
+            };
+            let pss = if tick.is_multiple_of(5) { read("smaps_rollup", "Pss:") } else { None };
+            let heap = read("status", "RssAnon:");
+            if let Ok(mut peaks) = peaks.lock() {
+                *peaks = (peaks.0.max(pss.unwrap_or(0.0)), peaks.1.max(heap.unwrap_or(0.0)));
             }
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            tick += 1;
+            std::thread::sleep(Duration::from_secs(1));
         }
-    })
+    });
 }
 
 impl Drop for Idem {
     fn drop(&mut self) {
-        self.sampler.abort();
+        self.stop_sampler.store(true, Ordering::Relaxed);
         let _ = self.child.kill();
         let _ = self.child.wait();
         if let Some((base, name)) = self.schema.take() {
