@@ -23,7 +23,7 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     scenario: Which,
-    /// Short runs (1 s warm-up, 4 s per measurement): `all --quick` takes about two minutes.
+    /// Short runs (1 s warm-up, 4 s per measurement): `all --quick` takes about 2½ minutes.
     #[arg(long, global = true)]
     quick: bool,
     /// Seconds per measurement (default 10, or 4 with --quick).
