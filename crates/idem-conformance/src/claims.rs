@@ -3,13 +3,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::{Parts, StoreError};
+use idem_core::{ClaimStore, Parts, StoreError, StoreLifecycle};
 
 use crate::{Harness, id, new_claim, ns, parts};
 
 const TEN_SECONDS: Duration = Duration::from_secs(10);
 
-pub async fn claim_new_then_existing(h: &Harness) {
+pub async fn claim_new_then_existing<S: ClaimStore + ?Sized>(h: &Harness<S>) {
     let (store, n) = (&h.store, ns("survey"));
     let first =
         store.claim(&n, vec![new_claim(&["s1", "u3", "n2"], Some(r#"{"answer":"A"}"#), None)]).await.expect("claim");
@@ -29,7 +29,7 @@ pub async fn claim_new_then_existing(h: &Harness) {
     assert_eq!(got.parts, parts(&["s1", "u3", "n2"]));
 }
 
-pub async fn key_and_one_part_forms_are_one_key(h: &Harness) {
+pub async fn key_and_one_part_forms_are_one_key<S: ClaimStore + ?Sized>(h: &Harness<S>) {
     let n = ns("articles");
     let single = Parts::single("https://example.com/a".into()).expect("valid key");
     let claim = idem_core::NewClaim { parts: single, data: None, ttl: None };
@@ -38,7 +38,7 @@ pub async fn key_and_one_part_forms_are_one_key(h: &Harness) {
     assert!(!again[0].claimed, "`key` is the one-part form of `parts`");
 }
 
-pub async fn namespaces_are_separate(h: &Harness) {
+pub async fn namespaces_are_separate<S: ClaimStore + ?Sized>(h: &Harness<S>) {
     for name in ["notified_articles", "rejected_articles"] {
         let out = h.store.claim(&ns(name), vec![new_claim(&["url"], None, None)]).await.expect("claim");
         assert!(out[0].claimed, "{name} has its own keys");
@@ -46,7 +46,7 @@ pub async fn namespaces_are_separate(h: &Harness) {
     assert!(h.store.get(&ns("other"), &id(&["url"])).await.expect("get").is_none());
 }
 
-pub async fn data_round_trips_exactly(h: &Harness) {
+pub async fn data_round_trips_exactly<S: ClaimStore + ?Sized>(h: &Harness<S>) {
     let n = ns("data");
     let data = r#"{"z":1,"a":[true,null,"ü\n",1.5e3],"nested":{"k":"v"}}"#;
     h.store.claim(&n, vec![new_claim(&["k"], Some(data), None)]).await.expect("claim");
@@ -57,7 +57,7 @@ pub async fn data_round_trips_exactly(h: &Harness) {
     assert!(got.data.is_none());
 }
 
-pub async fn batch_answers_in_order_and_first_equal_key_wins(h: &Harness) {
+pub async fn batch_answers_in_order_and_first_equal_key_wins<S: ClaimStore + ?Sized>(h: &Harness<S>) {
     let n = ns("batch");
     h.store.claim(&n, vec![new_claim(&["old"], Some("0"), None)]).await.expect("claim");
     let items = vec![
@@ -73,7 +73,7 @@ pub async fn batch_answers_in_order_and_first_equal_key_wins(h: &Harness) {
     assert_eq!(data, ["1", "0", "3", "1"], "existing records come back unchanged, in request order");
 }
 
-pub async fn lookup_answers_in_request_order(h: &Harness) {
+pub async fn lookup_answers_in_request_order<S: ClaimStore + ?Sized>(h: &Harness<S>) {
     let n = ns("lookup");
     let items = (0..500).filter(|i| i % 2 == 0).map(|i| new_claim(&[&format!("url-{i}")], None, None)).collect();
     h.store.claim(&n, items).await.expect("batch");
@@ -88,7 +88,7 @@ pub async fn lookup_answers_in_request_order(h: &Harness) {
     }
 }
 
-pub async fn prefix_matches_whole_parts_only(h: &Harness) {
+pub async fn prefix_matches_whole_parts_only<S: ClaimStore + ?Sized>(h: &Harness<S>) {
     let n = ns("survey");
     h.store.claim(&n, vec![new_claim(&["scenario-1", "user-3", "node-2"], None, None)]).await.expect("claim");
     h.store
@@ -113,7 +113,7 @@ pub async fn prefix_matches_whole_parts_only(h: &Harness) {
     assert!(!h.store.prefix_exists(&ns("other"), &parts(&["scenario-1"])).await.expect("prefix"));
 }
 
-pub async fn expiry_is_exact_for_every_operation(h: &Harness) {
+pub async fn expiry_is_exact_for_every_operation<S: ClaimStore + ?Sized>(h: &Harness<S>) {
     let n = ns("ttl");
     let key = ["k"];
     let out = h.store.claim(&n, vec![new_claim(&key, None, Some(TEN_SECONDS))]).await.expect("claim");
@@ -130,7 +130,7 @@ pub async fn expiry_is_exact_for_every_operation(h: &Harness) {
     assert!(!h.store.delete(&n, &id(&key)).await.expect("delete"), "deleting an expired claim finds nothing");
 }
 
-pub async fn expired_claim_can_be_claimed_again(h: &Harness) {
+pub async fn expired_claim_can_be_claimed_again<S: ClaimStore + ?Sized>(h: &Harness<S>) {
     let n = ns("ttl");
     h.store.claim(&n, vec![new_claim(&["k"], Some("1"), Some(TEN_SECONDS))]).await.expect("claim");
     h.clock.advance(TEN_SECONDS);
@@ -141,7 +141,7 @@ pub async fn expired_claim_can_be_claimed_again(h: &Harness) {
     assert_eq!(again[0].record.created_at, crate::START.plus(TEN_SECONDS));
 }
 
-pub async fn sweeper_deletes_only_expired_in_bounded_batches(h: &Harness) {
+pub async fn sweeper_deletes_only_expired_in_bounded_batches<S: ClaimStore + ?Sized>(h: &Harness<S>) {
     let n = ns("sweep");
     let expiring = (0..5).map(|i| new_claim(&[&format!("old-{i}")], None, Some(TEN_SECONDS))).collect();
     h.store.claim(&n, expiring).await.expect("batch");
@@ -159,7 +159,7 @@ pub async fn sweeper_deletes_only_expired_in_bounded_batches(h: &Harness) {
     }
 }
 
-pub async fn delete_removes_and_reports_absence(h: &Harness) {
+pub async fn delete_removes_and_reports_absence<S: ClaimStore + ?Sized>(h: &Harness<S>) {
     let n = ns("del");
     h.store.claim(&n, vec![new_claim(&["k"], None, None)]).await.expect("claim");
     assert!(h.store.delete(&n, &id(&["k"])).await.expect("delete"));
@@ -168,7 +168,7 @@ pub async fn delete_removes_and_reports_absence(h: &Harness) {
     assert!(h.store.claim(&n, vec![new_claim(&["k"], None, None)]).await.expect("claim")[0].claimed);
 }
 
-pub async fn race_of_500_has_exactly_one_winner(h: &Harness) {
+pub async fn race_of_500_has_exactly_one_winner<S: ClaimStore + ?Sized>(h: &Harness<S>) {
     let n = ns("race");
     let tasks: Vec<_> = (0..500)
         .map(|i| {
@@ -192,7 +192,7 @@ pub async fn race_of_500_has_exactly_one_winner(h: &Harness) {
     assert_eq!(seen_data.len(), 1, "every loser sees the winner's record");
 }
 
-pub async fn race_across_20_keys_has_one_winner_each(h: &Harness) {
+pub async fn race_across_20_keys_has_one_winner_each<S: ClaimStore + ?Sized>(h: &Harness<S>) {
     let n = ns("race20");
     let tasks: Vec<_> = (0..500)
         .map(|i| {
@@ -215,7 +215,7 @@ pub async fn race_across_20_keys_has_one_winner_each(h: &Harness) {
     assert!(winners.values().all(|&w| w == 1), "no key has two winners: {winners:?}");
 }
 
-pub async fn ready_when_open_and_closed_after_close(h: &Harness) {
+pub async fn ready_when_open_and_closed_after_close<S: ClaimStore + StoreLifecycle + ?Sized>(h: &Harness<S>) {
     h.store.check_ready().await.expect("an open store is ready");
     h.store.claim(&ns("c"), vec![new_claim(&["before"], None, None)]).await.expect("claim");
     h.store.close().await;

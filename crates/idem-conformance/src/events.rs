@@ -4,7 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::event::{Accept, AttemptRecord, Job, JobKind, JobOutcome, NewEvent, ReceiptFilter, ReceiptStatus};
+use idem_core::EventStore;
+use idem_core::event::{
+    Accept, AttemptRecord, Change, Job, JobKind, JobNext, NewEvent, QueueStats, ReceiptFilter, ReceiptStatus,
+    ResultWebhookState, Transition,
+};
 
 use crate::Harness;
 
@@ -41,20 +45,26 @@ fn attempt(n: u32, status: u16) -> AttemptRecord {
     }
 }
 
-async fn accepted(h: &Harness, e: NewEvent) -> idem_core::event::ReceiptId {
+/// A delivery attempt that moved the receipt to `status`; the job is removed unless `retry_at`.
+fn delivered(attempt: AttemptRecord, status: ReceiptStatus, retry_at: Option<idem_core::Timestamp>) -> Transition {
+    let job = retry_at.map_or(JobNext::Remove, JobNext::RetryAt);
+    Transition { attempt, job, change: Change::Receipt { status, result_job: None } }
+}
+
+async fn accepted<S: EventStore + ?Sized>(h: &Harness<S>, e: NewEvent) -> idem_core::event::ReceiptId {
     match h.store.accept_event(e).await.expect("accept") {
         Accept::Accepted { receipt_id } => receipt_id,
         other => panic!("expected accepted, got {other:?}"),
     }
 }
 
-async fn lease_one(h: &Harness) -> Job {
+async fn lease_one<S: EventStore + ?Sized>(h: &Harness<S>) -> Job {
     let mut jobs = h.store.lease_jobs(10, LEASE, &[]).await.expect("lease");
     assert_eq!(jobs.len(), 1, "one job due: {jobs:?}");
     jobs.remove(0)
 }
 
-pub async fn intake_dedups_by_event_id_and_compares_payloads(h: &Harness) {
+pub async fn intake_dedups_by_event_id_and_compares_payloads<S: EventStore + ?Sized>(h: &Harness<S>) {
     let id = accepted(h, event("partner", "evt-1", r#"{"a":1}"#)).await;
     assert_eq!(
         h.store.accept_event(event("partner", "evt-1", r#"{"a":1}"#)).await.expect("accept"),
@@ -76,7 +86,7 @@ pub async fn intake_dedups_by_event_id_and_compares_payloads(h: &Harness) {
     assert_eq!(jobs.len(), 1, "one job per accepted receipt, none for duplicates");
 }
 
-pub async fn a_leased_job_is_delivered_once_and_completes(h: &Harness) {
+pub async fn a_leased_job_is_delivered_once_and_completes<S: EventStore + ?Sized>(h: &Harness<S>) {
     let id = accepted(h, event("partner", "evt-1", r#"{"a":1}"#)).await;
     let job = lease_one(h).await;
     assert_eq!(
@@ -85,58 +95,80 @@ pub async fn a_leased_job_is_delivered_once_and_completes(h: &Harness) {
     );
     assert!(h.store.lease_jobs(10, LEASE, &[]).await.expect("lease").is_empty(), "a leased job is not leased twice");
     assert_eq!(h.store.get_receipt(&id).await.expect("get").expect("receipt").status, ReceiptStatus::Processing);
-    assert!(h.store.finish_job(&job, JobOutcome::Succeeded(attempt(1, 200)), None).await.expect("finish"));
+    assert!(
+        h.store.finish_job(&job, delivered(attempt(1, 200), ReceiptStatus::Completed, None)).await.expect("finish")
+    );
     let receipt = h.store.get_receipt(&id).await.expect("get").expect("receipt");
     assert_eq!(receipt.status, ReceiptStatus::Completed);
     assert_eq!(receipt.attempts, vec![attempt(1, 200)]);
     assert!(h.store.lease_jobs(10, LEASE, &[]).await.expect("lease").is_empty());
 }
 
-pub async fn failures_retry_when_due_then_go_dead_and_queue_the_result(h: &Harness) {
+pub async fn failures_retry_when_due_then_go_dead_and_queue_the_result<S: EventStore + ?Sized>(h: &Harness<S>) {
     let id = accepted(h, event("partner", "evt-1", "{}")).await;
     let first = lease_one(h).await;
     let retry_at = crate::START.plus(Duration::from_secs(10));
-    let failed = JobOutcome::Failed { attempt: attempt(1, 500), retry_at: Some(retry_at) };
-    assert!(h.store.finish_job(&first, failed, None).await.expect("finish"));
+    let failed = delivered(attempt(1, 500), ReceiptStatus::Retrying, Some(retry_at));
+    assert!(h.store.finish_job(&first, failed).await.expect("finish"));
     assert_eq!(h.store.get_receipt(&id).await.expect("get").expect("receipt").status, ReceiptStatus::Retrying);
     assert!(h.store.lease_jobs(10, LEASE, &[]).await.expect("lease").is_empty(), "not due yet");
-    assert_eq!(h.store.queue_stats().await.expect("stats"), (0, None), "nothing due yet");
+    assert_eq!(
+        h.store.queue_stats().await.expect("stats"),
+        QueueStats { due: 0, oldest_due_at: None },
+        "nothing due yet"
+    );
     h.clock.advance(Duration::from_secs(10));
-    assert_eq!(h.store.queue_stats().await.expect("stats"), (1, Some(retry_at)), "one job due since retry_at");
+    assert_eq!(
+        h.store.queue_stats().await.expect("stats"),
+        QueueStats { due: 1, oldest_due_at: Some(retry_at) },
+        "one job due since retry_at"
+    );
     let second = lease_one(h).await;
     assert_eq!(second.attempt, 2);
-    let last = JobOutcome::Failed { attempt: attempt(2, 503), retry_at: None };
-    assert!(h.store.finish_job(&second, last, Some(br#"{"type":"receipt.dead"}"#.to_vec())).await.expect("finish"));
+    let result_job = Some(br#"{"type":"receipt.dead"}"#.to_vec());
+    let last = Transition {
+        attempt: attempt(2, 503),
+        job: JobNext::Remove,
+        change: Change::Receipt { status: ReceiptStatus::Dead, result_job },
+    };
+    assert!(h.store.finish_job(&second, last).await.expect("finish"));
     let receipt = h.store.get_receipt(&id).await.expect("get").expect("receipt");
     assert_eq!(receipt.status, ReceiptStatus::Dead);
     assert_eq!(receipt.attempts.iter().map(|a| a.status_code).collect::<Vec<_>>(), [Some(500), Some(503)]);
     assert_eq!(receipt.result.as_ref().map(|r| r.status.as_str()), Some("pending"));
     let result = lease_one(h).await;
     assert_eq!((result.kind, &result.body[..]), (JobKind::Result, &br#"{"type":"receipt.dead"}"#[..]));
-    assert!(h.store.finish_job(&result, JobOutcome::Succeeded(attempt(1, 204)), None).await.expect("finish"));
+    let delivered_result = Transition {
+        attempt: attempt(1, 204),
+        job: JobNext::Remove,
+        change: Change::ResultWebhook(ResultWebhookState::Delivered),
+    };
+    assert!(h.store.finish_job(&result, delivered_result).await.expect("finish"));
     let receipt = h.store.get_receipt(&id).await.expect("get").expect("receipt");
     assert_eq!(receipt.status, ReceiptStatus::Dead, "the result webhook never changes the receipt");
     assert_eq!(
         receipt.result.map(|r| (r.status, r.attempts, r.last_status_code)),
-        Some(("delivered".into(), 1, Some(204)))
+        Some((ResultWebhookState::Delivered, 1, Some(204)))
     );
 }
 
-pub async fn an_expired_lease_is_leased_again_and_the_old_holder_cannot_finish(h: &Harness) {
+pub async fn an_expired_lease_is_leased_again_and_the_old_holder_cannot_finish<S: EventStore + ?Sized>(h: &Harness<S>) {
     let id = accepted(h, event("partner", "evt-1", "{}")).await;
     let stale = lease_one(h).await;
     h.clock.advance(LEASE);
     let fresh = lease_one(h).await;
     assert_eq!((fresh.receipt_id.clone(), fresh.attempt), (id.clone(), 1), "the same attempt, delivered again");
     assert!(
-        !h.store.finish_job(&stale, JobOutcome::Succeeded(attempt(1, 200)), None).await.expect("finish"),
+        !h.store.finish_job(&stale, delivered(attempt(1, 200), ReceiptStatus::Completed, None)).await.expect("finish"),
         "lease lost"
     );
-    assert!(h.store.finish_job(&fresh, JobOutcome::Succeeded(attempt(1, 200)), None).await.expect("finish"));
+    assert!(
+        h.store.finish_job(&fresh, delivered(attempt(1, 200), ReceiptStatus::Completed, None)).await.expect("finish")
+    );
     assert_eq!(h.store.get_receipt(&id).await.expect("get").expect("receipt").status, ReceiptStatus::Completed);
 }
 
-pub async fn replay_starts_a_terminal_receipt_again_from_attempt_1(h: &Harness) {
+pub async fn replay_starts_a_terminal_receipt_again_from_attempt_1<S: EventStore + ?Sized>(h: &Harness<S>) {
     let id = accepted(h, event("partner", "evt-1", "{}")).await;
     assert_eq!(
         h.store.replay_receipt(&id).await.expect("replay"),
@@ -144,10 +176,7 @@ pub async fn replay_starts_a_terminal_receipt_again_from_attempt_1(h: &Harness) 
         "not terminal: left alone"
     );
     let job = lease_one(h).await;
-    h.store
-        .finish_job(&job, JobOutcome::Failed { attempt: attempt(1, 500), retry_at: None }, None)
-        .await
-        .expect("finish");
+    h.store.finish_job(&job, delivered(attempt(1, 500), ReceiptStatus::Dead, None)).await.expect("finish");
     assert_eq!(h.store.replay_receipt(&id).await.expect("replay"), Some(ReceiptStatus::Dead));
     let receipt = h.store.get_receipt(&id).await.expect("get").expect("receipt");
     assert_eq!((receipt.status, receipt.round, receipt.attempts.len()), (ReceiptStatus::Accepted, 2, 0));
@@ -159,7 +188,7 @@ pub async fn replay_starts_a_terminal_receipt_again_from_attempt_1(h: &Harness) 
     );
 }
 
-pub async fn receipts_list_newest_first_with_filters_and_cursor(h: &Harness) {
+pub async fn receipts_list_newest_first_with_filters_and_cursor<S: EventStore + ?Sized>(h: &Harness<S>) {
     let mut ids = Vec::new();
     for i in 0..5 {
         h.clock.advance(Duration::from_millis(1));
@@ -178,7 +207,7 @@ pub async fn receipts_list_newest_first_with_filters_and_cursor(h: &Harness) {
     assert!(page(none_dead).await.is_empty());
 }
 
-pub async fn race_of_100_intakes_of_one_event_accepts_once(h: &Harness) {
+pub async fn race_of_100_intakes_of_one_event_accepts_once<S: EventStore + ?Sized>(h: &Harness<S>) {
     let tasks: Vec<_> = (0..100)
         .map(|_| {
             let store = Arc::clone(&h.store);

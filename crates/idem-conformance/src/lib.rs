@@ -1,8 +1,15 @@
-//! The store conformance suite: the behaviour every idem store backend must show, written once.
+//! The store conformance suites: the behaviour every idem store backend must show, written once,
+//! one suite per storage trait.
 //!
-//! A backend's test file calls [`suite!`] with an async factory that returns a fresh, empty
-//! [`Harness`]; the macro expands to one `#[tokio::test]` per check, so every backend runs the very
-//! same functions and a failure names the check that broke.
+//! - [`claim_suite!`] checks a [`ClaimStore`](idem_core::ClaimStore),
+//! - [`request_suite!`] a [`RequestStore`](idem_core::RequestStore) (what the gateway and the tower
+//!   layer need, so a custom store for the layer runs only this one),
+//! - [`event_suite!`] an [`EventStore`](idem_core::EventStore),
+//! - [`suite!`] all three plus the lifecycle checks, for a whole [`Store`].
+//!
+//! A backend's test file calls a macro with an async factory that returns a fresh, empty
+//! [`Harness`]; the macro expands to a module of `#[tokio::test]`s, one per check, so every backend
+//! runs the very same functions and a failure names the suite and the check that broke.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,26 +22,26 @@ pub mod events;
 pub mod requests;
 
 /// A fresh store under test, with the clock it reads.
-pub struct Harness {
-    pub store: Arc<dyn Store>,
+pub struct Harness<S: ?Sized = dyn Store> {
+    pub store: Arc<S>,
     pub clock: Arc<ManualClock>,
     /// Whatever keeps the store's resources alive (a temporary directory, a database).
     pub guard: Box<dyn std::any::Any + Send>,
 }
 
 /// What a harness factory returns: a harness, or `None` when the backend is not available here.
-pub trait IntoHarness {
-    fn into_harness(self) -> Option<Harness>;
+pub trait IntoHarness<S: ?Sized> {
+    fn into_harness(self) -> Option<Harness<S>>;
 }
 
-impl IntoHarness for Harness {
-    fn into_harness(self) -> Option<Harness> {
+impl<S: ?Sized> IntoHarness<S> for Harness<S> {
+    fn into_harness(self) -> Option<Harness<S>> {
         Some(self)
     }
 }
 
-impl IntoHarness for Option<Harness> {
-    fn into_harness(self) -> Option<Harness> {
+impl<S: ?Sized> IntoHarness<S> for Option<Harness<S>> {
+    fn into_harness(self) -> Option<Harness<S>> {
         self
     }
 }
@@ -59,11 +66,11 @@ pub fn new_claim(p: &[&str], data: Option<&str>, ttl: Option<Duration>) -> NewCl
     NewClaim { parts: parts(p), data, ttl }
 }
 
-/// Expands to one test per conformance check, each on a fresh harness from `$factory`.
+/// The [`ClaimStore`](idem_core::ClaimStore) suite, as a module `claim_store`.
 #[macro_export]
-macro_rules! suite {
+macro_rules! claim_suite {
     ($factory:path) => {
-        $crate::suite!(@each $factory;
+        $crate::checks!(claim_store, claims, $factory;
             claim_new_then_existing,
             key_and_one_part_forms_are_one_key,
             namespaces_are_separate,
@@ -77,18 +84,32 @@ macro_rules! suite {
             delete_removes_and_reports_absence,
             race_of_500_has_exactly_one_winner,
             race_across_20_keys_has_one_winner_each,
-            ready_when_open_and_closed_after_close,
         );
-        $crate::suite!(@each_in requests $factory;
+    };
+}
+
+/// The [`RequestStore`](idem_core::RequestStore) suite, as a module `request_store`.
+#[macro_export]
+macro_rules! request_suite {
+    ($factory:path) => {
+        $crate::checks!(request_store, requests, $factory;
             first_begin_holds_the_key_and_others_see_it_in_flight,
             completed_response_is_replayed_until_its_ttl,
             only_the_lease_holder_completes_or_releases,
             an_expired_lease_frees_the_key_and_voids_the_old_token,
             a_lease_that_ran_out_cannot_complete,
+            extend_moves_the_lease_for_its_holder_only,
             race_of_200_begins_has_one_holder,
             sweeper_deletes_finished_requests,
         );
-        $crate::suite!(@each_in events $factory;
+    };
+}
+
+/// The [`EventStore`](idem_core::EventStore) suite, as a module `event_store`.
+#[macro_export]
+macro_rules! event_suite {
+    ($factory:path) => {
+        $crate::checks!(event_store, events, $factory;
             intake_dedups_by_event_id_and_compares_payloads,
             a_leased_job_is_delivered_once_and_completes,
             failures_retry_when_due_then_go_dead_and_queue_the_result,
@@ -98,17 +119,35 @@ macro_rules! suite {
             race_of_100_intakes_of_one_event_accepts_once,
         );
     };
-    (@each $factory:path; $($check:ident),* $(,)?) => {
-        $crate::suite!(@each_in claims $factory; $($check),*);
+}
+
+/// Every suite, and the lifecycle checks of a whole [`Store`].
+#[macro_export]
+macro_rules! suite {
+    ($factory:path) => {
+        $crate::claim_suite!($factory);
+        $crate::request_suite!($factory);
+        $crate::event_suite!($factory);
+        $crate::checks!(store_lifecycle, claims, $factory; ready_when_open_and_closed_after_close);
     };
-    (@each_in $module:ident $factory:path; $($check:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $check() {
-                // A factory may decline (a backend whose database is not configured); it says so.
-                let Some(harness) = $crate::IntoHarness::into_harness($factory().await) else { return };
-                $crate::$module::$check(&harness).await;
-            }
-        )*
+}
+
+/// Expands to a module of tests, one per check of `$checks`, each on a fresh harness.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! checks {
+    ($module:ident, $checks:ident, $factory:path; $($check:ident),* $(,)?) => {
+        mod $module {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $check() {
+                    // A factory may decline (a backend whose database is not configured); it says so.
+                    let Some(harness) = $crate::IntoHarness::into_harness($factory().await) else { return };
+                    $crate::$checks::$check(&harness).await;
+                }
+            )*
+        }
     };
 }

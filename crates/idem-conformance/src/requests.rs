@@ -1,10 +1,11 @@
-//! Conformance checks for gateway requests: one holder per key, lease tokens that guard
-//! completion and release, leases and TTLs that expire exactly.
+//! Conformance checks for leased keys (gateway requests, operations): one holder per key, lease
+//! tokens that guard completion, release and extension, leases and TTLs that expire exactly.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::gateway::{Begin, NewRequest, RequestState, StoredResponse};
+use idem_core::RequestStore;
+use idem_core::request::{Begin, LeaseToken, NewRequest, RequestState};
 
 use crate::Harness;
 
@@ -15,22 +16,19 @@ fn request(key: &str, fingerprint: u8) -> NewRequest {
     NewRequest { id: crate::id(&["gateway", key]), fingerprint: [fingerprint; 32], lease: LEASE }
 }
 
-fn response(body: &str) -> StoredResponse {
-    StoredResponse {
-        status: 201,
-        headers: vec![("content-type".into(), b"application/json".to_vec())],
-        body: body.into(),
-    }
+/// A stored result: opaque bytes to the store.
+fn response(body: &str) -> Vec<u8> {
+    format!("201 {body}").into_bytes()
 }
 
-async fn start(h: &Harness, r: &NewRequest) -> idem_core::gateway::LeaseToken {
+async fn start<S: RequestStore + ?Sized>(h: &Harness<S>, r: &NewRequest) -> LeaseToken {
     match h.store.begin_request(r.clone()).await.expect("begin") {
         Begin::Started { token, .. } => token,
         other => panic!("expected to start, got {other:?}"),
     }
 }
 
-pub async fn first_begin_holds_the_key_and_others_see_it_in_flight(h: &Harness) {
+pub async fn first_begin_holds_the_key_and_others_see_it_in_flight<S: RequestStore + ?Sized>(h: &Harness<S>) {
     let r = request("k", 1);
     start(h, &r).await;
     match h.store.begin_request(r.clone()).await.expect("begin") {
@@ -45,12 +43,12 @@ pub async fn first_begin_holds_the_key_and_others_see_it_in_flight(h: &Harness) 
     assert!(matches!(h.store.peek_request(&r.id).await.expect("peek"), Some(RequestState::InFlight { .. })));
 }
 
-pub async fn completed_response_is_replayed_until_its_ttl(h: &Harness) {
+pub async fn completed_response_is_replayed_until_its_ttl<S: RequestStore + ?Sized>(h: &Harness<S>) {
     let r = request("k", 1);
     let token = start(h, &r).await;
     assert!(h.store.complete_request(&r.id, token, &response("{\"order\":1}"), TTL).await.expect("complete"));
     match h.store.begin_request(r.clone()).await.expect("begin") {
-        Begin::Completed { same_fingerprint: true, response: stored, expires_at } => {
+        Begin::Completed { same_fingerprint: true, result: stored, expires_at } => {
             assert_eq!(stored, response("{\"order\":1}"));
             assert_eq!(expires_at, crate::START.plus(TTL));
         }
@@ -69,10 +67,10 @@ pub async fn completed_response_is_replayed_until_its_ttl(h: &Harness) {
     assert!(matches!(h.store.begin_request(r).await.expect("begin"), Begin::Started { lease_expired: false, .. }));
 }
 
-pub async fn only_the_lease_holder_completes_or_releases(h: &Harness) {
+pub async fn only_the_lease_holder_completes_or_releases<S: RequestStore + ?Sized>(h: &Harness<S>) {
     let r = request("k", 1);
     let token = start(h, &r).await;
-    let stranger = idem_core::gateway::LeaseToken::generate();
+    let stranger = LeaseToken::generate();
     assert!(!h.store.complete_request(&r.id, stranger, &response("x"), TTL).await.expect("complete"));
     assert!(!h.store.release_request(&r.id, stranger).await.expect("release"));
     assert!(h.store.release_request(&r.id, token).await.expect("release"));
@@ -84,7 +82,7 @@ pub async fn only_the_lease_holder_completes_or_releases(h: &Harness) {
     start(h, &r).await;
 }
 
-pub async fn an_expired_lease_frees_the_key_and_voids_the_old_token(h: &Harness) {
+pub async fn an_expired_lease_frees_the_key_and_voids_the_old_token<S: RequestStore + ?Sized>(h: &Harness<S>) {
     let r = request("k", 1);
     let old = start(h, &r).await;
     h.clock.advance(LEASE - Duration::from_millis(1));
@@ -101,12 +99,12 @@ pub async fn an_expired_lease_frees_the_key_and_voids_the_old_token(h: &Harness)
     assert!(!h.store.release_request(&r.id, old).await.expect("release"), "nor release its successor's key");
     assert!(h.store.complete_request(&r.id, new, &response("fresh"), TTL).await.expect("complete"));
     match h.store.peek_request(&r.id).await.expect("peek") {
-        Some(RequestState::Completed { response: stored, .. }) => assert_eq!(stored.body, b"fresh"),
+        Some(RequestState::Completed { result: stored, .. }) => assert_eq!(stored, response("fresh")),
         other => panic!("expected the successor's response, got {other:?}"),
     }
 }
 
-pub async fn a_lease_that_ran_out_cannot_complete(h: &Harness) {
+pub async fn a_lease_that_ran_out_cannot_complete<S: RequestStore + ?Sized>(h: &Harness<S>) {
     let r = request("k", 1);
     let token = start(h, &r).await;
     h.clock.advance(LEASE);
@@ -116,7 +114,7 @@ pub async fn a_lease_that_ran_out_cannot_complete(h: &Harness) {
     );
 }
 
-pub async fn race_of_200_begins_has_one_holder(h: &Harness) {
+pub async fn race_of_200_begins_has_one_holder<S: RequestStore + ?Sized>(h: &Harness<S>) {
     let tasks: Vec<_> = (0..200)
         .map(|_| {
             let store = Arc::clone(&h.store);
@@ -132,13 +130,45 @@ pub async fn race_of_200_begins_has_one_holder(h: &Harness) {
     assert_eq!(started, 1, "exactly one of 200 concurrent begins holds the key");
 }
 
-pub async fn sweeper_deletes_finished_requests(h: &Harness) {
+pub async fn sweeper_deletes_finished_requests<S: RequestStore + ?Sized>(h: &Harness<S>) {
     let done = request("done", 1);
     let token = start(h, &done).await;
     h.store.complete_request(&done.id, token, &response("x"), Duration::from_secs(10)).await.expect("complete");
     start(h, &request("held", 1)).await;
     h.clock.advance(Duration::from_secs(10));
-    assert_eq!(h.store.sweep_expired(100).await.expect("sweep"), 1, "only the expired record goes");
+    assert_eq!(h.store.sweep_requests(100).await.expect("sweep"), 1, "only the expired record goes");
     h.clock.advance(LEASE);
-    assert_eq!(h.store.sweep_expired(100).await.expect("sweep"), 1, "then the ran-out lease");
+    assert_eq!(h.store.sweep_requests(100).await.expect("sweep"), 1, "then the ran-out lease");
+}
+
+pub async fn extend_moves_the_lease_for_its_holder_only<S: RequestStore + ?Sized>(h: &Harness<S>) {
+    let r = request("k", 1);
+    let token = start(h, &r).await;
+    h.clock.advance(LEASE - Duration::from_secs(1));
+    let longer = Duration::from_secs(120);
+    let stranger = LeaseToken::generate();
+    assert_eq!(h.store.extend_request(&r.id, stranger, longer).await.expect("extend"), None, "not its holder");
+    let until = h.store.extend_request(&r.id, token, longer).await.expect("extend");
+    let expected = crate::START.plus(LEASE - Duration::from_secs(1) + longer);
+    assert_eq!(until, Some(expected), "the lease now ends `lease` from now");
+    h.clock.advance(Duration::from_secs(60));
+    assert!(
+        matches!(h.store.begin_request(r.clone()).await.expect("begin"), Begin::InFlight { lease_until, .. } if lease_until == expected),
+        "still held past the first lease's end"
+    );
+    assert!(h.store.complete_request(&r.id, token, &response("done"), TTL).await.expect("complete"));
+    assert_eq!(
+        h.store.extend_request(&r.id, token, longer).await.expect("extend"),
+        None,
+        "a completed key has no lease"
+    );
+    let other = request("other", 1);
+    let late = start(h, &other).await;
+    h.clock.advance(LEASE);
+    assert_eq!(
+        h.store.extend_request(&other.id, late, longer).await.expect("extend"),
+        None,
+        "an ended lease stays ended"
+    );
+    assert!(matches!(h.store.begin_request(other).await.expect("begin"), Begin::Started { lease_expired: true, .. }));
 }

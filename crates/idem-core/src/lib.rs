@@ -1,4 +1,4 @@
-//! idem's core: the domain types, the store trait and the pure logic every backend and the server
+//! idem's core: the domain types, the store traits and the pure logic every backend and the server
 //! share. Nothing here does I/O; everything here can be tested without a service running.
 
 pub mod claim;
@@ -8,7 +8,9 @@ pub mod error;
 pub mod event;
 pub mod gateway;
 pub mod key;
+pub mod media;
 pub mod namespace;
+pub mod request;
 pub mod store;
 
 pub use claim::{ClaimOutcome, ClaimRecord, NewClaim};
@@ -17,4 +19,4 @@ pub use duration::{format_duration, parse_duration};
 pub use error::{Invalid, StoreError};
 pub use key::{ClaimId, Parts};
 pub use namespace::Namespace;
-pub use store::{SignalHandler, Store, StoreSignal};
+pub use store::{ClaimStore, EventStore, RequestStore, SignalHandler, Store, StoreLifecycle, StoreSignal};

@@ -24,6 +24,20 @@ impl Namespace {
     }
 }
 
+/// In config files a namespace (or a source name, which follows the same rule) is checked on load.
+impl<'de> serde::Deserialize<'de> for Namespace {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        Self::new(&text).map_err(|e| serde::de::Error::custom(e.message))
+    }
+}
+
+impl serde::Serialize for Namespace {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
 impl std::fmt::Display for Namespace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)

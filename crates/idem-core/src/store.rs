@@ -1,38 +1,37 @@
-//! The storage boundary. Every backend implements [`Store`]; the server holds an `Arc<dyn Store>`
-//! and never sees a driver type. The required surface is small: an atomic insert-if-absent
-//! (`claim`), point and prefix reads, a delete, and the sweeper's bounded delete of expired rows.
+//! The storage boundary, one trait per domain, so that each user needs only the part it uses:
 //!
-//! Invariants every backend keeps (the conformance suite checks each):
+//! - [`ClaimStore`]: claims, lookups by id and by prefix, delete, and sweeping expired claims.
+//! - [`RequestStore`]: leased keys with a stored result (begin / complete / release / extend /
+//!   peek); the gateway and the tower layer need only this.
+//! - [`EventStore`]: receipts, the delivery job queue, attempts, replays and listing.
+//! - [`StoreLifecycle`]: readiness, closing, and signals from other nodes.
+//!
+//! [`Store`] is all four, implemented for every type that implements them; the server holds an
+//! `Arc<dyn Store>` and hands each part (`Arc<dyn RequestStore>`, …) to whatever needs only that.
+//! No driver type crosses these traits. Each trait has its own conformance suite
+//! (`idem-conformance`), run on every backend.
+//!
+//! Invariants every backend keeps (the suites check each):
 //! - of any number of concurrent claims of one key, exactly one answers `claimed: true`;
 //! - an answer is given only once what it reports is durable;
 //! - a claim whose `expires_at` is at or before now is absent for every operation, whether or not
 //!   the sweeper has deleted it yet;
-//! - of any number of concurrent `begin_request`s of one gateway key, exactly one is `Started`;
-//!   only the holder of its lease token can complete or release it, and once the lease runs out the
-//!   key is free again (and the old token is worthless).
-
-use async_trait::async_trait;
+//! - of any number of concurrent `begin_request`s of one key, exactly one is `Started`; only the
+//!   holder of its lease token can complete, release or extend it, and once the lease runs out the
+//!   key is free again (and the old token is worthless);
+//! - an accepted event's receipt and first delivery job are committed together; a job is leased
+//!   by one worker at a time, and only its lease holder can record the attempt's transition.
 
 use std::time::Duration;
 
-use crate::event::{Accept, Job, JobOutcome, NewEvent, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus};
-use crate::gateway::{Begin, LeaseToken, NewRequest, RequestState, StoredResponse};
-use crate::{ClaimId, ClaimOutcome, ClaimRecord, Namespace, NewClaim, Parts, StoreError};
+use async_trait::async_trait;
 
-/// A change made through another node that this node may be waiting for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StoreSignal {
-    /// Delivery jobs were queued.
-    JobsQueued,
-    /// A gateway key was completed or released.
-    RequestDone(ClaimId),
-}
-
-/// Receives [`StoreSignal`]s.
-pub type SignalHandler = Box<dyn Fn(StoreSignal) + Send + Sync>;
+use crate::event::{Accept, Job, NewEvent, QueueStats, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus, Transition};
+use crate::request::{Begin, LeaseToken, NewRequest, RequestState};
+use crate::{ClaimId, ClaimOutcome, ClaimRecord, Namespace, NewClaim, Parts, StoreError, Timestamp};
 
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait ClaimStore: Send + Sync + 'static {
     /// Claims every item in order; within one call the first of two equal keys wins.
     async fn claim(&self, ns: &Namespace, items: Vec<NewClaim>) -> Result<Vec<ClaimOutcome>, StoreError>;
 
@@ -45,60 +44,92 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes a claim; `false` when there was no live claim with that id.
     async fn delete(&self, ns: &Namespace, id: &ClaimId) -> Result<bool, StoreError>;
 
-    /// Takes a gateway key for one request (atomic insert-if-absent, or take-over of an expired
-    /// lease or completed record), or reports who has it.
+    /// Deletes up to `limit` expired claims and says how many went.
+    async fn sweep_expired(&self, limit: usize) -> Result<usize, StoreError>;
+
+    /// One claim by id.
+    async fn get(&self, ns: &Namespace, id: &ClaimId) -> Result<Option<ClaimRecord>, StoreError> {
+        let mut found = self.lookup(ns, std::slice::from_ref(id)).await?;
+        Ok(found.pop().flatten())
+    }
+}
+
+#[async_trait]
+pub trait RequestStore: Send + Sync + 'static {
+    /// Takes a key (atomic insert-if-absent, or take-over of an expired lease or result), or
+    /// reports who has it.
     async fn begin_request(&self, request: NewRequest) -> Result<Begin, StoreError>;
 
-    /// Stores the response of a request whose lease `token` still holds the key, kept for `ttl`.
+    /// Stores the result of a key whose lease `token` still holds it, kept for `ttl`.
     /// `false`: the lease was lost (expired and taken over, or released); nothing was changed.
     async fn complete_request(
         &self,
         id: &ClaimId,
         token: LeaseToken,
-        response: &StoredResponse,
+        result: &[u8],
         ttl: Duration,
     ) -> Result<bool, StoreError>;
 
     /// Frees a key held by `token` so that a retry executes again. `false`: not held by it.
     async fn release_request(&self, id: &ClaimId, token: LeaseToken) -> Result<bool, StoreError>;
 
-    /// The live state of a gateway key, if any.
+    /// Moves the end of a live lease held by `token` to `lease` from now (a heartbeat for long
+    /// work). `None`: the lease was lost; nothing was changed.
+    async fn extend_request(
+        &self,
+        id: &ClaimId,
+        token: LeaseToken,
+        lease: Duration,
+    ) -> Result<Option<Timestamp>, StoreError>;
+
+    /// The live state of a key, if any.
     async fn peek_request(&self, id: &ClaimId) -> Result<Option<RequestState>, StoreError>;
 
+    /// Deletes up to `limit` keys that hold nothing any more (expired results, ended leases).
+    async fn sweep_requests(&self, limit: usize) -> Result<usize, StoreError>;
+}
+
+#[async_trait]
+pub trait EventStore: Send + Sync + 'static {
     /// Stores a new receipt together with its first delivery job (one transaction), or reports
     /// the earlier receipt of the same (source, event id).
     async fn accept_event(&self, event: NewEvent) -> Result<Accept, StoreError>;
 
     /// Leases up to `limit` due jobs for `lease`, oldest due first, skipping `busy_sources` (those
     /// at their concurrency limit, so that one slow handler cannot hold every lease). A job whose
-    /// lease ran out is due again.
+    /// lease ran out is due again. A leased delivery job's receipt is `processing`.
     async fn lease_jobs(&self, limit: usize, lease: Duration, busy_sources: &[String]) -> Result<Vec<Job>, StoreError>;
 
-    /// Records an attempt and moves the job on (done, rescheduled, or dead). A finished delivery
-    /// with `result_body` also queues the result webhook, in the same transaction. `false`: the
-    /// lease was lost and nothing was changed.
-    async fn finish_job(
-        &self,
-        job: &Job,
-        outcome: JobOutcome,
-        result_body: Option<Vec<u8>>,
-    ) -> Result<bool, StoreError>;
+    /// Persists what an attempt of `job` decided ([`crate::event::after_attempt`]), in one
+    /// transaction. `false`: the lease was lost and nothing was changed.
+    async fn finish_job(&self, job: &Job, transition: Transition) -> Result<bool, StoreError>;
 
     async fn get_receipt(&self, id: &ReceiptId) -> Result<Option<Receipt>, StoreError>;
 
     /// Newest first; attempts are not filled in.
     async fn list_receipts(&self, filter: &ReceiptFilter) -> Result<Vec<Receipt>, StoreError>;
 
-    /// Queues a completed or dead receipt for delivery again from attempt 1. Answers the status it
-    /// had (`None`: no such receipt); a receipt that is not terminal is left alone.
+    /// Replays a receipt as [`crate::event::replay`] decides. Answers the status it had (`None`: no
+    /// such receipt).
     async fn replay_receipt(&self, id: &ReceiptId) -> Result<Option<ReceiptStatus>, StoreError>;
 
-    /// Jobs due now (leased or not), and when the oldest of them fell due.
-    async fn queue_stats(&self) -> Result<(u64, Option<crate::Timestamp>), StoreError>;
+    async fn queue_stats(&self) -> Result<QueueStats, StoreError>;
+}
 
-    /// Deletes up to `limit` expired claims and gateway records and says how many went.
-    async fn sweep_expired(&self, limit: usize) -> Result<usize, StoreError>;
+/// A change made through another node that this node may be waiting for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreSignal {
+    /// Delivery jobs were queued.
+    JobsQueued,
+    /// A leased key was completed or released.
+    RequestDone(ClaimId),
+}
 
+/// Receives [`StoreSignal`]s.
+pub type SignalHandler = Box<dyn Fn(StoreSignal) + Send + Sync>;
+
+#[async_trait]
+pub trait StoreLifecycle: Send + Sync + 'static {
     /// Succeeds when the store can be read and written right now.
     async fn check_ready(&self) -> Result<(), StoreError>;
 
@@ -108,10 +139,9 @@ pub trait Store: Send + Sync + 'static {
     /// Asks to hear of changes other nodes make (a shared database's notifications). A store that
     /// only one process uses has none to tell, and ignores this.
     fn on_signal(&self, _handler: SignalHandler) {}
-
-    /// One claim by id.
-    async fn get(&self, ns: &Namespace, id: &ClaimId) -> Result<Option<ClaimRecord>, StoreError> {
-        let mut found = self.lookup(ns, std::slice::from_ref(id)).await?;
-        Ok(found.pop().flatten())
-    }
 }
+
+/// Every part of the store: what the server runs on.
+pub trait Store: ClaimStore + RequestStore + EventStore + StoreLifecycle {}
+
+impl<T: ClaimStore + RequestStore + EventStore + StoreLifecycle + ?Sized> Store for T {}

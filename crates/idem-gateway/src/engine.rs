@@ -4,7 +4,8 @@
 //! 2. The key's id is (route, scope, key); the request's fingerprint is method, path, query, body.
 //! 3. A completed response in the replay cache or the store is replayed (or 422 on another
 //!    fingerprint); the upstream is not called.
-//! 4. Otherwise `begin_request` atomically takes the key. Whoever gets it forwards, then stores the
+//! 4. Otherwise `begin_request` atomically takes the key (the engine needs only a
+//!    [`RequestStore`]; the response is stored in `StoredResponse`'s binary form). Whoever gets it forwards, then stores the
 //!    response (compare-and-set on its lease token) or releases the key for transient failures.
 //!    Everyone else gets 409 (`reject`), or waits to be woken by the holder (`wait`).
 //!
@@ -15,29 +16,32 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, header};
-use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use idem_core::gateway::{
-    Begin, InFlightPolicy, KeyPolicy, LeaseToken, NewRequest, StoredResponse, fingerprint, keeps_response,
+    Fingerprint, IdempotencyKey, InFlightPolicy, KeyPolicy, StoredResponse, fingerprint, keeps_response,
     parse_idempotency_key, request_id,
 };
-use idem_core::{ClaimId, Clock, Store};
+use idem_core::request::{Begin, LeaseToken, NewRequest};
+use idem_core::{ClaimId, Clock, RequestStore};
 use tokio::time::Instant;
 
+use crate::body::{Capped, Prefixed, read_capped};
 use crate::cache::{Cached, ReplayCache};
 use crate::headers::strip_hop_by_hop;
 use crate::policy::{RoutePolicy, ScopePart};
 use crate::problem::{in_flight, problem};
 use crate::waiters::{Waiters, WakeOnDrop};
-use crate::{BoxError, GatewayBody, full};
+use crate::{GatewayBody, full};
 
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
+
+/// The request-body limit when nothing else is configured: 1 MiB, as `limits.max_body_bytes`.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
 
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -50,8 +54,9 @@ pub struct EngineConfig {
 }
 
 impl Default for EngineConfig {
+    /// The defaults of `limits.max_body_bytes`, `[gateway] max_stored_response` and `cache_bytes`.
     fn default() -> Self {
-        Self { max_body_bytes: 1 << 20, max_stored_response: 1 << 20, cache_bytes: 64 << 20 }
+        Self { max_body_bytes: DEFAULT_MAX_BODY_BYTES, max_stored_response: 1 << 20, cache_bytes: 64 << 20 }
     }
 }
 
@@ -67,7 +72,7 @@ pub enum ForwardError {
 pub type ForwardFuture = Pin<Box<dyn Future<Output = Result<Response<GatewayBody>, ForwardError>> + Send>>;
 
 pub struct Engine {
-    store: Arc<dyn Store>,
+    store: Arc<dyn RequestStore>,
     clock: Arc<dyn Clock>,
     cache: ReplayCache,
     waiters: Arc<Waiters>,
@@ -79,8 +84,14 @@ fn count(route: &RoutePolicy, outcome: &'static str) {
         .increment(1);
 }
 
+/// A request's identity on its route: where its key lives, and what it must match.
+struct Identity {
+    id: ClaimId,
+    fingerprint: Fingerprint,
+}
+
 impl Engine {
-    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, config: EngineConfig) -> Self {
+    pub fn new(store: Arc<dyn RequestStore>, clock: Arc<dyn Clock>, config: EngineConfig) -> Self {
         let cache = ReplayCache::new(config.cache_bytes);
         Self { store, clock, cache, waiters: Arc::default(), config }
     }
@@ -104,80 +115,53 @@ impl Engine {
     where
         F: FnOnce(Request<Bytes>) -> ForwardFuture + Send + 'static,
     {
-        let key = match request.headers().get(IDEMPOTENCY_KEY) {
-            None if route.key == KeyPolicy::Required => {
-                count(route, "missing_key");
-                return problem(
-                    StatusCode::BAD_REQUEST,
-                    "missing-idempotency-key",
-                    "this route requires an Idempotency-Key header",
-                );
-            }
-            None => {
+        let key = match key_of(route, &request) {
+            Ok(Some(key)) => key,
+            Ok(None) => {
                 count(route, "no_key");
                 return forward(request).await.unwrap_or_else(|e| upstream_failed(&e));
             }
-            Some(value) => match value
-                .to_str()
-                .map_err(|_| "the Idempotency-Key may contain only printable ASCII")
-                .and_then(parse_idempotency_key)
-            {
-                Ok(key) => key,
-                Err(detail) => {
-                    count(route, "invalid_key");
-                    return problem(StatusCode::BAD_REQUEST, "invalid-idempotency-key", detail);
-                }
-            },
+            Err(problem) => return problem.answer(route),
         };
-        let scope: Vec<&[u8]> = route
-            .scope
-            .iter()
-            .map(|ScopePart::Header(name)| request.headers().get(name).map_or(&b""[..], HeaderValue::as_bytes))
-            .collect();
-        let id = request_id(route.path.as_str(), &scope, &key);
-        let uri = request.uri();
-        let json = is_json(request.headers().get(header::CONTENT_TYPE));
-        let fp = fingerprint(request.method().as_str(), uri.path(), uri.query().unwrap_or(""), request.body(), json);
-        if let Some(hit) = self.cache.get(&id, self.clock.now()) {
-            return answer_completed(route, hit.fingerprint == fp, &hit.response);
+        let identity = identify(route, &request, &key);
+        if let Some(hit) = self.cache.get(&identity.id, self.clock.now()) {
+            return answer_completed(route, hit.fingerprint == identity.fingerprint, &hit.response);
         }
+        match self.take_key(route, &identity).await {
+            Ok(token) => self.execute(route, identity, token, request, forward).await,
+            Err(answer) => answer,
+        }
+    }
+
+    /// Takes the key for this request, or answers for it: a replay, a mismatch, a conflict (at
+    /// once, or after waiting for the holder with `in_flight = "wait"`), or an unavailable store.
+    async fn take_key(&self, route: &RoutePolicy, identity: &Identity) -> Result<LeaseToken, Response<GatewayBody>> {
         let deadline = Instant::now() + route.wait_timeout;
         loop {
             // Subscribe before looking, so that a completion in between still wakes us.
             let mut woken = (route.in_flight == InFlightPolicy::Wait)
-                .then(|| Box::pin(self.waiters.subscribe(&id).notified_owned()));
+                .then(|| Box::pin(self.waiters.subscribe(&identity.id).notified_owned()));
             if let Some(w) = woken.as_mut() {
                 w.as_mut().enable();
             }
-            match self.store.begin_request(NewRequest { id, fingerprint: fp, lease: route.lease }).await {
-                Err(e) => {
-                    tracing::warn!(error = %e, "gateway store unavailable");
-                    count(route, "store_error");
-                    return problem(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "store-unavailable",
-                        "the idempotency store is unavailable; nothing was forwarded, retry shortly",
-                    );
-                }
+            let new = NewRequest { id: identity.id, fingerprint: identity.fingerprint, lease: route.lease };
+            match self.store.begin_request(new).await {
+                Err(e) => return Err(store_unavailable(route, &e)),
                 Ok(Begin::Started { token, lease_expired }) => {
                     if lease_expired {
                         metrics::counter!("idem_gateway_lease_expiries_total", "route" => route.path.as_str().to_owned()).increment(1);
                     }
-                    return self.execute(route, id, fp, token, request, forward).await;
+                    return Ok(token);
                 }
-                Ok(Begin::Completed { same_fingerprint, response, expires_at }) => {
-                    let response = Arc::new(response);
-                    if same_fingerprint {
-                        self.cache.insert(id, Cached { fingerprint: fp, response: Arc::clone(&response), expires_at });
-                    }
-                    return answer_completed(route, same_fingerprint, &response);
+                Ok(Begin::Completed { same_fingerprint, result, expires_at }) => {
+                    return Err(self.completed(route, identity, same_fingerprint, &result, expires_at));
                 }
-                Ok(Begin::InFlight { same_fingerprint: false, .. }) => return mismatch(route),
+                Ok(Begin::InFlight { same_fingerprint: false, .. }) => return Err(mismatch(route)),
                 Ok(Begin::InFlight { .. }) => {
                     let left = deadline.saturating_duration_since(Instant::now());
                     let Some(woken) = woken.filter(|_| !left.is_zero()) else {
                         count(route, "conflict");
-                        return in_flight(1);
+                        return Err(in_flight(1));
                     };
                     // Woken by the holder on this node, or look again after a second (the holder
                     // may be another node), or give up at the deadline.
@@ -187,12 +171,37 @@ impl Engine {
         }
     }
 
-    /// Runs a request whose key this node now holds, in a task of its own.
+    /// The answer for a key the store holds completed: its response (cached for the next
+    /// replay), or a mismatch.
+    fn completed(
+        &self,
+        route: &RoutePolicy,
+        identity: &Identity,
+        same_fingerprint: bool,
+        result: &[u8],
+        expires_at: idem_core::Timestamp,
+    ) -> Response<GatewayBody> {
+        let response = match StoredResponse::decode(result) {
+            Ok(response) => Arc::new(response),
+            Err(e) => {
+                tracing::error!(error = %e, "a stored response could not be read");
+                count(route, "store_error");
+                return problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the stored response could not be read");
+            }
+        };
+        if same_fingerprint {
+            let cached = Cached { fingerprint: identity.fingerprint, response: Arc::clone(&response), expires_at };
+            self.cache.insert(identity.id, cached);
+        }
+        answer_completed(route, same_fingerprint, &response)
+    }
+
+    /// Runs a request whose key this node now holds, in a task of its own: a client that hangs
+    /// up does not abandon the upstream call, whose result is still stored for the retry.
     async fn execute<F>(
         self: &Arc<Self>,
         route: &Arc<RoutePolicy>,
-        id: ClaimId,
-        fp: [u8; 32],
+        identity: Identity,
         token: LeaseToken,
         request: Request<Bytes>,
         forward: F,
@@ -201,17 +210,17 @@ impl Engine {
         F: FnOnce(Request<Bytes>) -> ForwardFuture + Send + 'static,
     {
         let (engine, route) = (Arc::clone(self), Arc::clone(route));
-        let held = tokio::spawn(async move { engine.run_held(&route, id, fp, token, request, forward).await });
+        let held = tokio::spawn(async move { engine.run_held(&route, identity, token, request, forward).await });
         held.await.unwrap_or_else(|_| {
             problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the request failed inside idem")
         })
     }
 
+    /// Forwards a held request and settles its key: stored, released, or left to its lease.
     async fn run_held<F>(
         &self,
         route: &RoutePolicy,
-        id: ClaimId,
-        fp: [u8; 32],
+        identity: Identity,
         token: LeaseToken,
         request: Request<Bytes>,
         forward: F,
@@ -219,7 +228,7 @@ impl Engine {
     where
         F: FnOnce(Request<Bytes>) -> ForwardFuture,
     {
-        let _wake = WakeOnDrop { waiters: Arc::clone(&self.waiters), id };
+        let _wake = WakeOnDrop { waiters: Arc::clone(&self.waiters), id: identity.id };
         let started = Instant::now();
         let lease_end = started + route.lease;
         let upstream = tokio::time::timeout_at(lease_end, forward(request)).await;
@@ -227,41 +236,45 @@ impl Engine {
             .record(started.elapsed().as_secs_f64());
         let response = match upstream {
             Err(_) => return upstream_timeout(route),
-            Ok(Err(e)) => {
-                self.release(id, token).await;
-                count(route, "upstream_error");
-                return upstream_failed(&e);
-            }
+            Ok(Err(e)) => return self.released(route, &identity, token, "upstream_error", upstream_failed(&e)).await,
             Ok(Ok(response)) => response,
         };
-        let status = response.status().as_u16();
-        if !keeps_response(status, route.store_5xx) {
-            self.release(id, token).await;
-            count(route, "released");
-            return response;
+        if !keeps_response(response.status().as_u16(), route.store_5xx) {
+            return self.released(route, &identity, token, "released", response).await;
         }
         let (mut parts, body) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers);
         let body = match tokio::time::timeout_at(lease_end, read_capped(body, self.config.max_stored_response)).await {
             Err(_) => return upstream_timeout(route),
             Ok(Err(e)) => {
-                self.release(id, token).await;
-                count(route, "upstream_error");
-                return upstream_failed(&ForwardError::Failed(e.to_string()));
+                let answer = upstream_failed(&ForwardError::Failed(e.to_string()));
+                return self.released(route, &identity, token, "upstream_error", answer).await;
             }
             Ok(Ok(Capped::Over(prefix, rest))) => {
-                self.release(id, token).await;
-                count(route, "too_large");
-                return Response::from_parts(parts, Prefixed { prefix, rest }.boxed_unsync());
+                let answer = Response::from_parts(parts, Prefixed { prefix, rest }.boxed_unsync());
+                return self.released(route, &identity, token, "too_large", answer).await;
             }
             Ok(Ok(Capped::Whole(body))) => body,
         };
         let headers = parts.headers.iter().map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec())).collect();
-        let stored = StoredResponse { status, headers, body: body.to_vec() };
-        match self.store.complete_request(&id, token, &stored, route.ttl).await {
+        let stored = StoredResponse { status: parts.status.as_u16(), headers, body: body.to_vec() };
+        self.store_response(route, &identity, token, stored).await;
+        Response::from_parts(parts, full(body))
+    }
+
+    /// Stores a response under the lease `token`, and keeps it for replays from memory.
+    async fn store_response(
+        &self,
+        route: &RoutePolicy,
+        identity: &Identity,
+        token: LeaseToken,
+        stored: StoredResponse,
+    ) {
+        match self.store.complete_request(&identity.id, token, &stored.encode(), route.ttl).await {
             Ok(true) => {
                 let expires_at = self.clock.now().plus(route.ttl);
-                self.cache.insert(id, Cached { fingerprint: fp, response: Arc::new(stored), expires_at });
+                let cached = Cached { fingerprint: identity.fingerprint, response: Arc::new(stored), expires_at };
+                self.cache.insert(identity.id, cached);
                 count(route, "forwarded");
             }
             Ok(false) => {
@@ -276,14 +289,78 @@ impl Engine {
                 count(route, "store_error");
             }
         }
-        Response::from_parts(parts, full(body))
     }
 
-    async fn release(&self, id: ClaimId, token: LeaseToken) {
-        if let Err(e) = self.store.release_request(&id, token).await {
+    /// Frees the key so that a retry executes again, and passes `answer` on.
+    async fn released(
+        &self,
+        route: &RoutePolicy,
+        identity: &Identity,
+        token: LeaseToken,
+        outcome: &'static str,
+        answer: Response<GatewayBody>,
+    ) -> Response<GatewayBody> {
+        if let Err(e) = self.store.release_request(&identity.id, token).await {
             tracing::warn!(error = %e, "could not release a key; it is held until its lease ends");
         }
+        count(route, outcome);
+        answer
     }
+}
+
+/// Why a request's `Idempotency-Key` cannot be used.
+enum KeyProblem {
+    /// None on a `required` route.
+    Missing,
+    /// Not a valid key; the detail says why.
+    Invalid(&'static str),
+}
+
+impl KeyProblem {
+    fn answer(self, route: &RoutePolicy) -> Response<GatewayBody> {
+        match self {
+            KeyProblem::Missing => {
+                count(route, "missing_key");
+                let detail = "this route requires an Idempotency-Key header";
+                problem(StatusCode::BAD_REQUEST, "missing-idempotency-key", detail)
+            }
+            KeyProblem::Invalid(detail) => {
+                count(route, "invalid_key");
+                problem(StatusCode::BAD_REQUEST, "invalid-idempotency-key", detail)
+            }
+        }
+    }
+}
+
+/// The request's `Idempotency-Key`: `Ok(None)` when it has none and the route allows that.
+fn key_of(route: &RoutePolicy, request: &Request<Bytes>) -> Result<Option<IdempotencyKey>, KeyProblem> {
+    let Some(value) = request.headers().get(IDEMPOTENCY_KEY) else {
+        return if route.key == KeyPolicy::Required { Err(KeyProblem::Missing) } else { Ok(None) };
+    };
+    value
+        .to_str()
+        .map_err(|_| "the Idempotency-Key may contain only printable ASCII")
+        .and_then(parse_idempotency_key)
+        .map(Some)
+        .map_err(KeyProblem::Invalid)
+}
+
+/// The key's id is (route, scope, key); the fingerprint is method, path, query and body.
+fn identify(route: &RoutePolicy, request: &Request<Bytes>, key: &IdempotencyKey) -> Identity {
+    let scope: Vec<&[u8]> = route
+        .scope
+        .iter()
+        .map(|ScopePart::Header(name)| request.headers().get(name).map_or(&b""[..], HeaderValue::as_bytes))
+        .collect();
+    let uri = request.uri();
+    let json = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(idem_core::media::is_json);
+    let fingerprint =
+        fingerprint(request.method().as_str(), uri.path(), uri.query().unwrap_or(""), request.body(), json);
+    Identity { id: request_id(route.path.as_str(), &scope, key), fingerprint }
 }
 
 fn answer_completed(route: &RoutePolicy, same_fingerprint: bool, stored: &StoredResponse) -> Response<GatewayBody> {
@@ -317,6 +394,16 @@ fn mismatch(route: &RoutePolicy) -> Response<GatewayBody> {
     )
 }
 
+fn store_unavailable(route: &RoutePolicy, e: &idem_core::StoreError) -> Response<GatewayBody> {
+    tracing::warn!(error = %e, "gateway store unavailable");
+    count(route, "store_error");
+    problem(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "store-unavailable",
+        "the idempotency store is unavailable; nothing was forwarded, retry shortly",
+    )
+}
+
 fn upstream_timeout(route: &RoutePolicy) -> Response<GatewayBody> {
     count(route, "upstream_timeout");
     problem(
@@ -333,52 +420,4 @@ fn upstream_failed(e: &ForwardError) -> Response<GatewayBody> {
         "upstream-unavailable",
         "the upstream could not be reached or broke off; the Idempotency-Key was released, so a retry executes again",
     )
-}
-
-fn is_json(content_type: Option<&HeaderValue>) -> bool {
-    let Some(value) = content_type.and_then(|v| v.to_str().ok()) else { return false };
-    let essence = value.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
-}
-
-enum Capped {
-    Whole(Bytes),
-    Over(Vec<Bytes>, GatewayBody),
-}
-
-/// Reads a body whole if it is at most `cap` bytes; otherwise hands back what was read and the rest.
-async fn read_capped(mut body: GatewayBody, cap: usize) -> Result<Capped, BoxError> {
-    let mut chunks = Vec::new();
-    let mut total = 0;
-    while let Some(frame) = body.frame().await {
-        if let Ok(data) = frame?.into_data() {
-            total += data.len();
-            chunks.push(data);
-            if total > cap {
-                return Ok(Capped::Over(chunks, body));
-            }
-        }
-    }
-    let mut whole = BytesMut::with_capacity(total);
-    chunks.iter().for_each(|c| whole.extend_from_slice(c));
-    Ok(Capped::Whole(whole.freeze()))
-}
-
-/// A body that yields chunks already read, then the rest of the original body.
-struct Prefixed {
-    prefix: Vec<Bytes>,
-    rest: GatewayBody,
-}
-
-impl Body for Prefixed {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        if !self.prefix.is_empty() {
-            let chunk = self.prefix.remove(0);
-            return Poll::Ready(Some(Ok(Frame::data(chunk))));
-        }
-        Pin::new(&mut self.rest).poll_frame(cx)
-    }
 }

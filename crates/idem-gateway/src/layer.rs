@@ -1,5 +1,5 @@
 //! The engine as a tower layer, for Rust services: wrap a router and its guarded routes get the
-//! same idempotency as behind the proxy, on any store backend.
+//! same idempotency as behind the proxy, on any [`RequestStore`](idem_core::RequestStore).
 //!
 //! ```ignore
 //! let engine = Arc::new(Engine::new(store, Arc::new(SystemClock), EngineConfig::default()));
@@ -14,9 +14,10 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::BodyExt;
 use tower::{Layer, Service, ServiceExt};
 
+use crate::body::read_limited;
 use crate::engine::{Engine, ForwardError, ForwardFuture};
 use crate::policy::Routes;
 use crate::problem::problem;
@@ -86,20 +87,9 @@ where
                 });
             };
             let (parts, body) = request.into_parts();
-            let limit = engine.config().max_body_bytes;
-            let bytes = match Limited::new(body, limit).collect().await {
-                Ok(collected) => collected.to_bytes(),
-                Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
-                    let detail = format!("the request body is larger than the limit of {limit} bytes");
-                    return Ok(problem(StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", &detail));
-                }
-                Err(_) => {
-                    return Ok(problem(
-                        StatusCode::BAD_REQUEST,
-                        "invalid-request",
-                        "the request body could not be read",
-                    ));
-                }
+            let bytes = match read_limited(body, engine.config().max_body_bytes).await {
+                Ok(bytes) => bytes,
+                Err(e) => return Ok(e.into_response()),
             };
             let forward = move |request: Request<Bytes>| -> ForwardFuture {
                 Box::pin(async move {

@@ -4,6 +4,7 @@
 //! answers with the upstream's response, a replay, or a problem. The server's reverse proxy
 //! forwards over HTTP; [`IdempotencyLayer`] forwards to the wrapped service.
 
+pub mod body;
 pub mod cache;
 pub mod engine;
 pub mod headers;
@@ -12,7 +13,8 @@ pub mod policy;
 pub mod problem;
 pub mod waiters;
 
-pub use engine::{Engine, EngineConfig, ForwardError};
+pub use body::{BodyError, read_limited};
+pub use engine::{DEFAULT_MAX_BODY_BYTES, Engine, EngineConfig, ForwardError};
 pub use layer::{Idempotency, IdempotencyLayer};
 pub use policy::{RoutePolicy, Routes, ScopePart};
 

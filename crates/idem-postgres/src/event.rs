@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use deadpool_postgres::{Object, Transaction};
 use idem_core::event::{
-    Accept, AttemptRecord, Job, JobKind, JobOutcome, NewEvent, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus,
-    ResultState,
+    Accept, AttemptRecord, Change, Job, JobKind, JobNext, NewEvent, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus,
+    Replay, ResultState, ResultWebhookState, Transition,
 };
-use idem_core::gateway::LeaseToken;
+use idem_core::request::LeaseToken;
 use idem_core::{StoreError, Timestamp};
 use tokio_postgres::Row;
 
@@ -22,8 +22,41 @@ fn internal(what: &str) -> StoreError {
     StoreError::Internal(format!("event store: {what}"))
 }
 
+/// The one mapping between the lifecycle's states and the `receipts.status` column.
+fn status_column(status: ReceiptStatus) -> &'static str {
+    match status {
+        ReceiptStatus::Accepted => "accepted",
+        ReceiptStatus::Processing => "processing",
+        ReceiptStatus::Retrying => "retrying",
+        ReceiptStatus::Completed => "completed",
+        ReceiptStatus::Dead => "dead",
+    }
+}
+
 fn status_of(text: &str) -> Result<ReceiptStatus, StoreError> {
-    ReceiptStatus::parse(text).ok_or_else(|| internal("unknown receipt status"))
+    use ReceiptStatus::*;
+    [Accepted, Processing, Retrying, Completed, Dead]
+        .into_iter()
+        .find(|s| status_column(*s) == text)
+        .ok_or_else(|| internal("unknown receipt status"))
+}
+
+/// The one mapping between the result webhook's states and the `receipts.result_status` column.
+fn result_column(state: ResultWebhookState) -> &'static str {
+    match state {
+        ResultWebhookState::Pending => "pending",
+        ResultWebhookState::Retrying => "retrying",
+        ResultWebhookState::Delivered => "delivered",
+        ResultWebhookState::Failed => "failed",
+    }
+}
+
+fn result_of(text: &str) -> Result<ResultWebhookState, StoreError> {
+    use ResultWebhookState::*;
+    [Pending, Retrying, Delivered, Failed]
+        .into_iter()
+        .find(|s| result_column(*s) == text)
+        .ok_or_else(|| internal("unknown result webhook state"))
 }
 
 fn receipt_id(text: &str) -> Result<ReceiptId, StoreError> {
@@ -77,9 +110,18 @@ pub async fn accept(client: &mut Object, e: &NewEvent, now: Timestamp) -> Result
         let inserted = tx
             .query_opt(
                 "INSERT INTO receipts (id, source, event_id, payload_hash, body, content_type, status, round, created_at, updated_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, 'accepted', 1, $7, $7)
+                 VALUES ($1, $2, $3, $4, $5, $6, $8, 1, $7, $7)
                  ON CONFLICT (source, event_id) DO NOTHING RETURNING id",
-                &[&id.as_str(), &e.source, &e.event_id, &&e.payload_hash[..], &e.body, &e.content_type, &now.millis()],
+                &[
+                    &id.as_str(),
+                    &e.source,
+                    &e.event_id,
+                    &&e.payload_hash[..],
+                    &e.body,
+                    &e.content_type,
+                    &now.millis(),
+                    &status_column(ReceiptStatus::Accepted),
+                ],
             )
             .await?;
         if inserted.is_some() {
@@ -125,133 +167,131 @@ pub async fn lease(
             .await?;
         let mut jobs = Vec::with_capacity(leased.len());
         for row in &leased {
-            let rid: String = row.get(1);
-            let kind = if row.get::<_, i16>(2) == RESULT { JobKind::Result } else { JobKind::Delivery };
-            let r = tx
-                .query_one("SELECT source, event_id, body, content_type FROM receipts WHERE id = $1", &[&rid])
-                .await?;
-            let (body, content_type) = match kind {
-                JobKind::Delivery => {
-                    tx.execute(
-                        "UPDATE receipts SET status = 'processing', updated_at = $2 WHERE id = $1",
-                        &[&rid, &now.millis()],
-                    )
-                    .await?;
-                    (r.get::<_, Vec<u8>>(2), r.get::<_, Option<String>>(3))
-                }
-                JobKind::Result => {
-                    (row.get::<_, Option<Vec<u8>>>(4).unwrap_or_default(), Some("application/json".to_owned()))
-                }
-            };
-            jobs.push((
-                row.get::<_, i64>(0),
-                kind,
-                rid,
-                r.get::<_, String>(0),
-                r.get::<_, String>(1),
-                row.get::<_, i32>(3),
-                body,
-                content_type,
-            ));
+            jobs.push(leased_job(&tx, row, token, now).await?);
         }
-        jobs.into_iter()
-            .map(|(id, kind, rid, source, event_id, attempt, body, content_type)| {
-                Ok(Job {
-                    id,
-                    kind,
-                    receipt_id: receipt_id(&rid)?,
-                    source,
-                    event_id,
-                    attempt: attempt as u32,
-                    body,
-                    content_type,
-                    token,
-                })
-            })
-            .collect::<Result<Vec<_>, StoreError>>()
+        jobs.into_iter().collect::<Result<Vec<_>, StoreError>>()
     })
 }
 
-pub async fn finish(
-    client: &mut Object,
-    job: &Job,
-    outcome: &JobOutcome,
-    result_body: Option<&[u8]>,
+/// The job a leased row stands for; a delivery's receipt is `processing` from now on.
+async fn leased_job(
+    tx: &Transaction<'_>,
+    row: &Row,
+    token: LeaseToken,
     now: Timestamp,
-) -> Result<bool, StoreError> {
-    let (attempt, retry_at) = match outcome {
-        JobOutcome::Succeeded(a) => (a, None),
-        JobOutcome::Failed { attempt, retry_at } => (attempt, *retry_at),
+) -> Result<Result<Job, StoreError>, tokio_postgres::Error> {
+    let rid: String = row.get(1);
+    let kind = if row.get::<_, i16>(2) == RESULT { JobKind::Result } else { JobKind::Delivery };
+    let receipt =
+        tx.query_one("SELECT source, event_id, body, content_type FROM receipts WHERE id = $1", &[&rid]).await?;
+    let (body, content_type) = match kind {
+        JobKind::Delivery => {
+            let processing = status_column(ReceiptStatus::Processing);
+            tx.execute(
+                "UPDATE receipts SET status = $3, updated_at = $2 WHERE id = $1",
+                &[&rid, &now.millis(), &processing],
+            )
+            .await?;
+            (receipt.get::<_, Vec<u8>>(2), receipt.get::<_, Option<String>>(3))
+        }
+        JobKind::Result => (row.get::<_, Option<Vec<u8>>>(4).unwrap_or_default(), Some("application/json".to_owned())),
     };
-    let succeeded = matches!(outcome, JobOutcome::Succeeded(_));
-    let rid = job.receipt_id.as_str();
-    let finished: Result<bool, StoreError> = retrying!(client, |tx| {
+    Ok(receipt_id(&rid).map(|receipt_id| Job {
+        id: row.get(0),
+        kind,
+        receipt_id,
+        source: receipt.get(0),
+        event_id: receipt.get(1),
+        attempt: row.get::<_, i32>(3) as u32,
+        body,
+        content_type,
+        token,
+    }))
+}
+
+/// Persists an attempt's transition, if `job`'s lease still holds.
+pub async fn finish(client: &mut Object, job: &Job, t: &Transition, now: Timestamp) -> Result<bool, StoreError> {
+    retrying!(client, |tx| {
         let held = tx
             .query_opt(
                 "SELECT id FROM jobs WHERE id = $1 AND token = $2 AND lease_until > $3 FOR UPDATE",
                 &[&job.id, &&job.token.0[..], &now.millis()],
             )
             .await?;
-        if held.is_none() {
-            Ok(false)
-        } else {
-            match retry_at {
-                Some(at) => {
-                    tx.execute("UPDATE jobs SET attempt = attempt + 1, due_at = $2, lease_until = NULL, token = NULL WHERE id = $1", &[&job.id, &at.millis()])
-                        .await?
-                }
-                None => tx.execute("DELETE FROM jobs WHERE id = $1", &[&job.id]).await?,
-            };
-            match job.kind {
-                JobKind::Delivery => {
-                    tx.execute(
-                        "INSERT INTO attempts (receipt_id, round, n, started_at, duration_ms, status_code, error, response)
-                         SELECT $1, round, $2, $3, $4, $5, $6, $7 FROM receipts WHERE id = $1
-                         ON CONFLICT (receipt_id, round, n) DO UPDATE SET started_at = excluded.started_at,
-                             duration_ms = excluded.duration_ms, status_code = excluded.status_code, error = excluded.error,
-                             response = excluded.response",
-                        &[&rid, &(attempt.n as i32), &attempt.started_at.millis(), &(attempt.duration_ms as i64),
-                          &attempt.status_code.map(i32::from), &attempt.error, &attempt.response],
-                    )
-                    .await?;
-                    let status = match (succeeded, retry_at) {
-                        (true, _) => ReceiptStatus::Completed,
-                        (false, Some(_)) => ReceiptStatus::Retrying,
-                        (false, None) => ReceiptStatus::Dead,
-                    };
-                    tx.execute(
-                        "UPDATE receipts SET status = $2, updated_at = $3 WHERE id = $1",
-                        &[&rid, &status.as_str(), &now.millis()],
-                    )
-                    .await?;
-                    if status.is_terminal()
-                        && let Some(body) = result_body
-                    {
-                        enqueue(&tx, rid, RESULT, now, Some(body)).await?;
-                        tx.execute(
-                            "UPDATE receipts SET result_status = 'pending', result_attempts = 0 WHERE id = $1",
-                            &[&rid],
-                        )
-                        .await?;
-                    }
-                }
-                JobKind::Result => {
-                    let state = match (succeeded, retry_at) {
-                        (true, _) => "delivered",
-                        (false, Some(_)) => "retrying",
-                        (false, None) => "failed",
-                    };
-                    tx.execute(
-                        "UPDATE receipts SET result_status = $2, result_attempts = $3, result_status_code = $4, result_error = $5 WHERE id = $1",
-                        &[&rid, &state, &(attempt.n as i32), &attempt.status_code.map(i32::from), &attempt.error],
-                    )
-                    .await?;
-                }
-            }
-            Ok(true)
+        if held.is_some() {
+            persist(&tx, job, t, now).await?;
         }
-    });
-    finished
+        Ok(held.is_some())
+    })
+}
+
+async fn persist(tx: &Transaction<'_>, job: &Job, t: &Transition, now: Timestamp) -> Result<(), tokio_postgres::Error> {
+    match &t.job {
+        JobNext::RetryAt(at) => {
+            let sql =
+                "UPDATE jobs SET attempt = attempt + 1, due_at = $2, lease_until = NULL, token = NULL WHERE id = $1";
+            tx.execute(sql, &[&job.id, &at.millis()]).await?
+        }
+        JobNext::Remove => tx.execute("DELETE FROM jobs WHERE id = $1", &[&job.id]).await?,
+    };
+    let rid = job.receipt_id.as_str();
+    match &t.change {
+        Change::Receipt { status, result_job } => {
+            record_attempt(tx, rid, &t.attempt).await?;
+            tx.execute(
+                "UPDATE receipts SET status = $2, updated_at = $3 WHERE id = $1",
+                &[&rid, &status_column(*status), &now.millis()],
+            )
+            .await?;
+            if let Some(body) = result_job {
+                enqueue(tx, rid, RESULT, now, Some(body)).await?;
+                set_result(tx, rid, ResultWebhookState::Pending, 0, None, None).await?;
+            }
+        }
+        Change::ResultWebhook(state) => {
+            let a = &t.attempt;
+            set_result(tx, rid, *state, a.n, a.status_code, a.error.as_deref()).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn record_attempt(tx: &Transaction<'_>, rid: &str, a: &AttemptRecord) -> Result<(), tokio_postgres::Error> {
+    tx.execute(
+        "INSERT INTO attempts (receipt_id, round, n, started_at, duration_ms, status_code, error, response)
+         SELECT $1, round, $2, $3, $4, $5, $6, $7 FROM receipts WHERE id = $1
+         ON CONFLICT (receipt_id, round, n) DO UPDATE SET started_at = excluded.started_at,
+             duration_ms = excluded.duration_ms, status_code = excluded.status_code, error = excluded.error,
+             response = excluded.response",
+        &[
+            &rid,
+            &(a.n as i32),
+            &a.started_at.millis(),
+            &(a.duration_ms as i64),
+            &a.status_code.map(i32::from),
+            &a.error,
+            &a.response,
+        ],
+    )
+    .await
+    .map(drop)
+}
+
+async fn set_result(
+    tx: &Transaction<'_>,
+    rid: &str,
+    state: ResultWebhookState,
+    attempts: u32,
+    status_code: Option<u16>,
+    error: Option<&str>,
+) -> Result<(), tokio_postgres::Error> {
+    tx.execute(
+        "UPDATE receipts SET result_status = $2, result_attempts = $3, result_status_code = $4, result_error = $5
+         WHERE id = $1",
+        &[&rid, &result_column(state), &(attempts as i32), &status_code.map(i32::from), &error],
+    )
+    .await
+    .map(drop)
 }
 
 pub async fn replay(client: &mut Object, id: &ReceiptId, now: Timestamp) -> Result<Option<ReceiptStatus>, StoreError> {
@@ -261,10 +301,10 @@ pub async fn replay(client: &mut Object, id: &ReceiptId, now: Timestamp) -> Resu
             Err(e) => Err(e),
             Ok(None) => Ok(None),
             Ok(Some(status)) => {
-                if status.is_terminal() {
+                if idem_core::event::replay(status) == Replay::Restart {
                     tx.execute(
-                        "UPDATE receipts SET status = 'accepted', round = round + 1, updated_at = $2, result_status = NULL WHERE id = $1",
-                        &[&id.as_str(), &now.millis()],
+                        "UPDATE receipts SET status = $3, round = round + 1, updated_at = $2, result_status = NULL WHERE id = $1",
+                        &[&id.as_str(), &now.millis(), &status_column(ReceiptStatus::Accepted)],
                     )
                     .await?;
                     enqueue(&tx, id.as_str(), DELIVERY, now, None).await?;
@@ -288,7 +328,7 @@ fn to_receipt(r: &Row) -> Result<Receipt, StoreError> {
         updated_at: Timestamp(r.get(5)),
         round: r.get::<_, i32>(6) as u32,
         attempts: Vec::new(),
-        result: r.get::<_, Option<String>>(7).map(|status| ResultState {
+        result: r.get::<_, Option<String>>(7).map(|s| result_of(&s)).transpose()?.map(|status| ResultState {
             status,
             attempts: r.get::<_, i32>(8) as u32,
             last_status_code: r.get::<_, Option<i32>>(9).and_then(|c| u16::try_from(c).ok()),
@@ -332,7 +372,7 @@ pub async fn list(client: &Object, filter: &ReceiptFilter) -> Result<Vec<Receipt
                  WHERE ($1::text IS NULL OR source = $1) AND ($2::text IS NULL OR status = $2) AND ($3::text IS NULL OR id < $3)
                  ORDER BY id DESC LIMIT $4"
             ),
-            &[&filter.source, &filter.status.map(ReceiptStatus::as_str), &filter.before.as_ref().map(ReceiptId::as_str), &(filter.limit as i64)],
+            &[&filter.source, &filter.status.map(status_column), &filter.before.as_ref().map(ReceiptId::as_str), &(filter.limit as i64)],
         )
         .await
         .map_err(store_error)?;

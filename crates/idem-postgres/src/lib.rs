@@ -4,6 +4,9 @@
 //! a receipt with its first job in one transaction. Transient failures (deadlock, serialization
 //! failure, a racing insert) are retried here; an unreachable database is `Unavailable`.
 //!
+//! It implements every storage trait; for events it persists the transitions the core lifecycle
+//! decides.
+//!
 //! Time is the database's: each node follows the database clock (its own clock plus a measured
 //! offset), so nodes with skewed clocks agree on expiry. Tests inject a clock instead.
 
@@ -22,9 +25,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
-use idem_core::event::{Accept, Job, JobOutcome, NewEvent, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus};
-use idem_core::gateway::{Begin, LeaseToken, NewRequest, RequestState, StoredResponse};
-use idem_core::{ClaimId, ClaimOutcome, ClaimRecord, Clock, Namespace, NewClaim, Parts, Store, StoreError, Timestamp};
+use idem_core::event::{
+    Accept, Job, NewEvent, QueueStats, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus, Transition,
+};
+use idem_core::request::{Begin, LeaseToken, NewRequest, RequestState};
+use idem_core::{
+    ClaimId, ClaimOutcome, ClaimRecord, ClaimStore, Clock, EventStore, Namespace, NewClaim, Parts, RequestStore,
+    StoreError, StoreLifecycle, Timestamp,
+};
 use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
@@ -127,7 +135,7 @@ impl PgStore {
 }
 
 #[async_trait]
-impl Store for PgStore {
+impl ClaimStore for PgStore {
     async fn claim(&self, ns: &Namespace, mut items: Vec<NewClaim>) -> Result<Vec<ClaimOutcome>, StoreError> {
         if items.len() == 1 {
             let (reply, answer) = tokio::sync::oneshot::channel();
@@ -172,7 +180,7 @@ impl Store for PgStore {
         let client = self.client().await?;
         let now = self.now().millis();
         let limit = limit as i64;
-        let claims = client
+        let deleted = client
             .execute(
                 "DELETE FROM claims WHERE (ns, id) IN
                      (SELECT ns, id FROM claims WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2)",
@@ -180,14 +188,22 @@ impl Store for PgStore {
             )
             .await
             .map_err(store_error)?;
-        let requests = client
+        Ok(deleted as usize)
+    }
+}
+
+#[async_trait]
+impl RequestStore for PgStore {
+    async fn sweep_requests(&self, limit: usize) -> Result<usize, StoreError> {
+        let client = self.client().await?;
+        let deleted = client
             .execute(
                 "DELETE FROM requests WHERE id IN (SELECT id FROM requests WHERE until <= $1 ORDER BY until LIMIT $2)",
-                &[&now, &(limit - claims as i64).max(0)],
+                &[&self.now().millis(), &(limit as i64)],
             )
             .await
             .map_err(store_error)?;
-        Ok((claims + requests) as usize)
+        Ok(deleted as usize)
     }
 
     async fn begin_request(&self, request: NewRequest) -> Result<Begin, StoreError> {
@@ -199,11 +215,21 @@ impl Store for PgStore {
         &self,
         id: &ClaimId,
         token: LeaseToken,
-        response: &StoredResponse,
+        result: &[u8],
         ttl: Duration,
     ) -> Result<bool, StoreError> {
         let client = self.client().await?;
-        request::complete(&client, id, &token, &response.encode(), ttl, self.now()).await
+        request::complete(&client, id, &token, result, ttl, self.now()).await
+    }
+
+    async fn extend_request(
+        &self,
+        id: &ClaimId,
+        token: LeaseToken,
+        lease: Duration,
+    ) -> Result<Option<Timestamp>, StoreError> {
+        let client = self.client().await?;
+        request::extend(&client, id, &token, lease, self.now()).await
     }
 
     async fn release_request(&self, id: &ClaimId, token: LeaseToken) -> Result<bool, StoreError> {
@@ -219,17 +245,14 @@ impl Store for PgStore {
         Ok(released.len() == 1)
     }
 
-    fn on_signal(&self, handler: idem_core::SignalHandler) {
-        if let Ok(mut handlers) = self.handlers.lock() {
-            handlers.push(handler);
-        }
-    }
-
     async fn peek_request(&self, id: &ClaimId) -> Result<Option<RequestState>, StoreError> {
         let client = self.client().await?;
         request::peek(&client, id, self.now()).await
     }
+}
 
+#[async_trait]
+impl EventStore for PgStore {
     async fn accept_event(&self, e: NewEvent) -> Result<Accept, StoreError> {
         let mut client = self.client().await?;
         event::accept(&mut client, &e, self.now()).await
@@ -240,14 +263,9 @@ impl Store for PgStore {
         event::lease(&mut client, limit, lease, busy_sources, self.now()).await
     }
 
-    async fn finish_job(
-        &self,
-        job: &Job,
-        outcome: JobOutcome,
-        result_body: Option<Vec<u8>>,
-    ) -> Result<bool, StoreError> {
+    async fn finish_job(&self, job: &Job, transition: Transition) -> Result<bool, StoreError> {
         let mut client = self.client().await?;
-        event::finish(&mut client, job, &outcome, result_body.as_deref(), self.now()).await
+        event::finish(&mut client, job, &transition, self.now()).await
     }
 
     async fn get_receipt(&self, id: &ReceiptId) -> Result<Option<Receipt>, StoreError> {
@@ -265,13 +283,22 @@ impl Store for PgStore {
         event::replay(&mut client, id, self.now()).await
     }
 
-    async fn queue_stats(&self) -> Result<(u64, Option<Timestamp>), StoreError> {
+    async fn queue_stats(&self) -> Result<QueueStats, StoreError> {
         let client = self.client().await?;
         let row = client
             .query_one("SELECT count(*), min(due_at) FROM jobs WHERE due_at <= $1", &[&self.now().millis()])
             .await
             .map_err(store_error)?;
-        Ok((row.get::<_, i64>(0) as u64, row.get::<_, Option<i64>>(1).map(Timestamp)))
+        Ok(QueueStats { due: row.get::<_, i64>(0) as u64, oldest_due_at: row.get::<_, Option<i64>>(1).map(Timestamp) })
+    }
+}
+
+#[async_trait]
+impl StoreLifecycle for PgStore {
+    fn on_signal(&self, handler: idem_core::SignalHandler) {
+        if let Ok(mut handlers) = self.handlers.lock() {
+            handlers.push(handler);
+        }
     }
 
     async fn check_ready(&self) -> Result<(), StoreError> {

@@ -1,11 +1,11 @@
-//! Gateway requests in PostgreSQL: a begin locks the key's row (or inserts it), so exactly one of
+//! Leased keys in PostgreSQL: a begin locks the key's row (or inserts it), so exactly one of
 //! any number of concurrent begins, on any node, takes the key; completion and release are
 //! compare-and-set on the lease token.
 
 use std::time::Duration;
 
 use deadpool_postgres::Object;
-use idem_core::gateway::{Begin, LeaseToken, NewRequest, RequestState, StoredResponse};
+use idem_core::request::{Begin, LeaseToken, NewRequest, RequestState};
 use idem_core::{ClaimId, StoreError, Timestamp};
 use tokio_postgres::Row;
 
@@ -19,10 +19,10 @@ fn state(id: &ClaimId, row: &Row, fingerprint: &[u8; 32]) -> Result<Begin, Store
     if row.get::<_, i16>(1) == 0 {
         return Ok(Begin::InFlight { same_fingerprint, lease_until: until });
     }
-    let bytes: Option<Vec<u8>> = row.get(3);
-    let response = StoredResponse::decode(&bytes.unwrap_or_default())
-        .map_err(|e| StoreError::Internal(format!("request {id}: {e}")))?;
-    Ok(Begin::Completed { same_fingerprint, response, expires_at: until })
+    let result: Vec<u8> = row
+        .get::<_, Option<Vec<u8>>>(3)
+        .ok_or_else(|| StoreError::Internal(format!("request {id}: completed without a result")))?;
+    Ok(Begin::Completed { same_fingerprint, result, expires_at: until })
 }
 
 pub async fn begin(client: &mut Object, request: &NewRequest, now: Timestamp) -> Result<Begin, StoreError> {
@@ -100,6 +100,24 @@ pub async fn complete(
     Ok(done.len() == 1)
 }
 
+pub async fn extend(
+    client: &Object,
+    id: &ClaimId,
+    token: &LeaseToken,
+    lease: Duration,
+    now: Timestamp,
+) -> Result<Option<Timestamp>, StoreError> {
+    let until = now.plus(lease);
+    let changed = client
+        .execute(
+            "UPDATE requests SET until = $1 WHERE id = $2 AND state = 0 AND token = $3 AND until > $4",
+            &[&until.millis(), &&id.0[..], &&token.0[..], &now.millis()],
+        )
+        .await
+        .map_err(store_error)?;
+    Ok((changed == 1).then_some(until))
+}
+
 pub async fn peek(client: &Object, id: &ClaimId, now: Timestamp) -> Result<Option<RequestState>, StoreError> {
     let Some(row) = client.query_opt(READ, &[&&id.0[..]]).await.map_err(store_error)? else { return Ok(None) };
     if row.get::<_, i64>(2) <= now.millis() {
@@ -111,7 +129,7 @@ pub async fn peek(client: &Object, id: &ClaimId, now: Timestamp) -> Result<Optio
         .map_err(|_| StoreError::Internal(format!("request {id}: bad fingerprint")))?;
     Ok(Some(match state(id, &row, &fingerprint)? {
         Begin::InFlight { lease_until, .. } => RequestState::InFlight { fingerprint, lease_until },
-        Begin::Completed { response, expires_at, .. } => RequestState::Completed { fingerprint, response, expires_at },
+        Begin::Completed { result, expires_at, .. } => RequestState::Completed { fingerprint, result, expires_at },
         Begin::Started { .. } => return Err(StoreError::Internal("impossible request state".into())),
     }))
 }

@@ -1,34 +1,32 @@
 //! The idem server: HTTP API, background workers, configuration and the command line.
 //!
+//! - [`api`]: the `/v1` API, health, metrics and OpenAPI on the main listener;
+//! - [`proxy`]: the `Idempotency-Key` reverse proxy on its own listener;
+//! - [`worker`]: event delivery and the sweeper;
+//! - [`config`]: the typed config, parsed once;
+//! - [`cli`]: the `idem` command line (`serve`, client verbs, `import`).
+//!
+//! Dependencies run one way: `cli` → `run` → `api` / `proxy` / `worker` → `config`.
 //! [`run`] is the one way a server starts: the binary and every test call it with a config, a
 //! store, a bound listener and a shutdown future.
 
-pub mod app;
-pub mod auth;
-pub mod claim;
+pub mod api;
 pub mod cli;
-pub mod client;
 pub mod config;
-pub mod delivery;
-pub mod error;
-pub mod event;
-pub mod extract;
-pub mod gateway;
-pub mod health;
-pub mod import;
-pub mod openapi;
-pub mod sweeper;
+pub mod proxy;
 pub mod telemetry;
+pub mod worker;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::{Clock, Store, StoreSignal};
+use idem_core::{Clock, EventStore, RequestStore, Store, StoreSignal};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
 
-pub use app::{AppState, app};
+pub use api::{AppState, app};
 pub use config::Config;
 
 /// The sockets a server answers on, bound by the caller (so tests can bind port 0 first).
@@ -62,42 +60,22 @@ pub async fn run(
 ) -> std::io::Result<()> {
     let handle = telemetry::metrics_handle();
     let (stop, stopped) = watch::channel(false);
-    let sweeper = tokio::spawn(sweeper::run(Arc::clone(&store), config.sweeper.clone(), stopped.clone()));
+    let sweeper = tokio::spawn(worker::sweeper::run(Arc::clone(&store), config.sweeper.clone(), stopped.clone()));
     let upkeep = tokio::spawn(metrics_upkeep(handle, stopped.clone()));
-    let wake = Arc::new(tokio::sync::Notify::new());
-    let mut engine = None;
-    let gateway = match (&config.gateway, listeners.gateway) {
+    let wake = Arc::new(Notify::new());
+    let (engine, gateway) = match (&config.gateway, listeners.gateway) {
         (Some(gateway), Some(listener)) => {
-            let proxy =
-                gateway::Proxy::new(gateway, config.limits.max_body_bytes, Arc::clone(&store), Arc::clone(&clock))
-                    .map_err(std::io::Error::other)?;
-            engine = Some(proxy.engine());
-            let stopped = stopped.clone();
-            Some(tokio::spawn(
-                axum::serve(listener, proxy.router()).with_graceful_shutdown(until_stopped(stopped)).into_future(),
-            ))
+            let requests: Arc<dyn RequestStore> = store.clone();
+            let proxy = proxy::Proxy::new(gateway, config.limits.max_body_bytes, requests, Arc::clone(&clock));
+            let engine = proxy.engine();
+            let served = axum::serve(listener, proxy.router()).with_graceful_shutdown(until_stopped(stopped.clone()));
+            (Some(engine), Some(tokio::spawn(served.into_future())))
         }
-        _ => None,
+        _ => (None, None),
     };
-    // Changes other nodes make (a shared database) wake what waits here: no polling needed.
-    let signal_wake = Arc::clone(&wake);
-    store.on_signal(Box::new(move |signal| match signal {
-        StoreSignal::JobsQueued => signal_wake.notify_one(),
-        StoreSignal::RequestDone(id) => {
-            if let Some(engine) = &engine {
-                engine.wake(&id);
-            }
-        }
-    }));
-    let delivery = if config.sources.is_empty() {
-        None
-    } else {
-        let delivery =
-            delivery::Delivery::new(&config.sources, Arc::clone(&store), Arc::clone(&clock), Arc::clone(&wake))
-                .map_err(std::io::Error::other)?;
-        Some(tokio::spawn(Arc::new(delivery).run(stopped.clone())))
-    };
-    let router = app(AppState::new(config, Arc::clone(&store), wake));
+    forward_signals(store.as_ref(), Arc::clone(&wake), engine);
+    let delivery = start_delivery(&config, &store, &clock, &wake, &stopped);
+    let router = app(AppState::new(config, Arc::clone(&store), clock, wake));
     let api = axum::serve(listeners.api, router).with_graceful_shutdown(until_stopped(stopped));
     let trigger = tokio::spawn(async move {
         shutdown.await;
@@ -115,6 +93,34 @@ pub async fn run(
     store.close().await;
     tracing::info!("idem stopped");
     served
+}
+
+/// Changes other nodes make (a shared database) wake what waits here: no polling needed.
+fn forward_signals(store: &dyn Store, wake: Arc<Notify>, engine: Option<Arc<idem_gateway::Engine>>) {
+    store.on_signal(Box::new(move |signal| match signal {
+        StoreSignal::JobsQueued => wake.notify_one(),
+        StoreSignal::RequestDone(id) => {
+            if let Some(engine) = &engine {
+                engine.wake(&id);
+            }
+        }
+    }));
+}
+
+/// The delivery worker, when any source is configured.
+fn start_delivery(
+    config: &Config,
+    store: &Arc<dyn Store>,
+    clock: &Arc<dyn Clock>,
+    wake: &Arc<Notify>,
+    stopped: &watch::Receiver<bool>,
+) -> Option<JoinHandle<()>> {
+    if config.sources.is_empty() {
+        return None;
+    }
+    let events: Arc<dyn EventStore> = store.clone();
+    let delivery = worker::delivery::Delivery::new(&config.sources, events, Arc::clone(clock), Arc::clone(wake));
+    Some(tokio::spawn(Arc::new(delivery).run(stopped.clone())))
 }
 
 async fn until_stopped(mut stopped: watch::Receiver<bool>) {

@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use idem_core::event::{
-    Accept, AttemptRecord, Job, JobKind, JobOutcome, NewEvent, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus,
-    ResultState,
+    Accept, AttemptRecord, Change, Job, JobKind, JobNext, NewEvent, QueueStats, Receipt, ReceiptFilter, ReceiptId,
+    ReceiptStatus, Replay, ResultState, ResultWebhookState, Transition,
 };
-use idem_core::gateway::LeaseToken;
+use idem_core::request::LeaseToken;
 use idem_core::{StoreError, Timestamp};
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -26,8 +26,41 @@ fn internal(what: &str) -> StoreError {
     StoreError::Internal(format!("event store: {what}"))
 }
 
+/// The one mapping between the lifecycle's states and the `receipts.status` column.
+fn status_column(status: ReceiptStatus) -> &'static str {
+    match status {
+        ReceiptStatus::Accepted => "accepted",
+        ReceiptStatus::Processing => "processing",
+        ReceiptStatus::Retrying => "retrying",
+        ReceiptStatus::Completed => "completed",
+        ReceiptStatus::Dead => "dead",
+    }
+}
+
 fn status_of(text: &str) -> Result<ReceiptStatus, StoreError> {
-    ReceiptStatus::parse(text).ok_or_else(|| internal("unknown receipt status"))
+    use ReceiptStatus::*;
+    [Accepted, Processing, Retrying, Completed, Dead]
+        .into_iter()
+        .find(|s| status_column(*s) == text)
+        .ok_or_else(|| internal("unknown receipt status"))
+}
+
+/// The one mapping between the result webhook's states and the `receipts.result_status` column.
+fn result_column(state: ResultWebhookState) -> &'static str {
+    match state {
+        ResultWebhookState::Pending => "pending",
+        ResultWebhookState::Retrying => "retrying",
+        ResultWebhookState::Delivered => "delivered",
+        ResultWebhookState::Failed => "failed",
+    }
+}
+
+fn result_of(text: &str) -> Result<ResultWebhookState, StoreError> {
+    use ResultWebhookState::*;
+    [Pending, Retrying, Delivered, Failed]
+        .into_iter()
+        .find(|s| result_column(*s) == text)
+        .ok_or_else(|| internal("unknown result webhook state"))
 }
 
 fn receipt_id(text: String) -> Result<ReceiptId, StoreError> {
@@ -52,10 +85,19 @@ pub fn accept(conn: &Connection, event: &NewEvent, now: Timestamp) -> Result<Acc
     let id = ReceiptId::generate(now);
     conn.prepare_cached(
         "INSERT INTO receipts (id, source, event_id, payload_hash, body, content_type, status, round, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'accepted', 1, ?7, ?7)",
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?8, 1, ?7, ?7)",
     )
     .and_then(|mut s| {
-        s.execute(params![id.as_str(), event.source, event.event_id, &event.payload_hash[..], event.body, event.content_type, now.millis()])
+        s.execute(params![
+            id.as_str(),
+            event.source,
+            event.event_id,
+            &event.payload_hash[..],
+            event.body,
+            event.content_type,
+            now.millis(),
+            status_column(ReceiptStatus::Accepted)
+        ])
     })
     .map_err(store_error)?;
     enqueue(conn, &id, DELIVERY, now, None)?;
@@ -105,9 +147,8 @@ pub fn lease(
     let mut receipt = conn
         .prepare_cached("SELECT source, event_id, body, content_type FROM receipts WHERE id = ?1")
         .map_err(store_error)?;
-    let mut processing = conn
-        .prepare_cached("UPDATE receipts SET status = 'processing', updated_at = ?2 WHERE id = ?1")
-        .map_err(store_error)?;
+    let mut processing =
+        conn.prepare_cached("UPDATE receipts SET status = ?3, updated_at = ?2 WHERE id = ?1").map_err(store_error)?;
     let mut jobs = Vec::with_capacity(leased.len());
     for (id, rid, kind, attempt, job_body) in leased {
         let (source, event_id, event_body, content_type): (String, String, Vec<u8>, Option<String>) =
@@ -115,7 +156,9 @@ pub fn lease(
         let kind = if kind == RESULT { JobKind::Result } else { JobKind::Delivery };
         let (body, content_type) = match kind {
             JobKind::Delivery => {
-                processing.execute(params![rid, now.millis()]).map_err(store_error)?;
+                processing
+                    .execute(params![rid, now.millis(), status_column(ReceiptStatus::Processing)])
+                    .map_err(store_error)?;
                 (event_body, content_type)
             }
             JobKind::Result => (job_body.unwrap_or_default(), Some("application/json".to_owned())),
@@ -125,102 +168,96 @@ pub fn lease(
     Ok(jobs)
 }
 
-pub fn finish(
-    conn: &Connection,
-    job: &Job,
-    outcome: &JobOutcome,
-    result_body: Option<&[u8]>,
-    now: Timestamp,
-) -> Result<bool, StoreError> {
-    let held: Option<i64> = conn
-        .prepare_cached("SELECT id FROM jobs WHERE id = ?1 AND token = ?2 AND lease_until > ?3")
-        .and_then(|mut s| s.query_row(params![job.id, &job.token.0[..], now.millis()], |r| r.get(0)).optional())
-        .map_err(store_error)?;
-    if held.is_none() {
+/// Persists an attempt's transition, if `job`'s lease still holds.
+pub fn finish(conn: &Connection, job: &Job, t: &Transition, now: Timestamp) -> Result<bool, StoreError> {
+    if !holds_lease(conn, job, now)? {
         return Ok(false);
     }
+    move_job(conn, job.id, &t.job)?;
     let rid = job.receipt_id.as_str();
-    let (attempt, retry_at) = match outcome {
-        JobOutcome::Succeeded(a) => (a, None),
-        JobOutcome::Failed { attempt, retry_at } => (attempt, *retry_at),
-    };
-    match retry_at {
-        Some(at) => conn
-            .prepare_cached(
-                "UPDATE jobs SET attempt = attempt + 1, due_at = ?2, lease_until = NULL, token = NULL WHERE id = ?1",
-            )
-            .and_then(|mut s| s.execute(params![job.id, at.millis()])),
-        None => conn.prepare_cached("DELETE FROM jobs WHERE id = ?1").and_then(|mut s| s.execute([job.id])),
-    }
-    .map_err(store_error)?;
-    let succeeded = matches!(outcome, JobOutcome::Succeeded(_));
-    match job.kind {
-        JobKind::Delivery => {
-            conn.prepare_cached(
-                "INSERT OR REPLACE INTO attempts (receipt_id, round, n, started_at, duration_ms, status_code, error, response)
-                 SELECT ?1, round, ?2, ?3, ?4, ?5, ?6, ?7 FROM receipts WHERE id = ?1",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
-                    rid,
-                    attempt.n,
-                    attempt.started_at.millis(),
-                    attempt.duration_ms as i64,
-                    attempt.status_code,
-                    attempt.error,
-                    attempt.response
-                ])
-            })
-            .map_err(store_error)?;
-            let status = match (succeeded, retry_at) {
-                (true, _) => ReceiptStatus::Completed,
-                (false, Some(_)) => ReceiptStatus::Retrying,
-                (false, None) => ReceiptStatus::Dead,
-            };
-            set_status(conn, rid, status, now)?;
-            if status.is_terminal()
-                && let Some(body) = result_body
-            {
+    match &t.change {
+        Change::Receipt { status, result_job } => {
+            record_attempt(conn, rid, &t.attempt)?;
+            set_status(conn, rid, *status, now)?;
+            if let Some(body) = result_job {
                 enqueue(conn, &job.receipt_id, RESULT, now, Some(body))?;
-                conn.prepare_cached("UPDATE receipts SET result_status = 'pending', result_attempts = 0 WHERE id = ?1")
-                    .and_then(|mut s| s.execute([rid]))
-                    .map_err(store_error)?;
+                set_result(conn, rid, ResultWebhookState::Pending, 0, None, None)?;
             }
         }
-        JobKind::Result => {
-            let state = match (succeeded, retry_at) {
-                (true, _) => "delivered",
-                (false, Some(_)) => "retrying",
-                (false, None) => "failed",
-            };
-            conn.prepare_cached(
-                "UPDATE receipts SET result_status = ?2, result_attempts = ?3, result_status_code = ?4, result_error = ?5 WHERE id = ?1",
-            )
-            .and_then(|mut s| s.execute(params![rid, state, attempt.n, attempt.status_code, attempt.error]))
-            .map_err(store_error)?;
+        Change::ResultWebhook(state) => {
+            set_result(conn, rid, *state, t.attempt.n, t.attempt.status_code, t.attempt.error.as_deref())?
         }
     }
     Ok(true)
 }
 
+fn holds_lease(conn: &Connection, job: &Job, now: Timestamp) -> Result<bool, StoreError> {
+    conn.prepare_cached("SELECT 1 FROM jobs WHERE id = ?1 AND token = ?2 AND lease_until > ?3")
+        .and_then(|mut s| s.exists(params![job.id, &job.token.0[..], now.millis()]))
+        .map_err(store_error)
+}
+
+fn move_job(conn: &Connection, id: i64, next: &JobNext) -> Result<(), StoreError> {
+    match next {
+        JobNext::RetryAt(at) => conn
+            .prepare_cached(
+                "UPDATE jobs SET attempt = attempt + 1, due_at = ?2, lease_until = NULL, token = NULL WHERE id = ?1",
+            )
+            .and_then(|mut s| s.execute(params![id, at.millis()])),
+        JobNext::Remove => conn.prepare_cached("DELETE FROM jobs WHERE id = ?1").and_then(|mut s| s.execute([id])),
+    }
+    .map(drop)
+    .map_err(store_error)
+}
+
+fn record_attempt(conn: &Connection, rid: &str, a: &AttemptRecord) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT OR REPLACE INTO attempts (receipt_id, round, n, started_at, duration_ms, status_code, error, response)
+         SELECT ?1, round, ?2, ?3, ?4, ?5, ?6, ?7 FROM receipts WHERE id = ?1",
+    )
+    .and_then(|mut s| {
+        s.execute(params![rid, a.n, a.started_at.millis(), a.duration_ms as i64, a.status_code, a.error, a.response])
+    })
+    .map(drop)
+    .map_err(store_error)
+}
+
+fn set_result(
+    conn: &Connection,
+    rid: &str,
+    state: ResultWebhookState,
+    attempts: u32,
+    status_code: Option<u16>,
+    error: Option<&str>,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "UPDATE receipts SET result_status = ?2, result_attempts = ?3, result_status_code = ?4, result_error = ?5
+         WHERE id = ?1",
+    )
+    .and_then(|mut s| s.execute(params![rid, result_column(state), attempts, status_code, error]))
+    .map(drop)
+    .map_err(store_error)
+}
+
 fn set_status(conn: &Connection, rid: &str, status: ReceiptStatus, now: Timestamp) -> Result<(), StoreError> {
     conn.prepare_cached("UPDATE receipts SET status = ?2, updated_at = ?3 WHERE id = ?1")
-        .and_then(|mut s| s.execute(params![rid, status.as_str(), now.millis()]))
+        .and_then(|mut s| s.execute(params![rid, status_column(status), now.millis()]))
         .map(drop)
         .map_err(store_error)
 }
 
+/// Replays a receipt as the lifecycle decides; answers the status it had.
 pub fn replay(conn: &Connection, id: &ReceiptId, now: Timestamp) -> Result<Option<ReceiptStatus>, StoreError> {
     let status: Option<String> = conn
         .prepare_cached("SELECT status FROM receipts WHERE id = ?1")
         .and_then(|mut s| s.query_row([id.as_str()], |r| r.get(0)).optional())
         .map_err(store_error)?;
     let Some(status) = status.map(|s| status_of(&s)).transpose()? else { return Ok(None) };
-    if status.is_terminal() {
+    if idem_core::event::replay(status) == Replay::Restart {
         conn.prepare_cached(
-            "UPDATE receipts SET status = 'accepted', round = round + 1, updated_at = ?2, result_status = NULL WHERE id = ?1",
+            "UPDATE receipts SET status = ?3, round = round + 1, updated_at = ?2, result_status = NULL WHERE id = ?1",
         )
-        .and_then(|mut s| s.execute(params![id.as_str(), now.millis()]))
+        .and_then(|mut s| s.execute(params![id.as_str(), now.millis(), status_column(ReceiptStatus::Accepted)]))
         .map_err(store_error)?;
         enqueue(conn, id, DELIVERY, now, None)?;
     }
@@ -257,7 +294,7 @@ fn to_receipt(row: ReceiptRow) -> Result<Receipt, StoreError> {
         updated_at: Timestamp(updated),
         round,
         attempts: Vec::new(),
-        result: rstatus.map(|status| ResultState {
+        result: rstatus.map(|status| result_of(&status)).transpose()?.map(|status| ResultState {
             status,
             attempts: rattempts,
             last_status_code: rcode,
@@ -305,7 +342,7 @@ pub fn list(conn: &Connection, filter: &ReceiptFilter) -> Result<Vec<Receipt>, S
         .query_map(
             params![
                 filter.source,
-                filter.status.map(ReceiptStatus::as_str),
+                filter.status.map(status_column),
                 filter.before.as_ref().map(ReceiptId::as_str),
                 filter.limit as i64
             ],
@@ -316,11 +353,14 @@ pub fn list(conn: &Connection, filter: &ReceiptFilter) -> Result<Vec<Receipt>, S
     rows.into_iter().map(to_receipt).collect()
 }
 
-pub fn queue_stats(conn: &Connection, now: Timestamp) -> Result<(u64, Option<Timestamp>), StoreError> {
+pub fn queue_stats(conn: &Connection, now: Timestamp) -> Result<QueueStats, StoreError> {
     conn.prepare_cached("SELECT count(*), min(due_at) FROM jobs WHERE due_at <= ?1")
         .and_then(|mut s| {
             s.query_row([now.millis()], |r| {
-                Ok((r.get::<_, i64>(0)? as u64, r.get::<_, Option<i64>>(1)?.map(Timestamp)))
+                Ok(QueueStats {
+                    due: r.get::<_, i64>(0)? as u64,
+                    oldest_due_at: r.get::<_, Option<i64>>(1)?.map(Timestamp),
+                })
             })
         })
         .map_err(store_error)

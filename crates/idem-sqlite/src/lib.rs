@@ -5,6 +5,9 @@
 //! after its commit is durable, yet many concurrent claims share each fsync. Reads run on a small
 //! pool of read connections and never wait behind the writer (WAL readers see the last commit).
 //!
+//! It implements every storage trait (`ClaimStore`, `RequestStore`, `EventStore`,
+//! `StoreLifecycle`); for events it persists the transitions the core lifecycle decides.
+//!
 //! A lock file in the data dir keeps a second process from opening the same store.
 
 mod checkpoint;
@@ -23,9 +26,14 @@ use std::thread::JoinHandle;
 use async_trait::async_trait;
 use std::time::Duration;
 
-use idem_core::event::{Accept, Job, JobOutcome, NewEvent, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus};
-use idem_core::gateway::{Begin, LeaseToken, NewRequest, RequestState, StoredResponse};
-use idem_core::{ClaimId, ClaimOutcome, ClaimRecord, Clock, Namespace, NewClaim, Parts, Store, StoreError};
+use idem_core::event::{
+    Accept, Job, NewEvent, QueueStats, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus, Transition,
+};
+use idem_core::request::{Begin, LeaseToken, NewRequest, RequestState};
+use idem_core::{
+    ClaimId, ClaimOutcome, ClaimRecord, ClaimStore, Clock, EventStore, Namespace, NewClaim, Parts, RequestStore,
+    StoreError, StoreLifecycle, Timestamp,
+};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::reader::ReaderPool;
@@ -123,7 +131,7 @@ fn lock_data_dir(dir: &Path) -> Result<File, OpenError> {
 }
 
 #[async_trait]
-impl Store for SqliteStore {
+impl ClaimStore for SqliteStore {
     async fn claim(&self, ns: &Namespace, items: Vec<NewClaim>) -> Result<Vec<ClaimOutcome>, StoreError> {
         let ns = ns.clone();
         self.send(|reply| Command::Claim { ns, items, reply }).await
@@ -147,7 +155,10 @@ impl Store for SqliteStore {
     async fn sweep_expired(&self, limit: usize) -> Result<usize, StoreError> {
         self.send(|reply| Command::Sweep { limit, reply }).await
     }
+}
 
+#[async_trait]
+impl RequestStore for SqliteStore {
     async fn begin_request(&self, request: NewRequest) -> Result<Begin, StoreError> {
         self.send(|reply| Command::Begin { request, reply }).await
     }
@@ -156,10 +167,10 @@ impl Store for SqliteStore {
         &self,
         id: &ClaimId,
         token: LeaseToken,
-        response: &StoredResponse,
+        result: &[u8],
         ttl: Duration,
     ) -> Result<bool, StoreError> {
-        let (id, response) = (*id, response.encode());
+        let (id, response) = (*id, result.to_vec());
         self.send(|reply| Command::Complete { id, token, response, ttl, reply }).await
     }
 
@@ -168,11 +179,28 @@ impl Store for SqliteStore {
         self.send(|reply| Command::Release { id, token, reply }).await
     }
 
+    async fn extend_request(
+        &self,
+        id: &ClaimId,
+        token: LeaseToken,
+        lease: Duration,
+    ) -> Result<Option<Timestamp>, StoreError> {
+        let id = *id;
+        self.send(|reply| Command::Extend { id, token, lease, reply }).await
+    }
+
     async fn peek_request(&self, id: &ClaimId) -> Result<Option<RequestState>, StoreError> {
         let (id, now) = (*id, self.clock.now());
         self.readers.run(move |conn| request::peek(conn, &id, now)).await
     }
 
+    async fn sweep_requests(&self, limit: usize) -> Result<usize, StoreError> {
+        self.send(|reply| Command::SweepRequests { limit, reply }).await
+    }
+}
+
+#[async_trait]
+impl EventStore for SqliteStore {
     async fn accept_event(&self, event: NewEvent) -> Result<Accept, StoreError> {
         self.send(|reply| Command::Accept { event, reply }).await
     }
@@ -182,14 +210,9 @@ impl Store for SqliteStore {
         self.send(|reply| Command::Lease { limit, lease, busy, reply }).await
     }
 
-    async fn finish_job(
-        &self,
-        job: &Job,
-        outcome: JobOutcome,
-        result_body: Option<Vec<u8>>,
-    ) -> Result<bool, StoreError> {
-        let job = Box::new(job.clone());
-        self.send(|reply| Command::Finish { job, outcome, result_body, reply }).await
+    async fn finish_job(&self, job: &Job, transition: Transition) -> Result<bool, StoreError> {
+        let (job, transition) = (Box::new(job.clone()), Box::new(transition));
+        self.send(|reply| Command::Finish { job, transition, reply }).await
     }
 
     async fn get_receipt(&self, id: &ReceiptId) -> Result<Option<Receipt>, StoreError> {
@@ -207,11 +230,14 @@ impl Store for SqliteStore {
         self.send(|reply| Command::Replay { id, reply }).await
     }
 
-    async fn queue_stats(&self) -> Result<(u64, Option<idem_core::Timestamp>), StoreError> {
+    async fn queue_stats(&self) -> Result<QueueStats, StoreError> {
         let now = self.clock.now();
         self.readers.run(move |conn| event::queue_stats(conn, now)).await
     }
+}
 
+#[async_trait]
+impl StoreLifecycle for SqliteStore {
     async fn check_ready(&self) -> Result<(), StoreError> {
         self.readers.run(reader::ping).await?;
         self.send(|reply| Command::Probe { reply }).await

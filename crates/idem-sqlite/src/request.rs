@@ -1,10 +1,10 @@
-//! Gateway requests in SQLite: the writer's begin / complete / release, and the readers' peek.
+//! Leased keys in SQLite: the writer's begin / complete / release / extend, and the readers' peek.
 //! Atomicity comes from the single writer: a begin reads and writes the row in one command, with
 //! no other write in between.
 
 use std::time::Duration;
 
-use idem_core::gateway::{Begin, LeaseToken, NewRequest, RequestState, StoredResponse};
+use idem_core::request::{Begin, LeaseToken, NewRequest, RequestState};
 use idem_core::{ClaimId, StoreError, Timestamp};
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -32,9 +32,8 @@ fn read(conn: &Connection, id: &ClaimId) -> Result<Option<Row>, StoreError> {
     .map_err(store_error)
 }
 
-fn decode_response(id: &ClaimId, bytes: Option<Vec<u8>>) -> Result<StoredResponse, StoreError> {
-    let bytes = bytes.ok_or_else(|| StoreError::Internal(format!("request {id}: completed without a response")))?;
-    StoredResponse::decode(&bytes).map_err(|e| StoreError::Internal(format!("request {id}: {e}")))
+fn stored_result(id: &ClaimId, bytes: Option<Vec<u8>>) -> Result<Vec<u8>, StoreError> {
+    bytes.ok_or_else(|| StoreError::Internal(format!("request {id}: completed without a result")))
 }
 
 pub fn begin(conn: &Connection, request: &NewRequest, now: Timestamp) -> Result<Begin, StoreError> {
@@ -44,8 +43,8 @@ pub fn begin(conn: &Connection, request: &NewRequest, now: Timestamp) -> Result<
         return Ok(if row.state == IN_FLIGHT {
             Begin::InFlight { same_fingerprint, lease_until: Timestamp(row.until) }
         } else {
-            let response = decode_response(&request.id, row.response.clone())?;
-            Begin::Completed { same_fingerprint, response, expires_at: Timestamp(row.until) }
+            let result = stored_result(&request.id, row.response.clone())?;
+            Begin::Completed { same_fingerprint, result, expires_at: Timestamp(row.until) }
         });
     }
     let token = LeaseToken::generate();
@@ -99,6 +98,21 @@ pub fn release(conn: &Connection, id: &ClaimId, token: &LeaseToken) -> Result<bo
     Ok(changed == 1)
 }
 
+pub fn extend(
+    conn: &Connection,
+    id: &ClaimId,
+    token: &LeaseToken,
+    lease: Duration,
+    now: Timestamp,
+) -> Result<Option<Timestamp>, StoreError> {
+    let until = now.plus(lease);
+    let changed = conn
+        .prepare_cached("UPDATE requests SET until = ?1 WHERE id = ?2 AND state = ?3 AND token = ?4 AND until > ?5")
+        .and_then(|mut s| s.execute(params![until.millis(), &id.0[..], IN_FLIGHT, &token.0[..], now.millis()]))
+        .map_err(store_error)?;
+    Ok((changed == 1).then_some(until))
+}
+
 pub fn peek(conn: &Connection, id: &ClaimId, now: Timestamp) -> Result<Option<RequestState>, StoreError> {
     let Some(row) = read(conn, id)?.filter(|row| row.until > now.millis()) else { return Ok(None) };
     let fingerprint: [u8; 32] = row
@@ -111,7 +125,7 @@ pub fn peek(conn: &Connection, id: &ClaimId, now: Timestamp) -> Result<Option<Re
     } else {
         RequestState::Completed {
             fingerprint,
-            response: decode_response(id, row.response)?,
+            result: stored_result(id, row.response)?,
             expires_at: Timestamp(row.until),
         }
     }))

@@ -13,8 +13,8 @@ use std::time::Instant;
 
 use std::time::Duration;
 
-use idem_core::event::{Accept, Job, JobOutcome, NewEvent, ReceiptId, ReceiptStatus};
-use idem_core::gateway::{Begin, LeaseToken, NewRequest};
+use idem_core::event::{Accept, Job, NewEvent, ReceiptId, ReceiptStatus, Transition};
+use idem_core::request::{Begin, LeaseToken, NewRequest};
 use idem_core::{ClaimId, ClaimOutcome, ClaimRecord, Clock, Namespace, NewClaim, StoreError, Timestamp};
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::{mpsc, oneshot};
@@ -27,12 +27,14 @@ pub enum Command {
     Claim { ns: Namespace, items: Vec<NewClaim>, reply: Reply<Vec<ClaimOutcome>> },
     Delete { ns: Namespace, id: ClaimId, reply: Reply<bool> },
     Sweep { limit: usize, reply: Reply<usize> },
+    SweepRequests { limit: usize, reply: Reply<usize> },
     Begin { request: NewRequest, reply: Reply<Begin> },
     Complete { id: ClaimId, token: LeaseToken, response: Vec<u8>, ttl: Duration, reply: Reply<bool> },
     Release { id: ClaimId, token: LeaseToken, reply: Reply<bool> },
+    Extend { id: ClaimId, token: LeaseToken, lease: Duration, reply: Reply<Option<Timestamp>> },
     Accept { event: NewEvent, reply: Reply<Accept> },
     Lease { limit: usize, lease: Duration, busy: Vec<String>, reply: Reply<Vec<Job>> },
-    Finish { job: Box<Job>, outcome: JobOutcome, result_body: Option<Vec<u8>>, reply: Reply<bool> },
+    Finish { job: Box<Job>, transition: Box<Transition>, reply: Reply<bool> },
     Replay { id: ReceiptId, reply: Reply<Option<ReceiptStatus>> },
     Probe { reply: Reply<()> },
     Close { reply: oneshot::Sender<()> },
@@ -43,7 +45,7 @@ impl Command {
     fn weight(&self) -> usize {
         match self {
             Command::Claim { items, .. } => items.len().max(1),
-            Command::Sweep { limit, .. } => *limit,
+            Command::Sweep { limit, .. } | Command::SweepRequests { limit, .. } => *limit,
             _ => 1,
         }
     }
@@ -155,17 +157,21 @@ impl Writer {
             Command::Claim { ns, items, reply } => ran(reply, claim(conn, &ns, items, now)),
             Command::Delete { ns, id, reply } => ran(reply, delete(conn, &ns, &id, now)),
             Command::Sweep { limit, reply } => ran(reply, sweep(conn, limit, now)),
+            Command::SweepRequests { limit, reply } => ran(reply, crate::request::sweep(conn, limit, now)),
             Command::Begin { request, reply } => ran(reply, crate::request::begin(conn, &request, now)),
             Command::Complete { id, token, response, ttl, reply } => {
                 ran(reply, crate::request::complete(conn, &id, &token, &response, ttl, now))
             }
             Command::Release { id, token, reply } => ran(reply, crate::request::release(conn, &id, &token)),
+            Command::Extend { id, token, lease, reply } => {
+                ran(reply, crate::request::extend(conn, &id, &token, lease, now))
+            }
             Command::Accept { event, reply } => ran(reply, crate::event::accept(conn, &event, now)),
             Command::Lease { limit, lease, busy, reply } => {
                 ran(reply, crate::event::lease(conn, limit, lease, &busy, now))
             }
-            Command::Finish { job, outcome, result_body, reply } => {
-                ran(reply, crate::event::finish(conn, &job, &outcome, result_body.as_deref(), now))
+            Command::Finish { job, transition, reply } => {
+                ran(reply, crate::event::finish(conn, &job, &transition, now))
             }
             Command::Replay { id, reply } => ran(reply, crate::event::replay(conn, &id, now)),
             Command::Probe { reply } => ran(reply, probe(conn, now)),
@@ -184,9 +190,10 @@ fn abandon(command: Command) -> Pending {
     match command {
         Command::Claim { reply, .. } => pending(reply, Err(StoreError::Closed)),
         Command::Delete { reply, .. } => pending(reply, Err(StoreError::Closed)),
-        Command::Sweep { reply, .. } => pending(reply, Err(StoreError::Closed)),
+        Command::Sweep { reply, .. } | Command::SweepRequests { reply, .. } => pending(reply, Err(StoreError::Closed)),
         Command::Begin { reply, .. } => pending(reply, Err(StoreError::Closed)),
         Command::Complete { reply, .. } | Command::Release { reply, .. } => pending(reply, Err(StoreError::Closed)),
+        Command::Extend { reply, .. } => pending(reply, Err(StoreError::Closed)),
         Command::Finish { reply, .. } => pending(reply, Err(StoreError::Closed)),
         Command::Accept { reply, .. } => pending(reply, Err(StoreError::Closed)),
         Command::Lease { reply, .. } => pending(reply, Err(StoreError::Closed)),
@@ -257,9 +264,7 @@ fn sweep(conn: &Connection, limit: usize, now: Timestamp) -> Result<usize, Store
                  (SELECT ns, id FROM claims WHERE expires_at <= ?1 ORDER BY expires_at LIMIT ?2)",
         )
         .map_err(store_error)?;
-    let claims = stmt.execute(params![now.millis(), limit as i64]).map_err(store_error)?;
-    let requests = crate::request::sweep(conn, limit.saturating_sub(claims), now)?;
-    Ok(claims + requests)
+    stmt.execute(params![now.millis(), limit as i64]).map_err(store_error)
 }
 
 fn probe(conn: &Connection, now: Timestamp) -> Result<(), StoreError> {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use idem_conformance::{Harness, START, new_claim, ns};
-use idem_core::{ManualClock, Store};
+use idem_core::{ClaimStore, ManualClock, StoreLifecycle};
 use idem_sqlite::{OpenError, SqliteOptions, SqliteStore};
 
 async fn sqlite() -> Harness {

@@ -1,13 +1,17 @@
-//! The pure logic of event intake and delivery: receipt ids and states, the retry schedule, and
-//! Standard Webhooks signatures.
+//! The pure logic of event intake and delivery: receipt ids and states, where an event's id comes
+//! from, the lifecycle after each attempt, the retry schedule, and Standard Webhooks signatures.
 
+pub mod lifecycle;
 pub mod receipt;
 pub mod retry;
 pub mod signature;
+pub mod source;
 
+pub use lifecycle::{Change, DeliveryPolicy, JobNext, Replay, ResultWebhookState, Transition, after_attempt, replay};
 pub use receipt::{
-    Accept, AttemptRecord, Job, JobKind, JobOutcome, NewEvent, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus,
+    Accept, AttemptRecord, Job, JobKind, NewEvent, QueueStats, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus,
     ResultState,
 };
 pub use retry::next_delay;
-pub use signature::{Secret, SignatureError, sign, verify};
+pub use signature::{SignatureError, SigningSecret, sign, verify};
+pub use source::EventIdRule;

@@ -2,7 +2,8 @@
 //! webhook. Lifecycle: `accepted → processing → completed`, or `→ retrying → … → dead` after the
 //! source's `max_attempts`; a replay starts a new round from attempt 1.
 
-use crate::gateway::LeaseToken;
+use crate::event::lifecycle::ResultWebhookState;
+use crate::request::LeaseToken;
 use crate::{Invalid, Timestamp};
 
 /// `rcpt_` + 12 hex digits of milliseconds + 24 of uniqueness: sorting ids sorts by time, which
@@ -124,21 +125,10 @@ pub struct AttemptRecord {
     pub response: Option<String>,
 }
 
-#[derive(Debug, Clone)]
-pub enum JobOutcome {
-    Succeeded(AttemptRecord),
-    /// `retry_at: None`: that was the last attempt.
-    Failed {
-        attempt: AttemptRecord,
-        retry_at: Option<Timestamp>,
-    },
-}
-
 /// The result webhook's state on a receipt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResultState {
-    /// `pending`, `retrying`, `delivered` or `failed`.
-    pub status: String,
+    pub status: ResultWebhookState,
     pub attempts: u32,
     pub last_status_code: Option<u16>,
     pub last_error: Option<String>,
@@ -157,6 +147,15 @@ pub struct Receipt {
     /// Attempts of the current round, in order.
     pub attempts: Vec<AttemptRecord>,
     pub result: Option<ResultState>,
+}
+
+/// The delivery queue at a glance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QueueStats {
+    /// Jobs due now, leased or not.
+    pub due: u64,
+    /// When the oldest of them fell due.
+    pub oldest_due_at: Option<Timestamp>,
 }
 
 #[derive(Debug, Clone, Default)]

@@ -12,15 +12,29 @@ type HmacSha256 = Hmac<Sha256>;
 
 /// A signing secret's key bytes. `Debug` never shows them.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Secret(Vec<u8>);
+pub struct SigningSecret(Vec<u8>);
 
-impl std::fmt::Debug for Secret {
+impl std::fmt::Debug for SigningSecret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret([redacted])")
+        f.write_str("SigningSecret([redacted])")
     }
 }
 
-impl Secret {
+/// Config files hold a secret as its `whsec_…` text; it is parsed on load and printed redacted.
+impl<'de> serde::Deserialize<'de> for SigningSecret {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        Self::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+impl serde::Serialize for SigningSecret {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str("[redacted]")
+    }
+}
+
+impl SigningSecret {
     /// Parses `whsec_<base64>`; the error never repeats the secret.
     pub fn parse(text: &str) -> Result<Self, String> {
         let encoded = text.strip_prefix("whsec_").ok_or("a signing secret must start with whsec_")?;
@@ -43,7 +57,7 @@ impl Secret {
 }
 
 /// The `webhook-signature` value for a message.
-pub fn sign(secret: &Secret, id: &str, timestamp: i64, body: &[u8]) -> String {
+pub fn sign(secret: &SigningSecret, id: &str, timestamp: i64, body: &[u8]) -> String {
     format!("v1,{}", STANDARD.encode(secret.mac(id, timestamp, body).finalize().into_bytes()))
 }
 
@@ -61,7 +75,7 @@ pub enum SignatureError {
 
 /// Checks a message against every `v1,` signature in `header`.
 pub fn verify(
-    secret: &Secret,
+    secret: &SigningSecret,
     id: &str,
     timestamp: &str,
     header: &str,
@@ -94,14 +108,14 @@ mod tests {
 
     #[test]
     fn matches_the_specification_example() {
-        let secret = Secret::parse(SECRET).expect("valid secret");
+        let secret = SigningSecret::parse(SECRET).expect("valid secret");
         assert_eq!(sign(&secret, ID, TS, BODY), SIGNATURE);
         assert_eq!(verify(&secret, ID, &TS.to_string(), SIGNATURE, BODY, TS, 300), Ok(()));
     }
 
     #[test]
     fn accepts_any_of_several_signatures_and_rejects_tampering() {
-        let secret = Secret::parse(SECRET).expect("valid secret");
+        let secret = SigningSecret::parse(SECRET).expect("valid secret");
         let rotated = format!("v1,bm90LWEtc2lnbmF0dXJl {SIGNATURE}");
         assert_eq!(verify(&secret, ID, &TS.to_string(), &rotated, BODY, TS, 300), Ok(()));
         let err = |header: &str, body: &[u8], now: i64| verify(&secret, ID, &TS.to_string(), header, body, now, 300);
@@ -114,9 +128,9 @@ mod tests {
 
     #[test]
     fn secrets_are_checked_and_never_printed() {
-        assert!(Secret::parse("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").is_err());
-        assert!(Secret::parse("whsec_c2hvcnQ=").is_err(), "5 bytes is too short");
-        assert!(Secret::parse("whsec_!!!").is_err());
-        assert!(!format!("{:?}", Secret::parse(SECRET).expect("valid")).contains("MfKQ"));
+        assert!(SigningSecret::parse("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").is_err());
+        assert!(SigningSecret::parse("whsec_c2hvcnQ=").is_err(), "5 bytes is too short");
+        assert!(SigningSecret::parse("whsec_!!!").is_err());
+        assert!(!format!("{:?}", SigningSecret::parse(SECRET).expect("valid")).contains("MfKQ"));
     }
 }

@@ -11,11 +11,9 @@ pub use idempotency_key::{IdempotencyKey, parse_idempotency_key};
 pub use response::StoredResponse;
 pub use route::{InFlightPolicy, KeyPolicy, PathPattern};
 
-use std::time::Duration;
-
 use sha2::{Digest, Sha256};
 
-use crate::{ClaimId, Timestamp};
+use crate::ClaimId;
 
 /// Where a request's key lives in the store: one id per (route, caller scope, key). The scope
 /// values (an `Authorization` header, say) are hashed, never stored.
@@ -32,58 +30,6 @@ pub fn request_id(route: &str, scope: &[&[u8]], key: &IdempotencyKey) -> ClaimId
     id.update([0]);
     id.update(key.as_str().as_bytes());
     ClaimId(id.finalize().into())
-}
-
-/// A lease token: proof of holding a key. Only its holder may complete or release the key, so a
-/// request whose lease ran out cannot overwrite what its successor stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct LeaseToken(pub [u8; 16]);
-
-impl LeaseToken {
-    /// A token no other begin will ever get: a per-process random seed (from the standard
-    /// library's randomly keyed hasher) and a counter.
-    pub fn generate() -> Self {
-        use std::hash::{BuildHasher, Hasher};
-        use std::sync::OnceLock;
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static SEED: OnceLock<u64> = OnceLock::new();
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let seed = *SEED.get_or_init(|| {
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_u32(std::process::id());
-            h.finish()
-        });
-        let mut token = [0; 16];
-        token[..8].copy_from_slice(&seed.to_be_bytes());
-        token[8..].copy_from_slice(&COUNTER.fetch_add(1, Ordering::Relaxed).to_be_bytes());
-        Self(token)
-    }
-}
-
-/// What `begin_request` found.
-#[derive(Debug, Clone)]
-pub enum Begin {
-    /// The key was free (new, expired, or its lease ran out): this request holds it now.
-    Started { token: LeaseToken, lease_expired: bool },
-    /// Another request holds the key.
-    InFlight { same_fingerprint: bool, lease_until: Timestamp },
-    /// The key completed earlier; its response is stored.
-    Completed { same_fingerprint: bool, response: StoredResponse, expires_at: Timestamp },
-}
-
-/// The state of a key, as `peek_request` reads it.
-#[derive(Debug, Clone)]
-pub enum RequestState {
-    InFlight { fingerprint: Fingerprint, lease_until: Timestamp },
-    Completed { fingerprint: Fingerprint, response: StoredResponse, expires_at: Timestamp },
-}
-
-/// A request to begin, as the store needs it.
-#[derive(Debug, Clone)]
-pub struct NewRequest {
-    pub id: ClaimId,
-    pub fingerprint: Fingerprint,
-    pub lease: Duration,
 }
 
 /// What happens to a key once the upstream answered with `status`: a response worth replaying is

@@ -1,4 +1,5 @@
-//! A stored upstream response and its compact binary form in the store:
+//! A stored upstream response and its compact binary form, the opaque result the gateway keeps in
+//! a `RequestStore`:
 //! `1 | status u16 | count u16 | (name-len u16, name, value-len u32, value)* | body`.
 
 #[derive(Debug, Clone, PartialEq, Eq)]

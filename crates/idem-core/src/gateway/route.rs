@@ -34,6 +34,20 @@ enum Segment {
     Any,
 }
 
+/// In config files a pattern is checked on load.
+impl<'de> serde::Deserialize<'de> for PathPattern {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        Self::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+impl serde::Serialize for PathPattern {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text)
+    }
+}
+
 impl PathPattern {
     pub fn parse(text: &str) -> Result<Self, String> {
         let rest = text.strip_prefix('/').ok_or_else(|| format!("path {text:?} must start with '/'"))?;

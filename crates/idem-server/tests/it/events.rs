@@ -7,9 +7,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::Method;
 use idem_core::SystemClock;
-use idem_core::event::{Secret, sign};
-use idem_server::client::ApiClient;
+use idem_core::event::{SigningSecret, sign};
+use idem_server::cli::client::ApiClient;
 use idem_server::config::SourceConfig;
+use serde_json::json;
 
 use crate::support::binary::Idem;
 use crate::support::receiver::Receiver;
@@ -27,7 +28,7 @@ fn source(name: &str, handler: &str, extra: &str) -> SourceConfig {
     .expect("source config")
 }
 
-async fn post(client: &ApiClient, path: &str, body: &str, headers: &[(&str, &str)]) -> idem_server::client::Reply {
+async fn post(client: &ApiClient, path: &str, body: &str, headers: &[(&str, &str)]) -> idem_server::cli::client::Reply {
     client.send_with(Method::POST, path, Some(Bytes::from(body.to_owned())), headers).await.expect("request")
 }
 
@@ -61,7 +62,7 @@ async fn bad_intake_gets_its_4xx_and_stores_nothing() {
         assert_problem(&reply, *status, &format!("{path} {body}"));
     }
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs() as i64;
-    let secret = Secret::parse(SECRET).expect("secret");
+    let secret = SigningSecret::parse(SECRET).expect("secret");
     let body = r#"{"external_event_id":"e1"}"#;
     for (ts, sig_body) in [(now - 600, body), (now, r#"{"external_event_id":"e2"}"#)] {
         let sig = sign(&secret, "msg_1", ts, sig_body.as_bytes());
@@ -206,4 +207,38 @@ async fn kill_9_mid_delivery_loses_no_accepted_event() {
     let delivered = receiver.distinct();
     let missing: Vec<_> = receipts.iter().filter(|r| !delivered.contains(*r)).collect();
     assert!(missing.is_empty(), "accepted events never delivered: {missing:?}");
+}
+
+/// Intake reads its body under `limits.max_body_bytes` like every other call: a 3 MB event is
+/// accepted under a 10 MiB limit (no hidden 2 MiB default first), and over the limit the answer is
+/// a problem+json 413 naming the setting, with nothing stored.
+#[tokio::test]
+async fn event_bodies_follow_limits_max_body_bytes() {
+    let receiver = Receiver::start(Duration::ZERO).await;
+    let url = receiver.url.clone();
+    let big = |n: usize| format!(r#"{{"external_event_id":"big-{n}","pad":"{}"}}"#, "x".repeat(n));
+    let json = [("content-type", "application/json")];
+    let roomy = TestServer::start_with(
+        |c| {
+            c.limits.max_body_bytes = 10 << 20;
+            c.sources = vec![source("partner", &url, "")];
+        },
+        Arc::new(SystemClock),
+    )
+    .await;
+    let reply = post(&roomy.client, "/v1/sources/partner/events", &big(3_000_000), &json).await;
+    assert_eq!(reply.status, 202, "3 MB under a 10 MiB limit: {:?}", reply.json());
+    roomy.stop().await;
+
+    let tight = TestServer::start_with(|c| c.sources = vec![source("partner", &url, "")], Arc::new(SystemClock)).await;
+    let reply = post(&tight.client, "/v1/sources/partner/events", &big(1_100_000), &json).await;
+    let problem = assert_problem(&reply, 413, "an event over the default 1 MiB");
+    assert!(problem["detail"].as_str().is_some_and(|d| d.contains("limits.max_body_bytes")), "{problem}");
+    let listed = tight.expect(Method::GET, "/v1/receipts", None, 200).await;
+    assert_eq!(listed["receipts"].as_array().map(Vec::len), Some(0), "nothing was stored");
+    let claim = json!({"key": "k", "data": "x".repeat(1_100_000)});
+    let reply = tight.client.send(Method::POST, "/v1/claims/ns", Some(&claim)).await.expect("request");
+    let claims_problem = assert_problem(&reply, 413, "a claim over the limit");
+    assert_eq!(claims_problem["detail"], problem["detail"], "one limit, one message");
+    tight.stop().await;
 }

@@ -72,14 +72,14 @@ async fn orders_are_created_once_however_often_the_client_retries() {
     let upstream_url = format!("http://127.0.0.1:{port}");
     let gateway = idem_server::config::GatewayConfig {
         listen: "127.0.0.1:0".parse().expect("addr"),
-        upstream: upstream_url.clone(),
+        upstream: idem_server::config::Upstream::parse(&upstream_url).expect("upstream URL"),
         max_stored_response: 1 << 20,
         cache_bytes: 1 << 20,
-        routes: vec![idem_server::config::RouteConfig {
-            methods: vec!["POST".into()],
+        routes: vec![idem_server::config::Route(idem_gateway::RoutePolicy {
+            methods: vec![http::Method::POST],
             key: idem_core::gateway::KeyPolicy::Required,
-            ..idem_server::config::RouteConfig::new("/orders")
-        }],
+            ..idem_gateway::RoutePolicy::new(idem_core::gateway::PathPattern::parse("/orders").expect("valid"))
+        })],
     };
     let s = TestServer::start_with(|c| c.gateway = Some(gateway), Arc::new(SystemClock)).await;
     let gateway_url = s.gateway_url.clone().expect("gateway url");

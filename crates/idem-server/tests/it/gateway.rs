@@ -8,8 +8,9 @@ use bytes::Bytes;
 use http::Method;
 use idem_core::SystemClock;
 use idem_core::gateway::{InFlightPolicy, KeyPolicy};
-use idem_server::client::{ApiClient, Reply};
-use idem_server::config::{ConfigDuration, GatewayConfig, RouteConfig};
+use idem_gateway::RoutePolicy;
+use idem_server::cli::client::{ApiClient, Reply};
+use idem_server::config::{GatewayConfig, Route, Upstream as UpstreamUrl};
 use serde_json::json;
 
 use crate::support::TestServer;
@@ -21,21 +22,26 @@ struct Gateway {
     upstream: Upstream,
 }
 
+/// A route with the contract's defaults.
+fn route(path: &str) -> RoutePolicy {
+    RoutePolicy::new(idem_core::gateway::PathPattern::parse(path).expect("valid path"))
+}
+
 /// idem with a gateway in front of a fresh upstream; `routes` edits the default `/orders` route.
-async fn gateway(routes: impl FnOnce(&mut Vec<RouteConfig>)) -> Gateway {
+async fn gateway(routes: impl FnOnce(&mut Vec<RoutePolicy>)) -> Gateway {
     gateway_with(routes, |_| {}).await
 }
 
-async fn gateway_with(routes: impl FnOnce(&mut Vec<RouteConfig>), more: impl FnOnce(&mut GatewayConfig)) -> Gateway {
+async fn gateway_with(routes: impl FnOnce(&mut Vec<RoutePolicy>), more: impl FnOnce(&mut GatewayConfig)) -> Gateway {
     let upstream = Upstream::start().await;
-    let mut list = vec![RouteConfig { key: KeyPolicy::Required, ..RouteConfig::new("/orders") }];
+    let mut list = vec![RoutePolicy { key: KeyPolicy::Required, ..route("/orders") }];
     routes(&mut list);
     let mut config = GatewayConfig {
         listen: "127.0.0.1:0".parse().expect("addr"),
-        upstream: upstream.url.clone(),
+        upstream: UpstreamUrl::parse(&upstream.url).expect("upstream URL"),
         max_stored_response: 1 << 20,
         cache_bytes: 1 << 20,
-        routes: list,
+        routes: list.into_iter().map(Route::from).collect(),
     };
     more(&mut config);
     let server = TestServer::start_with(|c| c.gateway = Some(config), Arc::new(SystemClock)).await;
@@ -104,7 +110,7 @@ async fn reordered_json_is_the_same_request_and_a_different_body_is_422() {
 
 #[tokio::test]
 async fn missing_and_malformed_keys_are_400() {
-    let g = gateway(|routes| routes.push(RouteConfig::new("/optional"))).await;
+    let g = gateway(|routes| routes.push(route("/optional"))).await;
     let missing = g.post("/orders", None, "{}", &[]).await;
     assert_eq!(missing.status, 400);
     assert_eq!(problem_type(&missing), "urn:idem:problem:missing-idempotency-key");
@@ -135,8 +141,8 @@ async fn callers_with_different_authorization_never_share_a_response() {
 #[tokio::test]
 async fn transient_failures_release_the_key_and_5xx_can_be_stored() {
     let g = gateway(|routes| {
-        routes.push(RouteConfig::new("/flaky"));
-        routes.push(RouteConfig::new("/status/*"));
+        routes.push(route("/flaky"));
+        routes.push(route("/status/*"));
     })
     .await;
     let first = g.post("/flaky", Some("f"), "{}", &[]).await;
@@ -161,7 +167,7 @@ async fn transient_failures_release_the_key_and_5xx_can_be_stored() {
 
 #[tokio::test]
 async fn a_stored_5xx_is_replayed_when_the_route_says_so() {
-    let g = gateway(|routes| routes.push(RouteConfig { store_5xx: true, ..RouteConfig::new("/status/*") })).await;
+    let g = gateway(|routes| routes.push(RoutePolicy { store_5xx: true, ..route("/status/*") })).await;
     assert_eq!(g.post("/status/500", Some("s"), "{}", &[]).await.status, 500);
     let again = g.post("/status/500", Some("s"), "{}", &[]).await;
     assert!(replayed(&again) && again.status == 500);
@@ -171,7 +177,7 @@ async fn a_stored_5xx_is_replayed_when_the_route_says_so() {
 
 #[tokio::test]
 async fn an_unreachable_upstream_is_502_and_releases_the_key() {
-    let g = gateway_with(|_| {}, |c| c.upstream = "http://127.0.0.1:9".into()).await;
+    let g = gateway_with(|_| {}, |c| c.upstream = UpstreamUrl::parse("http://127.0.0.1:9").expect("URL")).await;
     let first = g.post("/orders", Some("k"), "{}", &[]).await;
     assert_eq!(first.status, 502);
     assert_eq!(problem_type(&first), "urn:idem:problem:upstream-unavailable");
@@ -259,7 +265,7 @@ async fn race_of_50_keys_interleaved_calls_the_upstream_once_per_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_upstream_keeps_the_key_until_the_lease_ends() {
     let lease = Duration::from_millis(400);
-    let g = gateway(|routes| routes[0].lease = ConfigDuration(lease)).await;
+    let g = gateway(|routes| routes[0].lease = lease).await;
     let hung = g.post("/orders?delay_ms=3000", Some("h"), "{}", &[]).await;
     assert_eq!(hung.status, 504, "the upstream did not answer within the lease");
     assert_eq!(problem_type(&hung), "urn:idem:problem:upstream-timeout");
@@ -273,7 +279,7 @@ async fn a_hung_upstream_keeps_the_key_until_the_lease_ends() {
 
 #[tokio::test]
 async fn a_response_over_the_cap_passes_through_and_releases_the_key() {
-    let g = gateway_with(|routes| routes.push(RouteConfig::new("/big")), |c| c.max_stored_response = 1000).await;
+    let g = gateway_with(|routes| routes.push(route("/big")), |c| c.max_stored_response = 1000).await;
     let big = g.post("/big?bytes=5000", Some("b"), "{}", &[]).await;
     assert_eq!((big.status.as_u16(), big.body.len()), (200, 5000), "passed through whole");
     let again = g.post("/big?bytes=5000", Some("b"), "{}", &[]).await;
@@ -306,7 +312,8 @@ async fn a_body_over_the_limit_is_413_and_not_forwarded() {
     let upstream_body = "x".repeat(2 << 20);
     let g = gateway(|_| {}).await;
     let reply = g.post("/orders", Some("k"), &upstream_body, &[]).await;
-    assert_eq!(reply.status, 413);
+    let problem = crate::support::assert_problem(&reply, 413, "a gateway body over the limit");
+    assert!(problem["detail"].as_str().is_some_and(|d| d.contains("limits.max_body_bytes")), "{problem}");
     assert_eq!(g.upstream.count("/orders"), 0);
     g.server.stop().await;
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::Method;
-use idem_server::client::ApiClient;
+use idem_server::cli::client::ApiClient;
 use serde_json::json;
 
 use crate::support::binary::{Idem, free_port};

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use http::Method;
-use idem_server::client::ApiClient;
+use idem_server::cli::client::ApiClient;
 use serde_json::json;
 
 use crate::support::binary::{Idem, free_port};

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use http::{Method, StatusCode};
 use idem_core::{Clock, Store, SystemClock};
 use idem_server::Config;
-use idem_server::client::{ApiClient, Reply};
+use idem_server::cli::client::{ApiClient, Reply};
 use idem_sqlite::{SqliteOptions, SqliteStore};
 use serde_json::Value;
 use tokio::net::TcpListener;

@@ -1,7 +1,9 @@
 //! A small HTTP client for the CLI verbs (`idem claims …`, `idem import`) and for tests: plain
-//! HTTP/1.1 with connection pooling, JSON in, status and body out.
+//! HTTP/1.1 with connection pooling, JSON in, status and body out; and the failures the command
+//! line exits with.
 
 use bytes::Bytes;
+use clap::Args;
 use http::{Method, Request, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
@@ -92,4 +94,50 @@ impl ApiClient {
         let body = body.collect().await.map_err(|e| connect_error(&e))?.to_bytes();
         Ok(Reply { status: parts.status, headers: parts.headers, body })
     }
+}
+
+#[derive(Debug, Args)]
+pub struct ClientArgs {
+    /// The server's base URL.
+    #[arg(long, env = "IDEM_SERVER", default_value = "http://127.0.0.1:7070")]
+    pub server: String,
+    /// Bearer token, when the server requires one.
+    #[arg(long, env = "IDEM_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+/// A failure with the exit code it deserves: 1 for "not found / rejected", 2 for bad usage or config.
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn usage(message: impl Into<String>) -> Self {
+        Self { code: 2, message: message.into() }
+    }
+    pub fn runtime(message: impl Into<String>) -> Self {
+        Self { code: 1, message: message.into() }
+    }
+}
+
+pub fn connect(client: &ClientArgs) -> Result<ApiClient, Failure> {
+    ApiClient::new(&client.server, client.token.clone()).map_err(|e| Failure::usage(e.to_string()))
+}
+
+/// Sends a request; a non-2xx answer becomes a failure carrying the problem's detail.
+pub async fn send(
+    client: &ApiClient,
+    method: Method,
+    path: &str,
+    body: Option<&serde_json::Value>,
+) -> Result<Reply, Failure> {
+    let reply = client.send(method, path, body).await.map_err(|e| Failure::runtime(e.to_string()))?;
+    if reply.status.is_success() {
+        return Ok(reply);
+    }
+    let problem = reply.json();
+    let detail = problem.get("detail").and_then(|d| d.as_str()).unwrap_or("");
+    let field = problem.get("field").and_then(|f| f.as_str()).map(|f| format!(" (field {f})")).unwrap_or_default();
+    Err(Failure::runtime(format!("server answered {}: {detail}{field}", reply.status)))
 }

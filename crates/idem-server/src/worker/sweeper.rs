@@ -1,9 +1,11 @@
-//! The background sweeper: deletes expired claims in small batches so that the file does not grow
-//! forever. Correctness never depends on it: reads already treat an expired claim as absent.
+//! The background sweeper: deletes expired claims and finished keys (gateway records past their
+//! TTL, leases that ran out) in small batches so that the store does not grow forever. Correctness
+//! never depends on it: reads already treat an expired record as absent.
 
+use std::future::Future;
 use std::sync::Arc;
 
-use idem_core::Store;
+use idem_core::{Store, StoreError};
 use tokio::sync::watch;
 
 use crate::config::SweeperConfig;
@@ -18,12 +20,22 @@ pub async fn run(store: Arc<dyn Store>, config: SweeperConfig, mut stop: watch::
     }
 }
 
-/// Deletes batch after batch until a batch comes back short; each batch is its own small write so
-/// that claims keep flowing in between.
+/// Deletes expired claims, then finished keys, batch after batch until a batch comes back short;
+/// each batch is its own small write so that claims keep flowing in between.
 pub async fn sweep_all(store: &dyn Store, batch: usize, stop: &watch::Receiver<bool>) -> usize {
+    let claims = drain("claims", || store.sweep_expired(batch), batch, stop).await;
+    let keys = drain("keys", || store.sweep_requests(batch), batch, stop).await;
+    claims + keys
+}
+
+async fn drain<F, Fut>(what: &'static str, mut next: F, batch: usize, stop: &watch::Receiver<bool>) -> usize
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<usize, StoreError>>,
+{
     let mut total = 0;
     while !*stop.borrow() {
-        match store.sweep_expired(batch).await {
+        match next().await {
             Ok(n) => {
                 total += n;
                 metrics::counter!("idem_sweeper_deleted_total").increment(n as u64);
@@ -33,13 +45,13 @@ pub async fn sweep_all(store: &dyn Store, batch: usize, stop: &watch::Receiver<b
                 tokio::task::yield_now().await;
             }
             Err(e) => {
-                tracing::warn!(error = %e, "sweeper could not delete expired claims; will retry");
+                tracing::warn!(error = %e, what, "sweeper could not delete expired records; will retry");
                 break;
             }
         }
     }
     if total > 0 {
-        tracing::debug!(deleted = total, "swept expired claims");
+        tracing::debug!(deleted = total, what, "swept expired records");
     }
     total
 }
@@ -50,7 +62,7 @@ mod tests {
     use std::time::Duration;
 
     use idem_conformance::{START, new_claim, ns};
-    use idem_core::{ManualClock, Store};
+    use idem_core::{ClaimStore, ManualClock};
     use idem_sqlite::{SqliteOptions, SqliteStore};
 
     use super::*;

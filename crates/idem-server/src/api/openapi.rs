@@ -8,8 +8,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 #[openapi(
     info(title = "idem", description = "Make side effects happen once: claims, idempotency keys, events."),
     paths(
-        crate::claim::create, crate::claim::batch, crate::claim::lookup, crate::claim::read, crate::claim::delete,
-        crate::event::intake, crate::event::read, crate::event::list, crate::event::replay,
+        crate::api::claim::create, crate::api::claim::batch, crate::api::claim::lookup, crate::api::claim::read, crate::api::claim::delete,
+        crate::api::event::intake, crate::api::receipt::read, crate::api::receipt::list, crate::api::receipt::replay,
     ),
     modifiers(&BearerAuth),
     security(("bearer" = [])),

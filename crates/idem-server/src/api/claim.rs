@@ -13,9 +13,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use utoipa::ToSchema;
 
-use crate::app::AppState;
-use crate::error::{ApiError, Problem};
-use crate::extract::{ApiJson, ClaimPath};
+use super::error::{ApiError, Problem};
+use super::extract::{ApiJson, ClaimPath};
+use super::state::AppState;
 
 /// Items in one batch claim or lookup, at most.
 pub const MAX_ITEMS: usize = 10_000;

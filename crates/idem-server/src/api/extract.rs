@@ -1,19 +1,31 @@
 //! Extractors that fail in the API's own shape: a bad body, content type or path parameter comes
-//! back as problem+json naming the field, never as the framework's plain-text rejection.
+//! back as problem+json naming the field, never as the framework's plain-text rejection. Every
+//! body is read here, through [`RawBody`], under the one limit `limits.max_body_bytes`.
 
 use std::collections::HashMap;
 
+use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::header;
 use axum::http::request::Parts as RequestParts;
-use http_body_util::{BodyExt, LengthLimitError, Limited};
 use idem_core::{ClaimId, Invalid, Namespace};
 use serde::de::DeserializeOwned;
 
-use crate::app::AppState;
-use crate::error::ApiError;
+use super::error::ApiError;
+use super::state::AppState;
 
-/// A JSON body: `Content-Type: application/json` (or any `+json`), at most the configured size,
+/// A body as sent, of at most `limits.max_body_bytes` (413 above it).
+pub struct RawBody(pub Bytes);
+
+impl FromRequest<AppState> for RawBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        idem_gateway::read_limited(req.into_body(), state.max_body_bytes).await.map(RawBody).map_err(ApiError::from)
+    }
+}
+
+/// A JSON body: `Content-Type: application/json` (or any `+json`), read as [`RawBody`],
 /// deserialized with the path of the first bad field in the error.
 pub struct ApiJson<T>(pub T);
 
@@ -21,18 +33,12 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        if !is_json(req.headers().get(header::CONTENT_TYPE)) {
+        let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+        if !content_type.is_some_and(idem_core::media::is_json) {
             return Err(ApiError::UnsupportedMediaType);
         }
-        let limit = state.max_body_bytes;
-        let body = Limited::new(req.into_body(), limit).collect().await.map_err(|e| {
-            if e.downcast_ref::<LengthLimitError>().is_some() {
-                ApiError::PayloadTooLarge(limit)
-            } else {
-                ApiError::Invalid(Invalid::new("body", "the request body could not be read"))
-            }
-        })?;
-        parse_json(&body.to_bytes()).map(ApiJson)
+        let RawBody(body) = RawBody::from_request(req, state).await?;
+        parse_json(&body).map(ApiJson)
     }
 }
 
@@ -48,12 +54,6 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     })?;
     de.end().map_err(|e| ApiError::Invalid(Invalid::new("body", e.to_string())))?;
     Ok(value)
-}
-
-fn is_json(content_type: Option<&header::HeaderValue>) -> bool {
-    let Some(value) = content_type.and_then(|v| v.to_str().ok()) else { return false };
-    let essence = value.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
 /// `{ns}` and, where the route has one, `{id}`, validated.
@@ -78,19 +78,6 @@ impl FromRequestParts<AppState> for ClaimPath {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn json_content_types() {
-        let ok =
-            ["application/json", "application/json; charset=utf-8", "Application/JSON", "application/merge-patch+json"];
-        for ct in ok {
-            assert!(is_json(Some(&header::HeaderValue::from_static(ct))), "{ct}");
-        }
-        for ct in ["text/plain", "application/x-www-form-urlencoded", "json"] {
-            assert!(!is_json(Some(&header::HeaderValue::from_static(ct))), "{ct}");
-        }
-        assert!(!is_json(None));
-    }
 
     #[test]
     fn errors_name_the_field() {

@@ -9,8 +9,8 @@ use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::app::AppState;
-use crate::error::ApiError;
+use super::error::ApiError;
+use super::state::AppState;
 
 pub struct Tokens(Vec<[u8; 32]>);
 

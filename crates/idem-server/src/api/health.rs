@@ -10,8 +10,8 @@ use axum::response::IntoResponse;
 use serde_json::json;
 use utoipa::OpenApi;
 
-use crate::app::AppState;
-use crate::error::ApiError;
+use super::error::ApiError;
+use super::state::AppState;
 
 /// The process is up.
 pub async fn healthz() -> impl IntoResponse {
@@ -32,5 +32,5 @@ pub async fn metrics() -> impl IntoResponse {
 }
 
 pub async fn openapi() -> impl IntoResponse {
-    Json(crate::openapi::ApiDoc::openapi())
+    Json(super::openapi::ApiDoc::openapi())
 }

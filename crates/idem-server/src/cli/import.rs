@@ -4,15 +4,30 @@
 //! exits non-zero if any line was rejected.
 
 use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
 
+use clap::Args;
 use http::Method;
 use idem_core::Namespace;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::claim::ClaimRequest;
-use crate::cli::{Failure, ImportArgs, send};
-use crate::client::ApiClient;
+use super::client::{ApiClient, ClientArgs, Failure, connect, send};
+use crate::api::claim::{ClaimRequest, MAX_ITEMS};
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// JSON Lines file, or - for standard input.
+    pub file: PathBuf,
+    /// Namespace for lines that do not name one.
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// Claims sent per request.
+    #[arg(long, default_value_t = 1000)]
+    pub batch: usize,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
 
 /// One line of an import file.
 #[derive(Debug, Deserialize)]
@@ -33,8 +48,7 @@ struct Tally {
 }
 
 pub async fn run(args: ImportArgs) -> Result<(), Failure> {
-    let client = ApiClient::new(&args.client.server, args.client.token.clone())
-        .map_err(|e| Failure { code: 2, message: e.to_string() })?;
+    let client = connect(&args.client)?;
     let reader: Box<dyn BufRead> = if args.file.as_os_str() == "-" {
         Box::new(BufReader::new(std::io::stdin()))
     } else {
@@ -42,7 +56,7 @@ pub async fn run(args: ImportArgs) -> Result<(), Failure> {
             .map_err(|e| Failure { code: 2, message: format!("cannot open {}: {e}", args.file.display()) })?;
         Box::new(BufReader::new(file))
     };
-    let batch_size = args.batch.clamp(1, crate::claim::MAX_ITEMS);
+    let batch_size = args.batch.clamp(1, MAX_ITEMS);
     let mut tally = Tally::default();
     let mut pending: Option<(String, Vec<serde_json::Value>)> = None;
     for (i, line) in reader.lines().enumerate() {

@@ -1,17 +1,25 @@
 //! The one typed config, loaded in layers: compiled-in defaults, then the TOML file, then `IDEM_`
-//! environment variables (`__` for nesting), then command-line flags. It is validated once, at
-//! load; an unknown key or a bad value is an error that names it. Secrets never appear in `Debug`
-//! or in `idem config check`. Loading has no side effects.
+//! environment variables (`__` for nesting), then command-line flags. Every value is parsed into
+//! the type the code uses as it is read (durations, URLs, secrets, event-id rules, route
+//! policies), and checked once, at load: an unknown key or a bad value is an error that names it,
+//! and nothing downstream can fail on config. Secrets never appear in `Debug` or in
+//! `idem config check`. Loading has no side effects.
+
+mod gateway;
+mod source;
+mod value;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use idem_core::gateway::{InFlightPolicy, KeyPolicy, PathPattern};
-use idem_core::{Namespace, format_duration, parse_duration};
-use idem_gateway::{RoutePolicy, Routes, ScopePart};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use idem_core::Namespace;
+use serde::{Deserialize, Serialize};
+
+pub use gateway::{GatewayConfig, Route, Upstream};
+pub use source::SourceConfig;
+pub use value::{ConfigDuration, HttpUrl, Secret};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -61,9 +69,13 @@ pub enum StoreConfig {
         /// `postgres://user:password@host:port/db`; never printed.
         url: Secret,
         /// Connections this node keeps to the database, at most.
-        #[serde(default = "defaults::pool_size")]
+        #[serde(default = "default_pool_size")]
         pool_size: usize,
     },
+}
+
+fn default_pool_size() -> usize {
+    16
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -82,7 +94,7 @@ pub struct LimitsConfig {
 
 impl Default for LimitsConfig {
     fn default() -> Self {
-        Self { max_body_bytes: 1024 * 1024 }
+        Self { max_body_bytes: idem_gateway::DEFAULT_MAX_BODY_BYTES }
     }
 }
 
@@ -127,248 +139,6 @@ pub enum LogFormat {
 pub struct NamespaceConfig {
     /// TTL of claims that do not give `ttl_seconds`; absent means never expire.
     pub default_ttl: Option<ConfigDuration>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GatewayConfig {
-    /// Where the proxy listens.
-    pub listen: SocketAddr,
-    /// The API behind it: `http://HOST:PORT`, optionally with a base path.
-    pub upstream: String,
-    /// Largest response stored for replay; larger ones pass through and release their key.
-    #[serde(default = "defaults::max_stored_response")]
-    pub max_stored_response: usize,
-    /// Memory for recently completed responses, so replays skip the store.
-    #[serde(default = "defaults::cache_bytes")]
-    pub cache_bytes: usize,
-    #[serde(default)]
-    pub routes: Vec<RouteConfig>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RouteConfig {
-    /// Exact (`/orders`) or with `*` / `{param}` segments (`/orders/{id}/refund`).
-    pub path: String,
-    #[serde(default = "defaults::methods")]
-    pub methods: Vec<String>,
-    /// `required` (no key: 400) or `optional` (no key: forwarded as is).
-    #[serde(default = "defaults::key")]
-    pub key: KeyPolicy,
-    /// How long a completed response is replayed.
-    #[serde(default = "defaults::ttl")]
-    pub ttl: ConfigDuration,
-    /// Request parts that separate one caller's keys from another's: `header:NAME`.
-    #[serde(default = "defaults::scope")]
-    pub scope: Vec<String>,
-    /// `reject` (409 + Retry-After) or `wait` (for the first request's response).
-    #[serde(default = "defaults::in_flight")]
-    pub in_flight: InFlightPolicy,
-    #[serde(default = "defaults::wait_timeout")]
-    pub wait_timeout: ConfigDuration,
-    /// How long a started request holds its key if idem dies or the upstream hangs.
-    #[serde(default = "defaults::lease")]
-    pub lease: ConfigDuration,
-    #[serde(default)]
-    pub store_5xx: bool,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SourceConfig {
-    /// Appears in `POST /v1/sources/{name}/events`; 1-64 of `[a-z0-9_.-]`.
-    pub name: String,
-    /// Where each event is POSTed: `http://…`.
-    pub handler_url: String,
-    /// A JSON pointer into the body (`/external_event_id`) or `header:NAME`.
-    pub event_id: String,
-    #[serde(default = "defaults::max_attempts")]
-    pub max_attempts: u32,
-    #[serde(default = "defaults::attempt_timeout")]
-    pub attempt_timeout: ConfigDuration,
-    /// Waits before attempts 2, 3, …; the last one repeats.
-    #[serde(default = "defaults::backoff")]
-    pub backoff: Vec<ConfigDuration>,
-    /// `whsec_` + base64 of 24-64 bytes: signs deliveries and result webhooks.
-    pub signing_secret: Secret,
-    /// When set, intake requires the sender's Standard Webhooks signature made with it.
-    #[serde(default)]
-    pub verify_secret: Option<Secret>,
-    /// Receives `receipt.completed` / `receipt.dead` when a receipt ends.
-    #[serde(default)]
-    pub result_webhook_url: Option<String>,
-    #[serde(default = "defaults::backoff")]
-    pub result_backoff: Vec<ConfigDuration>,
-    /// Deliveries to this source's handler at once, at most.
-    #[serde(default = "defaults::concurrency")]
-    pub concurrency: usize,
-}
-
-impl SourceConfig {
-    fn validate(&self) -> Result<(), String> {
-        Namespace::new(&self.name).map_err(|e| format!("name: {}", e.message))?;
-        for url in std::iter::once(&self.handler_url).chain(self.result_webhook_url.iter()) {
-            let uri: http::Uri = url.parse().map_err(|_| format!("{url:?} is not a URL"))?;
-            if uri.scheme_str() != Some("http") || uri.authority().is_none() {
-                return Err(format!("{url:?} must be an http:// URL"));
-            }
-        }
-        if !(self.event_id.starts_with('/') || self.event_id.strip_prefix("header:").is_some_and(|h| !h.is_empty())) {
-            return Err("event_id must be a JSON pointer (\"/field\") or \"header:NAME\"".into());
-        }
-        idem_core::event::Secret::parse(self.signing_secret.expose()).map_err(|e| format!("signing_secret: {e}"))?;
-        if let Some(verify) = &self.verify_secret {
-            idem_core::event::Secret::parse(verify.expose()).map_err(|e| format!("verify_secret: {e}"))?;
-        }
-        if self.max_attempts == 0 || self.concurrency == 0 || self.backoff.is_empty() || self.result_backoff.is_empty()
-        {
-            return Err("max_attempts and concurrency must be at least 1, and backoff lists not empty".into());
-        }
-        Ok(())
-    }
-}
-
-mod defaults {
-    use super::ConfigDuration;
-    use idem_core::gateway::{InFlightPolicy, KeyPolicy};
-    use std::time::Duration;
-
-    pub fn max_stored_response() -> usize {
-        1 << 20
-    }
-    pub fn cache_bytes() -> usize {
-        64 << 20
-    }
-    pub fn methods() -> Vec<String> {
-        vec!["POST".into(), "PATCH".into()]
-    }
-    pub fn key() -> KeyPolicy {
-        KeyPolicy::Optional
-    }
-    pub fn ttl() -> ConfigDuration {
-        ConfigDuration(Duration::from_secs(24 * 3600))
-    }
-    pub fn scope() -> Vec<String> {
-        vec!["header:authorization".into()]
-    }
-    pub fn in_flight() -> InFlightPolicy {
-        InFlightPolicy::Reject
-    }
-    pub fn wait_timeout() -> ConfigDuration {
-        ConfigDuration(Duration::from_secs(10))
-    }
-    pub fn lease() -> ConfigDuration {
-        ConfigDuration(Duration::from_secs(60))
-    }
-    pub fn max_attempts() -> u32 {
-        3
-    }
-    pub fn attempt_timeout() -> ConfigDuration {
-        ConfigDuration(Duration::from_secs(120))
-    }
-    pub fn backoff() -> Vec<ConfigDuration> {
-        [10, 60, 300].map(|s| ConfigDuration(Duration::from_secs(s))).to_vec()
-    }
-    pub fn concurrency() -> usize {
-        16
-    }
-    pub fn pool_size() -> usize {
-        16
-    }
-}
-
-impl RouteConfig {
-    /// A route config as for `path` with every default.
-    pub fn new(path: &str) -> Self {
-        Self {
-            path: path.into(),
-            methods: defaults::methods(),
-            key: defaults::key(),
-            ttl: defaults::ttl(),
-            scope: defaults::scope(),
-            in_flight: defaults::in_flight(),
-            wait_timeout: defaults::wait_timeout(),
-            lease: defaults::lease(),
-            store_5xx: false,
-        }
-    }
-
-    pub fn policy(&self) -> Result<RoutePolicy, String> {
-        let mut policy = RoutePolicy::new(PathPattern::parse(&self.path)?);
-        policy.methods = self
-            .methods
-            .iter()
-            .map(|m| m.to_ascii_uppercase().parse::<http::Method>().map_err(|_| format!("{m:?} is not an HTTP method")))
-            .collect::<Result<_, _>>()?;
-        policy.key = self.key;
-        policy.ttl = self.ttl.0;
-        policy.scope = self.scope.iter().map(|s| ScopePart::parse(s)).collect::<Result<_, _>>()?;
-        policy.in_flight = self.in_flight;
-        policy.wait_timeout = self.wait_timeout.0;
-        policy.lease = self.lease.0;
-        policy.store_5xx = self.store_5xx;
-        if policy.ttl.is_zero() || policy.lease.is_zero() {
-            return Err("ttl and lease must be longer than zero".into());
-        }
-        Ok(policy)
-    }
-}
-
-impl GatewayConfig {
-    pub fn routes(&self) -> Result<Routes, String> {
-        self.routes.iter().map(RouteConfig::policy).collect::<Result<Vec<_>, _>>().map(Routes::new)
-    }
-
-    /// The upstream's scheme and authority, and its base path (without a trailing slash).
-    pub fn upstream_base(&self) -> Result<(http::uri::Scheme, http::uri::Authority, String), String> {
-        let uri: http::Uri = self.upstream.parse().map_err(|_| format!("{:?} is not a URL", self.upstream))?;
-        let scheme = uri.scheme().cloned().filter(|s| *s == http::uri::Scheme::HTTP);
-        let (Some(scheme), Some(authority)) = (scheme, uri.authority().cloned()) else {
-            return Err(format!("{:?} must be an http:// URL with a host", self.upstream));
-        };
-        Ok((scheme, authority, uri.path().trim_end_matches('/').to_owned()))
-    }
-}
-
-/// A duration written as `"250ms"`, `"10s"`, `"5m"`, `"24h"` or `"90d"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConfigDuration(pub Duration);
-
-impl Serialize for ConfigDuration {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&format_duration(self.0))
-    }
-}
-
-impl<'de> Deserialize<'de> for ConfigDuration {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        parse_duration(&text).map(ConfigDuration).map_err(serde::de::Error::custom)
-    }
-}
-
-/// A value that must never be printed: `Debug` and `Serialize` show `[redacted]`.
-#[derive(Clone, PartialEq, Eq, Deserialize)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("[redacted]")
-    }
-}
-
-impl Serialize for Secret {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str("[redacted]")
-    }
 }
 
 /// Command-line values that override every other layer.
@@ -439,17 +209,11 @@ impl Config {
         if self.sweeper.batch == 0 || self.sweeper.interval.0.is_zero() {
             return Err(key_error("sweeper".into(), "interval and batch must be greater than zero"));
         }
-        if let Some(gateway) = &self.gateway {
-            gateway.upstream_base().map_err(|e| key_error("gateway.upstream".into(), &e))?;
-            for (i, route) in gateway.routes.iter().enumerate() {
-                route.policy().map_err(|e| key_error(format!("gateway.routes[{i}]"), &e))?;
-            }
-            if gateway.listen == self.listen {
-                return Err(key_error("gateway.listen".into(), "must differ from listen"));
-            }
+        if self.gateway.as_ref().is_some_and(|g| g.listen == self.listen) {
+            return Err(key_error("gateway.listen".into(), "must differ from listen"));
         }
         for (i, source) in self.sources.iter().enumerate() {
-            source.validate().map_err(|e| key_error(format!("sources[{i}]"), &e))?;
+            source.validate().map_err(|(field, message)| key_error(format!("sources[{i}].{field}"), message))?;
             if self.sources[..i].iter().any(|other| other.name == source.name) {
                 return Err(key_error(format!("sources[{i}].name"), "another source has this name"));
             }
@@ -460,6 +224,11 @@ impl Config {
     /// The effective config as TOML, secrets redacted: what `idem config check` prints.
     pub fn to_redacted_toml(&self) -> String {
         toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))
+    }
+
+    /// The source of that name, if one is configured.
+    pub fn source(&self, name: &str) -> Option<&SourceConfig> {
+        self.sources.iter().find(|s| s.name.as_str() == name)
     }
 
     /// The TTL a claim gets when it does not give one.
@@ -516,6 +285,8 @@ fn apply_overrides(tree: &mut toml::Table, o: &Overrides) -> Result<(), ConfigEr
 
 #[cfg(test)]
 mod tests {
+    use idem_core::gateway::{InFlightPolicy, KeyPolicy};
+
     use super::*;
 
     fn load(toml: &str, env: &[(&str, &str)], o: &Overrides) -> Result<Config, ConfigError> {
@@ -571,7 +342,7 @@ mod tests {
     fn gateway_routes_take_the_contract_defaults() {
         let file = "[gateway]\nlisten = \"127.0.0.1:8080\"\nupstream = \"http://127.0.0.1:3000\"\n\n[[gateway.routes]]\npath = \"/orders\"\nkey = \"required\"\nttl = \"48h\"\n";
         let c = load(file, &[], &Overrides::default()).expect("load");
-        let routes = c.gateway.as_ref().expect("gateway").routes().expect("routes");
+        let routes = c.gateway.as_ref().expect("gateway").routes();
         let orders = &routes.0[0];
         assert_eq!(orders.methods, vec![http::Method::POST, http::Method::PATCH]);
         assert_eq!(orders.key, KeyPolicy::Required);
@@ -602,6 +373,46 @@ mod tests {
         let bad =
             load(&file.replace("/external_event_id", "external_event_id"), &[], &Overrides::default()).unwrap_err();
         assert!(bad.to_string().contains("event_id"), "{bad}");
+    }
+
+    #[test]
+    fn the_printed_config_is_the_effective_one_and_loads_again() {
+        let file = "[gateway]\nlisten = \"127.0.0.1:8080\"\nupstream = \"http://127.0.0.1:3000/api/\"\n\n[[gateway.routes]]\npath = \"/orders/{id}\"\nmethods = [\"post\"]\nscope = [\"header:X-Tenant\"]\n\n[[sources]]\nname = \"partner\"\nhandler_url = \"http://127.0.0.1:9000/handle\"\nevent_id = \"header:Idempotency-Key\"\nsigning_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n";
+        let c = load(file, &[], &Overrides::default()).expect("load");
+        let printed = c.to_redacted_toml();
+        for effective in [
+            "upstream = \"http://127.0.0.1:3000/api\"",
+            "methods = [\"POST\"]",
+            "lease = \"1m\"",
+            "scope = [\"header:x-tenant\"]",
+            "event_id = \"header:Idempotency-Key\"",
+            "max_attempts = 3",
+        ] {
+            assert!(printed.contains(effective), "{effective} in\n{printed}");
+        }
+        let again = load(
+            &printed.replace("\"[redacted]\"", "\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\""),
+            &[],
+            &Overrides::default(),
+        )
+        .expect("the printed config loads");
+        assert_eq!(again.to_redacted_toml(), printed);
+    }
+
+    #[test]
+    fn range_errors_name_the_field_within_its_source() {
+        let file = "[[sources]]\nname = \"partner\"\nhandler_url = \"http://127.0.0.1:9000/handle\"\nevent_id = \"/id\"\nsigning_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n";
+        for (extra, field) in [
+            ("max_attempts = 0", "sources[0].max_attempts"),
+            ("concurrency = 0", "sources[0].concurrency"),
+            ("backoff = []", "sources[0].backoff"),
+        ] {
+            let err = load(&format!("{file}{extra}\n"), &[], &Overrides::default()).unwrap_err();
+            assert!(err.to_string().contains(field), "{extra}: {err}");
+        }
+        let err =
+            load(&file.replace("http://127.0.0.1:9000/handle", "ftp://x"), &[], &Overrides::default()).unwrap_err();
+        assert!(err.to_string().contains("sources[0].handler_url"), "{err}");
     }
 
     #[test]

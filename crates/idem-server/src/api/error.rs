@@ -20,7 +20,7 @@ pub enum ApiError {
     BadSignature(String),
     #[error("a valid bearer token is required")]
     Unauthorized,
-    #[error("the request body is larger than the limit of {0} bytes")]
+    #[error("the request body is larger than limits.max_body_bytes ({0} bytes)")]
     PayloadTooLarge(usize),
     #[error("the request body must be JSON (Content-Type: application/json)")]
     UnsupportedMediaType,
@@ -105,6 +105,15 @@ impl ApiError {
             status: self.status_code().as_u16(),
             detail: self.to_string(),
             field,
+        }
+    }
+}
+
+impl From<idem_gateway::BodyError> for ApiError {
+    fn from(e: idem_gateway::BodyError) -> Self {
+        match e {
+            idem_gateway::BodyError::TooLarge(limit) => ApiError::PayloadTooLarge(limit),
+            idem_gateway::BodyError::Unreadable => ApiError::Invalid(Invalid::new("body", e.detail())),
         }
     }
 }

@@ -1,37 +1,29 @@
-//! The router: one flat route table, the shared state, and the layers every request passes.
+//! The HTTP API on the main listener: `/v1` (one file per resource: claims, event intake,
+//! receipts), health, metrics and the OpenAPI document. This file is the router — one flat route
+//! table — and the layers every request passes; handlers share [`AppState`], fail with
+//! [`ApiError`] (always problem+json), and read bodies through [`extract`] (one size limit,
+//! `limits.max_body_bytes`, everywhere).
 
-use std::sync::Arc;
+pub mod auth;
+pub mod claim;
+pub mod error;
+pub mod event;
+pub mod extract;
+pub mod health;
+pub mod openapi;
+pub mod receipt;
+pub mod state;
+
 use std::time::Instant;
 
 use axum::Router;
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use idem_core::Store;
 
-use crate::auth::Tokens;
-use crate::config::Config;
-use crate::error::ApiError;
-use crate::{claim, event, health};
-
-#[derive(Clone)]
-pub struct AppState {
-    pub store: Arc<dyn Store>,
-    pub config: Arc<Config>,
-    pub tokens: Arc<Tokens>,
-    pub max_body_bytes: usize,
-    /// Wakes the delivery worker when new work is queued.
-    pub delivery_wake: Arc<tokio::sync::Notify>,
-}
-
-impl AppState {
-    pub fn new(config: Config, store: Arc<dyn Store>, delivery_wake: Arc<tokio::sync::Notify>) -> Self {
-        let tokens = Arc::new(Tokens::new(config.auth.tokens.iter().map(|t| t.expose())));
-        let max_body_bytes = config.limits.max_body_bytes;
-        Self { store, config: Arc::new(config), tokens, max_body_bytes, delivery_wake }
-    }
-}
+pub use error::ApiError;
+pub use state::AppState;
 
 pub fn app(state: AppState) -> Router {
     let v1 = Router::new()
@@ -40,10 +32,10 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/claims/{ns}/lookup", post(claim::lookup))
         .route("/v1/claims/{ns}/{id}", get(claim::read).delete(claim::delete))
         .route("/v1/sources/{name}/events", post(event::intake))
-        .route("/v1/receipts", get(event::list))
-        .route("/v1/receipts/{id}", get(event::read))
-        .route("/v1/receipts/{id}/replay", post(event::replay))
-        .route_layer(middleware::from_fn_with_state(state.clone(), crate::auth::require_token));
+        .route("/v1/receipts", get(receipt::list))
+        .route("/v1/receipts/{id}", get(receipt::read))
+        .route("/v1/receipts/{id}/replay", post(receipt::replay))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
@@ -53,6 +45,9 @@ pub fn app(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn(record_request))
+        // Bodies are read through `extract`, under `limits.max_body_bytes`; axum's own 2 MiB
+        // default would answer first, in plain text.
+        .layer(DefaultBodyLimit::disable())
         .with_state(state)
 }
 

@@ -13,15 +13,15 @@ use bytes::Bytes;
 use http::header::HOST;
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderValue, StatusCode, Uri};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::BodyExt;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use idem_core::{Clock, Store};
+use idem_core::{Clock, RequestStore};
 use idem_gateway::engine::ForwardFuture;
 use idem_gateway::headers::strip_hop_by_hop;
 use idem_gateway::problem::problem;
-use idem_gateway::{Engine, EngineConfig, ForwardError, GatewayBody, Routes};
+use idem_gateway::{Engine, ForwardError, GatewayBody, Routes, read_limited};
 
 use crate::config::GatewayConfig;
 
@@ -45,26 +45,26 @@ impl Proxy {
     pub fn new(
         config: &GatewayConfig,
         max_body_bytes: usize,
-        store: Arc<dyn Store>,
+        store: Arc<dyn RequestStore>,
         clock: Arc<dyn Clock>,
-    ) -> Result<Self, String> {
-        let (scheme, authority, base_path) = config.upstream_base()?;
-        let host = HeaderValue::from_str(authority.as_str()).map_err(|e| e.to_string())?;
+    ) -> Self {
+        let upstream = &config.upstream;
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(Duration::from_secs(5)));
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector);
-        let engine_config = EngineConfig {
+        Self {
+            engine: Arc::new(Engine::new(store, clock, config.engine_config(max_body_bytes))),
+            routes: config.routes(),
+            upstream: Upstream {
+                client,
+                scheme: upstream.scheme.clone(),
+                authority: upstream.authority.clone(),
+                host: upstream.host.clone(),
+                base_path: upstream.base_path.clone(),
+            },
             max_body_bytes,
-            max_stored_response: config.max_stored_response,
-            cache_bytes: config.cache_bytes,
-        };
-        Ok(Self {
-            engine: Arc::new(Engine::new(store, clock, engine_config)),
-            routes: config.routes()?,
-            upstream: Upstream { client, scheme, authority, host, base_path },
-            max_body_bytes,
-        })
+        }
     }
 
     pub fn engine(&self) -> Arc<Engine> {
@@ -89,16 +89,9 @@ async fn proxy(State(proxy): State<Arc<Proxy>>, request: Request) -> Response {
         };
     };
     let (parts, body) = request.into_parts();
-    let bytes = match Limited::new(body, proxy.max_body_bytes).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
-            let detail = format!("the request body is larger than the limit of {} bytes", proxy.max_body_bytes);
-            return problem(StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", &detail).into_response();
-        }
-        Err(_) => {
-            return problem(StatusCode::BAD_REQUEST, "invalid-request", "the request body could not be read")
-                .into_response();
-        }
+    let bytes = match read_limited(body, proxy.max_body_bytes).await {
+        Ok(bytes) => bytes,
+        Err(e) => return e.into_response().into_response(),
     };
     let upstream = proxy.upstream.clone();
     let forward = move |request: http::Request<Bytes>| -> ForwardFuture {

@@ -1,0 +1,128 @@
+//! Bodies, read with a bound: the one request-body limit of idem (`limits.max_body_bytes`) as the
+//! proxy, the tower layer and the `/v1` API all apply it, and the capped read of an upstream's
+//! response that decides whether it is small enough to store.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use http::{Response, StatusCode};
+use http_body::{Body, Frame};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+
+use crate::problem::problem;
+use crate::{BoxError, GatewayBody};
+
+/// Why a request body could not be taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyError {
+    /// Larger than the limit, in bytes: 413.
+    TooLarge(usize),
+    /// The client broke off or sent a malformed body: 400.
+    Unreadable,
+}
+
+impl BodyError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Unreadable => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    /// The problem type's last segment.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::TooLarge(_) => "payload-too-large",
+            Self::Unreadable => "invalid-request",
+        }
+    }
+
+    /// What the client is told; a 413 names the setting that decides it.
+    pub fn detail(&self) -> String {
+        match self {
+            Self::TooLarge(limit) => {
+                format!("the request body is larger than limits.max_body_bytes ({limit} bytes)")
+            }
+            Self::Unreadable => "the request body could not be read".to_owned(),
+        }
+    }
+
+    /// The problem+json answer.
+    pub fn into_response(self) -> Response<GatewayBody> {
+        problem(self.status(), self.kind(), &self.detail())
+    }
+}
+
+/// Reads a whole request body of at most `limit` bytes.
+pub async fn read_limited<B>(body: B, limit: usize) -> Result<Bytes, BodyError>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(BodyError::TooLarge(limit)),
+        Err(_) => Err(BodyError::Unreadable),
+    }
+}
+
+/// A response body read up to a cap.
+pub enum Capped {
+    /// The whole body, at most the cap.
+    Whole(Bytes),
+    /// Over the cap: what was read, and the rest still to stream.
+    Over(Vec<Bytes>, GatewayBody),
+}
+
+/// Reads a body whole if it is at most `cap` bytes; otherwise hands back what was read and the rest.
+pub async fn read_capped(mut body: GatewayBody, cap: usize) -> Result<Capped, BoxError> {
+    let mut chunks = Vec::new();
+    let mut total = 0;
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            total += data.len();
+            chunks.push(data);
+            if total > cap {
+                return Ok(Capped::Over(chunks, body));
+            }
+        }
+    }
+    let mut whole = BytesMut::with_capacity(total);
+    chunks.iter().for_each(|c| whole.extend_from_slice(c));
+    Ok(Capped::Whole(whole.freeze()))
+}
+
+/// A body that yields chunks already read, then the rest of the original body.
+pub struct Prefixed {
+    pub prefix: Vec<Bytes>,
+    pub rest: GatewayBody,
+}
+
+impl Body for Prefixed {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if !self.prefix.is_empty() {
+            let chunk = self.prefix.remove(0);
+            return Poll::Ready(Some(Ok(Frame::data(chunk))));
+        }
+        Pin::new(&mut self.rest).poll_frame(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::Full;
+
+    #[tokio::test]
+    async fn the_limit_is_inclusive_and_named() {
+        let body = |n: usize| Full::new(Bytes::from(vec![b'x'; n]));
+        assert_eq!(read_limited(body(10), 10).await.map(|b| b.len()), Ok(10));
+        let err = read_limited(body(11), 10).await.unwrap_err();
+        assert_eq!((err.status(), err.kind()), (StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large"));
+        assert!(err.detail().contains("limits.max_body_bytes (10 bytes)"), "{}", err.detail());
+    }
+}

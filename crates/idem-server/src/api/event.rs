@@ -1,0 +1,97 @@
+//! Event intake (contract §3): `POST /v1/sources/{name}/events`. Intake validates everything first
+//! — source, size, signature, event id — and stores nothing for bad input; an accepted event's
+//! receipt and first delivery job are committed together before the 202. What happens to it after
+//! that is the event lifecycle's (`idem_core::event::lifecycle`).
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use idem_core::event::{Accept, NewEvent, SigningSecret, verify};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use super::error::ApiError;
+use super::extract::RawBody;
+use super::state::AppState;
+
+/// How far a sender's `webhook-timestamp` may be from now.
+const TOLERANCE_SECS: i64 = 300;
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct IntakeResponse {
+    pub receipt_id: String,
+    pub status: String,
+    pub replay: bool,
+}
+
+fn count(source: &str, outcome: &'static str) {
+    metrics::counter!("idem_events_intake_total", "source" => source.to_owned(), "outcome" => outcome).increment(1);
+}
+
+/// Accept an inbound event: `202` new, `200` a resend of the same event, `409` the same event id
+/// with another payload.
+#[utoipa::path(post, path = "/v1/sources/{name}/events", tag = "events",
+    params(("name" = String, Path, description = "The source's name")),
+    request_body(content = String, description = "The event, as the sender sent it"),
+    responses(
+        (status = 202, description = "Accepted: receipt and first delivery job committed", body = IntakeResponse),
+        (status = 200, description = "Seen before with the same payload; nothing new queued", body = IntakeResponse),
+        (status = 409, description = "Seen before with another payload; nothing stored", body = crate::api::error::Problem),
+        (status = 400, description = "No event id", body = crate::api::error::Problem),
+        (status = 401, description = "Bad or stale signature", body = crate::api::error::Problem),
+        (status = 404, description = "Unknown source", body = crate::api::error::Problem),
+        (status = 413, description = "Larger than limits.max_body_bytes", body = crate::api::error::Problem),
+    ))]
+pub async fn intake(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    RawBody(body): RawBody,
+) -> Result<Response, ApiError> {
+    let source = state.config.source(&name).ok_or_else(|| ApiError::NotFound(format!("no source named {name:?}")))?;
+    if let Some(secret) = &source.verify_secret {
+        let now_secs = state.clock.now().millis() / 1000;
+        check_signature(secret, &headers, &body, now_secs).inspect_err(|_| count(&name, "bad_signature"))?;
+    }
+    let header = |h: &str| headers.get(h).and_then(|v| v.to_str().ok());
+    let event_id = source.event_id.extract(header, &body).inspect_err(|_| count(&name, "invalid"))?;
+    let content_type = header(axum::http::header::CONTENT_TYPE.as_str()).map(str::to_owned);
+    let event = NewEvent {
+        source: name.clone(),
+        event_id,
+        payload_hash: Sha256::digest(&body).into(),
+        body: body.to_vec(),
+        content_type,
+    };
+    match state.store.accept_event(event).await? {
+        Accept::Accepted { receipt_id } => {
+            count(&name, "accepted");
+            state.delivery_wake.notify_one();
+            let body = IntakeResponse { receipt_id: receipt_id.to_string(), status: "accepted".into(), replay: false };
+            Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+        }
+        Accept::Duplicate { receipt_id, status } => {
+            count(&name, "replay");
+            let body =
+                IntakeResponse { receipt_id: receipt_id.to_string(), status: status.as_str().into(), replay: true };
+            Ok((StatusCode::OK, Json(body)).into_response())
+        }
+        Accept::Mismatch { receipt_id } => {
+            count(&name, "mismatch");
+            Err(ApiError::Conflict(format!(
+                "event id already accepted as {receipt_id} with a different payload; nothing was stored"
+            )))
+        }
+    }
+}
+
+fn check_signature(secret: &SigningSecret, headers: &HeaderMap, body: &[u8], now_secs: i64) -> Result<(), ApiError> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let (Some(id), Some(ts), Some(sig)) =
+        (header("webhook-id"), header("webhook-timestamp"), header("webhook-signature"))
+    else {
+        return Err(ApiError::BadSignature("webhook-id, webhook-timestamp and webhook-signature are required".into()));
+    };
+    verify(secret, id, ts, sig, body, now_secs, TOLERANCE_SECS).map_err(|e| ApiError::BadSignature(e.to_string()))
+}

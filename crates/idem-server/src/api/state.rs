@@ -1,0 +1,31 @@
+//! What every `/v1` handler shares: the store, the clock it keeps time by, the parsed config, the
+//! accepted tokens, and the delivery worker's wake-up.
+
+use std::sync::Arc;
+
+use idem_core::{Clock, Store};
+use tokio::sync::Notify;
+
+use super::auth::Tokens;
+use crate::config::Config;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Arc<dyn Store>,
+    /// The store's clock: event intake checks signature timestamps against it.
+    pub clock: Arc<dyn Clock>,
+    pub config: Arc<Config>,
+    pub tokens: Arc<Tokens>,
+    /// `limits.max_body_bytes`: the one request-body limit.
+    pub max_body_bytes: usize,
+    /// Wakes the delivery worker when new work is queued.
+    pub delivery_wake: Arc<Notify>,
+}
+
+impl AppState {
+    pub fn new(config: Config, store: Arc<dyn Store>, clock: Arc<dyn Clock>, delivery_wake: Arc<Notify>) -> Self {
+        let tokens = Arc::new(Tokens::new(config.auth.tokens.iter().map(|t| t.expose())));
+        let max_body_bytes = config.limits.max_body_bytes;
+        Self { store, clock, config: Arc::new(config), tokens, max_body_bytes, delivery_wake }
+    }
+}

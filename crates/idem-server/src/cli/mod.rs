@@ -1,0 +1,179 @@
+//! The command line: `idem serve` and `idem config check` ([`serve`]), `idem import` ([`import`]),
+//! `idem migrate`, and the client verbs `idem claims …` / `idem receipts …` ([`verbs`]) that talk
+//! to a running server through [`client`].
+
+pub mod client;
+pub mod import;
+pub mod serve;
+pub mod verbs;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use client::{ClientArgs, Failure};
+use import::ImportArgs;
+pub use serve::{load_config, open_store};
+
+#[derive(Debug, Parser)]
+#[command(name = "idem", version, about = "Make side effects happen once: claims, idempotency keys, events.")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the server (with no arguments: 127.0.0.1:7070, data in ./idem-data).
+    Serve(ServeArgs),
+    /// Work with config files.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Load existing keys from JSON Lines into a running server, one claim per line.
+    Import(ImportArgs),
+    /// Claims on a running server.
+    #[command(subcommand)]
+    Claims(ClaimsCommand),
+    /// Event receipts on a running server.
+    #[command(subcommand)]
+    Receipts(ReceiptsCommand),
+    /// Prepare a PostgreSQL database for idem (apply pending migrations).
+    Migrate {
+        /// The database (or IDEM_DATABASE_URL).
+        #[arg(long, env = "IDEM_DATABASE_URL", hide_env_values = true)]
+        database_url: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReceiptsCommand {
+    /// A page of receipts, newest first.
+    List {
+        #[arg(long)]
+        source: Option<String>,
+        /// accepted, processing, retrying, completed or dead.
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// The `next_cursor` of the previous page.
+        #[arg(long)]
+        cursor: Option<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// One receipt with its attempts (exit 1 when absent).
+    Show {
+        id: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Deliver a dead or completed receipt again from attempt 1.
+    Replay {
+        id: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ConfigArgs {
+    /// A TOML config file.
+    #[arg(long, env = "IDEM_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Address of the API (overrides `listen`).
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Directory of the embedded store (overrides `data_dir`).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Store backend: sqlite or postgres (overrides `[store] type`).
+    #[arg(long)]
+    pub store: Option<String>,
+    /// PostgreSQL URL (overrides `[store] url`).
+    #[arg(long, env = "IDEM_DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Allow a non-loopback `listen` with no `[auth] tokens`.
+    #[arg(long)]
+    pub insecure_no_auth: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate the config and print the effective result, secrets redacted.
+    Check(ConfigArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct KeyArgs {
+    /// The key (one-part form).
+    #[arg(long, conflicts_with = "part")]
+    pub key: Option<String>,
+    /// One key part; repeat for a composite key, in order.
+    #[arg(long = "part")]
+    pub part: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ClaimsCommand {
+    /// Claim a key: prints the record and whether this call claimed it.
+    Put {
+        namespace: String,
+        #[command(flatten)]
+        key: KeyArgs,
+        /// JSON stored with the claim.
+        #[arg(long)]
+        data: Option<String>,
+        /// Seconds until the claim expires.
+        #[arg(long)]
+        ttl_seconds: Option<u64>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Print a claim (exit 1 when absent).
+    Get {
+        namespace: String,
+        /// The claim id; or give --key / --part.
+        id: Option<String>,
+        #[command(flatten)]
+        key: KeyArgs,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Delete a claim (exit 1 when absent).
+    Delete {
+        namespace: String,
+        id: Option<String>,
+        #[command(flatten)]
+        key: KeyArgs,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+pub async fn dispatch(cli: Cli) -> Result<(), Failure> {
+    match cli.command {
+        Command::Serve(args) => serve::serve(args).await,
+        Command::Config(ConfigCommand::Check(args)) => {
+            let config = load_config(&args)?;
+            print!("{}", config.to_redacted_toml());
+            eprintln!("idem: config ok");
+            Ok(())
+        }
+        Command::Import(args) => import::run(args).await,
+        Command::Claims(command) => verbs::claims(command).await,
+        Command::Receipts(command) => verbs::receipts(command).await,
+        Command::Migrate { database_url } => {
+            let version =
+                idem_postgres::PgStore::migrate(&database_url).await.map_err(|e| Failure::runtime(e.to_string()))?;
+            eprintln!("idem: the database is at schema version {version}");
+            Ok(())
+        }
+    }
+}

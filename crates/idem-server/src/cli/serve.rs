@@ -1,0 +1,87 @@
+//! `idem serve`: load the config, choose the store once, bind, and run until SIGINT or SIGTERM.
+
+use std::sync::Arc;
+
+use idem_core::{Clock, Store, SystemClock};
+use idem_sqlite::{SqliteOptions, SqliteStore};
+
+use super::client::Failure;
+use super::{ConfigArgs, ServeArgs};
+use crate::Listeners;
+use crate::config::{Config, Overrides, StoreConfig};
+
+pub fn load_config(args: &ConfigArgs) -> Result<Config, Failure> {
+    let overrides = Overrides {
+        listen: args.listen.clone(),
+        data_dir: args.data_dir.clone(),
+        store: args.store.clone(),
+        database_url: args.database_url.clone(),
+    };
+    Config::load(args.config.as_deref(), std::env::vars(), &overrides).map_err(|e| Failure::usage(e.to_string()))
+}
+
+/// Chooses the backend, once, for the whole process; answers it with the clock it keeps time by
+/// (the system's for the embedded store, the database's for PostgreSQL), which the rest of the
+/// server must share.
+pub async fn open_store(config: &Config) -> Result<(Arc<dyn Store>, Arc<dyn Clock>), Failure> {
+    match &config.store {
+        StoreConfig::Sqlite {} => {
+            let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+            let store = SqliteStore::open(&config.data_dir, Arc::clone(&clock), SqliteOptions::default())
+                .map_err(|e| Failure::runtime(e.to_string()))?;
+            Ok((Arc::new(store), clock))
+        }
+        StoreConfig::Postgres { url, pool_size } => {
+            let time = idem_postgres::TimeSource::Database { local: Arc::new(SystemClock) };
+            let store = idem_postgres::PgStore::connect(url.expose(), *pool_size, time)
+                .await
+                .map_err(|e| Failure::runtime(e.to_string()))?;
+            let clock = store.clock();
+            Ok((Arc::new(store), clock))
+        }
+    }
+}
+
+pub(super) async fn serve(args: ServeArgs) -> Result<(), Failure> {
+    let config = load_config(&args.config)?;
+    crate::telemetry::init_logging(&config.log);
+    if !config.listen.ip().is_loopback() && config.auth.tokens.is_empty() && !args.insecure_no_auth {
+        return Err(Failure::usage(format!(
+            "refusing to listen on {} with no [auth] tokens: anyone who can reach it could claim and delete keys. \
+             Set [auth] tokens, listen on a loopback address, or pass --insecure-no-auth",
+            config.listen
+        )));
+    }
+    let (store, clock) = open_store(&config).await?;
+    let listeners = Listeners::bind(&config).await.map_err(|e| Failure::runtime(format!("cannot listen: {e}")))?;
+    if let Some(gateway) = listeners.gateway.as_ref().and_then(|l| l.local_addr().ok()) {
+        let upstream = config.gateway.as_ref().map(|g| g.upstream.to_string()).unwrap_or_default();
+        tracing::info!(addr = %gateway, upstream, "idem gateway listening");
+    }
+    let addr = listeners.api.local_addr().map_err(|e| Failure::runtime(e.to_string()))?;
+    let store_kind = match &config.store {
+        StoreConfig::Sqlite {} => format!("sqlite in {}", config.data_dir.display()),
+        StoreConfig::Postgres { .. } => "postgres".to_owned(),
+    };
+    tracing::info!(%addr, store = store_kind, "idem listening");
+    crate::run(config, store, clock, listeners, shutdown_signal()).await.map_err(|e| Failure::runtime(e.to_string()))
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => return std::future::pending().await,
+        };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+    tracing::info!("shutting down: finishing in-flight requests");
+}

@@ -1,0 +1,89 @@
+//! The client verbs: `idem claims put|get|delete` and `idem receipts list|show|replay`, against a
+//! running server.
+
+use http::Method;
+use idem_core::{ClaimId, Namespace, Parts};
+
+use super::client::{Failure, connect, send};
+use super::{ClaimsCommand, KeyArgs, ReceiptsCommand};
+
+fn key_parts(key: KeyArgs) -> Result<Option<Parts>, Failure> {
+    let parts = match (key.key, key.part.is_empty()) {
+        (Some(k), _) => Parts::single(k),
+        (None, false) => Parts::new(key.part),
+        (None, true) => return Ok(None),
+    };
+    parts.map(Some).map_err(|e| Failure::usage(format!("invalid key: {e}")))
+}
+
+fn claim_id(id: Option<String>, key: KeyArgs) -> Result<ClaimId, Failure> {
+    match (id, key_parts(key)?) {
+        (Some(id), None) => ClaimId::parse(&id).map_err(|e| Failure::usage(e.to_string())),
+        (None, Some(parts)) => Ok(parts.id()),
+        _ => Err(Failure::usage("give either an id or --key/--part")),
+    }
+}
+
+fn check_namespace(ns: &str) -> Result<(), Failure> {
+    Namespace::new(ns).map(drop).map_err(|e| Failure::usage(e.to_string()))
+}
+
+pub(super) async fn claims(command: ClaimsCommand) -> Result<(), Failure> {
+    let reply = match command {
+        ClaimsCommand::Put { namespace, key, data, ttl_seconds, client } => {
+            check_namespace(&namespace)?;
+            let parts = key_parts(key)?.ok_or_else(|| Failure::usage("give --key or --part"))?;
+            let data: Option<serde_json::Value> = data
+                .map(|d| serde_json::from_str(&d))
+                .transpose()
+                .map_err(|e| Failure::usage(format!("--data is not JSON: {e}")))?;
+            let body = serde_json::json!({"parts": parts.as_slice(), "data": data, "ttl_seconds": ttl_seconds});
+            send(&connect(&client)?, Method::POST, &format!("/v1/claims/{namespace}"), Some(&body)).await?
+        }
+        ClaimsCommand::Get { namespace, id, key, client } => {
+            check_namespace(&namespace)?;
+            let id = claim_id(id, key)?;
+            send(&connect(&client)?, Method::GET, &format!("/v1/claims/{namespace}/{id}"), None).await?
+        }
+        ClaimsCommand::Delete { namespace, id, key, client } => {
+            check_namespace(&namespace)?;
+            let id = claim_id(id, key)?;
+            send(&connect(&client)?, Method::DELETE, &format!("/v1/claims/{namespace}/{id}"), None).await?
+        }
+    };
+    if !reply.body.is_empty() {
+        println!("{}", serde_json::to_string_pretty(&reply.json()).unwrap_or_default());
+    }
+    Ok(())
+}
+
+pub(super) async fn receipts(command: ReceiptsCommand) -> Result<(), Failure> {
+    let reply = match command {
+        ReceiptsCommand::List { source, status, limit, cursor, client } => {
+            let mut query = vec![format!("limit={limit}")];
+            let params = [("source", source), ("status", status), ("cursor", cursor)];
+            query.extend(params.into_iter().filter_map(|(k, v)| v.map(|v| format!("{k}={}", percent_encode(&v)))));
+            send(&connect(&client)?, Method::GET, &format!("/v1/receipts?{}", query.join("&")), None).await?
+        }
+        ReceiptsCommand::Show { id, client } => {
+            send(&connect(&client)?, Method::GET, &format!("/v1/receipts/{}", percent_encode(&id)), None).await?
+        }
+        ReceiptsCommand::Replay { id, client } => {
+            send(&connect(&client)?, Method::POST, &format!("/v1/receipts/{}/replay", percent_encode(&id)), None)
+                .await?
+        }
+    };
+    println!("{}", serde_json::to_string_pretty(&reply.json()).unwrap_or_default());
+    Ok(())
+}
+
+/// Encodes a query or path value: everything but unreserved characters.
+fn percent_encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

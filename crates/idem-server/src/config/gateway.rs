@@ -1,0 +1,180 @@
+//! `[gateway]`: the `Idempotency-Key` proxy's listener, its upstream and its routes. Routes are
+//! parsed into the engine's own [`RoutePolicy`] as the config is read; a route's defaults are
+//! `RoutePolicy::new`'s and written nowhere else.
+
+use std::net::SocketAddr;
+
+use http::HeaderValue;
+use http::uri::{Authority, Scheme};
+use idem_core::gateway::{InFlightPolicy, KeyPolicy, PathPattern};
+use idem_gateway::{EngineConfig, RoutePolicy, Routes, ScopePart};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::value::ConfigDuration;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// Where the proxy listens.
+    pub listen: SocketAddr,
+    /// The API behind it: `http://HOST:PORT`, optionally with a base path.
+    pub upstream: Upstream,
+    /// Largest response stored for replay; larger ones pass through and release their key.
+    #[serde(default = "defaults::max_stored_response")]
+    pub max_stored_response: usize,
+    /// Memory for recently completed responses, so replays skip the store.
+    #[serde(default = "defaults::cache_bytes")]
+    pub cache_bytes: usize,
+    #[serde(default)]
+    pub routes: Vec<Route>,
+}
+
+/// The engine's defaults, which are also the config's.
+mod defaults {
+    pub fn max_stored_response() -> usize {
+        idem_gateway::EngineConfig::default().max_stored_response
+    }
+    pub fn cache_bytes() -> usize {
+        idem_gateway::EngineConfig::default().cache_bytes
+    }
+}
+
+impl GatewayConfig {
+    pub fn routes(&self) -> Routes {
+        Routes::new(self.routes.iter().map(|r| r.0.clone()))
+    }
+
+    /// What the engine runs with, given the server's request-body limit.
+    pub fn engine_config(&self, max_body_bytes: usize) -> EngineConfig {
+        EngineConfig { max_body_bytes, max_stored_response: self.max_stored_response, cache_bytes: self.cache_bytes }
+    }
+}
+
+/// The upstream's scheme and authority, and its base path (without a trailing slash).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upstream {
+    pub scheme: Scheme,
+    pub authority: Authority,
+    /// The `Host` header requests to the upstream carry: its authority.
+    pub host: HeaderValue,
+    pub base_path: String,
+}
+
+impl Upstream {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let uri: http::Uri = text.parse().map_err(|_| format!("{text:?} is not a URL"))?;
+        let scheme = uri.scheme().cloned().filter(|s| *s == Scheme::HTTP);
+        let (Some(scheme), Some(authority)) = (scheme, uri.authority().cloned()) else {
+            return Err(format!("{text:?} must be an http:// URL with a host"));
+        };
+        let host = HeaderValue::from_str(authority.as_str()).map_err(|_| format!("{text:?} has an unusable host"))?;
+        Ok(Self { scheme, authority, host, base_path: uri.path().trim_end_matches('/').to_owned() })
+    }
+}
+
+impl std::fmt::Display for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}://{}{}", self.scheme, self.authority, self.base_path)
+    }
+}
+
+impl<'de> Deserialize<'de> for Upstream {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        Self::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+impl Serialize for Upstream {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+/// One `[[gateway.routes]]` entry, parsed.
+#[derive(Debug, Clone)]
+pub struct Route(pub RoutePolicy);
+
+impl From<RoutePolicy> for Route {
+    fn from(policy: RoutePolicy) -> Self {
+        Self(policy)
+    }
+}
+
+/// A route as written in the file: every field but `path` optional.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RouteSpec {
+    /// Exact (`/orders`) or with `*` / `{param}` segments (`/orders/{id}/refund`).
+    path: PathPattern,
+    methods: Option<Vec<String>>,
+    /// `required` (no key: 400) or `optional` (no key: forwarded as is).
+    key: Option<KeyPolicy>,
+    /// How long a completed response is replayed.
+    ttl: Option<ConfigDuration>,
+    /// Request parts that separate one caller's keys from another's: `header:NAME`.
+    scope: Option<Vec<String>>,
+    /// `reject` (409 + Retry-After) or `wait` (for the first request's response).
+    in_flight: Option<InFlightPolicy>,
+    wait_timeout: Option<ConfigDuration>,
+    /// How long a started request holds its key if idem dies or the upstream hangs.
+    lease: Option<ConfigDuration>,
+    store_5xx: Option<bool>,
+}
+
+impl TryFrom<RouteSpec> for Route {
+    type Error = String;
+
+    fn try_from(spec: RouteSpec) -> Result<Self, String> {
+        let mut policy = RoutePolicy::new(spec.path);
+        if let Some(methods) = spec.methods {
+            policy.methods = methods
+                .iter()
+                .map(|m| m.to_ascii_uppercase().parse().map_err(|_| format!("methods: {m:?} is not an HTTP method")))
+                .collect::<Result<_, _>>()?;
+        }
+        if let Some(scope) = spec.scope {
+            policy.scope = scope.iter().map(|s| ScopePart::parse(s)).collect::<Result<_, _>>()?;
+        }
+        policy.key = spec.key.unwrap_or(policy.key);
+        policy.ttl = spec.ttl.map_or(policy.ttl, |d| d.0);
+        policy.in_flight = spec.in_flight.unwrap_or(policy.in_flight);
+        policy.wait_timeout = spec.wait_timeout.map_or(policy.wait_timeout, |d| d.0);
+        policy.lease = spec.lease.map_or(policy.lease, |d| d.0);
+        policy.store_5xx = spec.store_5xx.unwrap_or(policy.store_5xx);
+        if policy.ttl.is_zero() || policy.lease.is_zero() {
+            return Err("ttl and lease must be longer than zero".into());
+        }
+        Ok(Self(policy))
+    }
+}
+
+/// Printed with every value, defaults included: `idem config check` shows what is in force.
+impl From<&Route> for RouteSpec {
+    fn from(route: &Route) -> Self {
+        let p = &route.0;
+        RouteSpec {
+            path: p.path.clone(),
+            methods: Some(p.methods.iter().map(|m| m.to_string()).collect()),
+            key: Some(p.key),
+            ttl: Some(ConfigDuration(p.ttl)),
+            scope: Some(p.scope.iter().map(|ScopePart::Header(h)| format!("header:{h}")).collect()),
+            in_flight: Some(p.in_flight),
+            wait_timeout: Some(ConfigDuration(p.wait_timeout)),
+            lease: Some(ConfigDuration(p.lease)),
+            store_5xx: Some(p.store_5xx),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Route {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Route::try_from(RouteSpec::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+impl Serialize for Route {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        RouteSpec::from(self).serialize(s)
+    }
+}

@@ -1,0 +1,105 @@
+//! Config values that are parsed as they are read, so that nothing downstream parses them again:
+//! durations, secrets that never print, and `http://` URLs.
+
+use std::time::Duration;
+
+use idem_core::{format_duration, parse_duration};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A duration written as `"250ms"`, `"10s"`, `"5m"`, `"24h"` or `"90d"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConfigDuration(pub Duration);
+
+impl Serialize for ConfigDuration {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format_duration(self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for ConfigDuration {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        parse_duration(&text).map(ConfigDuration).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A value that must never be printed (a bearer token, a database URL with its password):
+/// `Debug` and `Serialize` show `[redacted]`.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str("[redacted]")
+    }
+}
+
+/// An `http://HOST[:PORT][/path]` URL, checked when the config is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpUrl(http::Uri);
+
+impl HttpUrl {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let uri: http::Uri = text.parse().map_err(|_| format!("{text:?} is not a URL"))?;
+        if uri.scheme() != Some(&http::uri::Scheme::HTTP) || uri.authority().is_none() {
+            return Err(format!("{text:?} must be an http:// URL with a host"));
+        }
+        Ok(Self(uri))
+    }
+
+    pub fn uri(&self) -> &http::Uri {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for HttpUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl<'de> Deserialize<'de> for HttpUrl {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        Self::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+impl Serialize for HttpUrl {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_http_urls_with_a_host() {
+        assert_eq!(
+            HttpUrl::parse("http://127.0.0.1:9000/handle").map(|u| u.to_string()),
+            Ok("http://127.0.0.1:9000/handle".into())
+        );
+        for bad in ["ftp://x", "https://example.com", "/relative", "not a url", "http://"] {
+            assert!(HttpUrl::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

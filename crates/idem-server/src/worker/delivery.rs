@@ -1,0 +1,267 @@
+//! The delivery worker: leases due jobs, POSTs them with Standard Webhooks signatures, and records
+//! each attempt with the transition the event lifecycle decides (`idem_core::event::lifecycle`:
+//! retry, dead, result webhook). A job's lease outlasts its attempt
+//! timeout, so if idem dies mid-attempt the lease runs out and the job is delivered again: at least
+//! once, never zero times. Each source has its own concurrency bound, and sources at their bound
+//! are skipped when leasing, so a slow handler cannot starve the others. Redirects are never
+//! followed: a 3xx is a failed attempt.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Method, Request, Uri, header};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use idem_core::event::{
+    AttemptRecord, Change, DeliveryPolicy, Job, JobKind, ReceiptStatus, SigningSecret, Transition, after_attempt, sign,
+};
+use idem_core::{Clock, EventStore, Timestamp};
+use sha2::{Digest, Sha256};
+use tokio::sync::{Notify, Semaphore, watch};
+use tokio::task::JoinSet;
+
+use crate::config::SourceConfig;
+
+/// Jobs in flight at once, across sources.
+const MAX_IN_FLIGHT: usize = 256;
+/// How long running attempts may finish after shutdown begins; the rest are re-leased later.
+const DRAIN: Duration = Duration::from_secs(10);
+/// Bytes of a handler's answer kept with the attempt.
+const EXCERPT: usize = 1024;
+/// Bytes of a handler's answer read at most.
+const READ_CAP: usize = 64 * 1024;
+
+/// A source as the worker needs it, taken from its (already parsed) config.
+struct SourceRuntime {
+    policy: DeliveryPolicy,
+    secret: SigningSecret,
+    handler: Uri,
+    result: Option<Uri>,
+    timeout: Duration,
+    slots: Arc<Semaphore>,
+}
+
+impl SourceRuntime {
+    fn new(config: &SourceConfig) -> Self {
+        Self {
+            policy: config.policy(),
+            secret: config.signing_secret.clone(),
+            handler: config.handler_url.uri().clone(),
+            result: config.result_webhook_url.as_ref().map(|u| u.uri().clone()),
+            timeout: config.attempt_timeout.0,
+            slots: Arc::new(Semaphore::new(config.concurrency)),
+        }
+    }
+
+    /// Where a job goes and the `webhook-id` it carries: the receipt id for the event (the same
+    /// on every attempt, so the handler can deduplicate), a derived id for its result webhook.
+    fn target(&self, job: &Job) -> Option<(Uri, String)> {
+        match job.kind {
+            JobKind::Delivery => Some((self.handler.clone(), job.receipt_id.to_string())),
+            JobKind::Result => {
+                let suffix = idem_core::key::hex(&Sha256::digest(&job.body)[..4]);
+                Some((self.result.clone()?, format!("{}_result_{suffix}", job.receipt_id)))
+            }
+        }
+    }
+}
+
+pub struct Delivery {
+    store: Arc<dyn EventStore>,
+    clock: Arc<dyn Clock>,
+    sources: HashMap<String, SourceRuntime>,
+    client: Client<HttpConnector, Full<Bytes>>,
+    lease: Duration,
+    wake: Arc<Notify>,
+}
+
+/// What the handler (or the network) answered.
+enum Answer {
+    Status { code: u16, retry_after: Option<Duration>, excerpt: String },
+    Error(String),
+}
+
+impl Delivery {
+    pub fn new(sources: &[SourceConfig], store: Arc<dyn EventStore>, clock: Arc<dyn Clock>, wake: Arc<Notify>) -> Self {
+        let runtimes = sources.iter().map(|s| (s.name.as_str().to_owned(), SourceRuntime::new(s))).collect();
+        let longest = sources.iter().map(|s| s.attempt_timeout.0).max().unwrap_or_default();
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(Duration::from_secs(10)));
+        let client = Client::builder(TokioExecutor::new()).build(connector);
+        // A lease outlasts the longest attempt, so a live worker never loses one mid-attempt; when
+        // idem dies, its jobs are delivered again once the lease ends.
+        let lease = longest + longest.min(Duration::from_secs(30));
+        Self { store, clock, sources: runtimes, client, lease, wake }
+    }
+
+    /// Leases and delivers until `stop`, then lets running attempts finish for a while.
+    pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let mut running = JoinSet::new();
+        let mut stats_at = Instant::now();
+        while !*stop.borrow() {
+            while running.try_join_next().is_some() {}
+            if stats_at.elapsed() >= Duration::from_secs(1) {
+                stats_at = Instant::now();
+                self.record_queue().await;
+            }
+            let leased = self.lease(MAX_IN_FLIGHT.saturating_sub(running.len())).await;
+            let idle = leased.is_empty();
+            for job in leased {
+                let delivery = Arc::clone(&self);
+                running.spawn(async move { delivery.attempt(job).await });
+            }
+            if idle {
+                tokio::select! {
+                    _ = self.wake.notified() => {}
+                    _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                    _ = stop.changed() => {}
+                    Some(_) = running.join_next(), if !running.is_empty() => {}
+                }
+            }
+        }
+        let drained = tokio::time::timeout(DRAIN, async { while running.join_next().await.is_some() {} }).await;
+        if drained.is_err() {
+            tracing::warn!(
+                left = running.len(),
+                "attempts still running at shutdown; their leases will run out and they will be delivered again"
+            );
+            running.abort_all();
+        }
+    }
+
+    /// Leases up to `room` (at most 64) due jobs, skipping sources whose handler is at its
+    /// concurrency bound.
+    async fn lease(&self, room: usize) -> Vec<Job> {
+        if room == 0 {
+            return Vec::new();
+        }
+        let busy: Vec<String> =
+            self.sources.iter().filter(|(_, s)| s.slots.available_permits() == 0).map(|(n, _)| n.clone()).collect();
+        self.store.lease_jobs(room.min(64), self.lease, &busy).await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "could not lease jobs; retrying");
+            Vec::new()
+        })
+    }
+
+    /// Queue depth and the age of the oldest due job, as gauges.
+    async fn record_queue(&self) {
+        if let Ok(stats) = self.store.queue_stats().await {
+            metrics::gauge!("idem_jobs_due").set(stats.due as f64);
+            let now = self.clock.now().millis();
+            let age = stats.oldest_due_at.map_or(0.0, |t| (now - t.millis()).max(0) as f64 / 1000.0);
+            metrics::gauge!("idem_jobs_oldest_due_age_seconds").set(age);
+        }
+    }
+
+    /// One attempt of a leased job: POST it, let the lifecycle decide what follows, persist that.
+    async fn attempt(&self, job: Job) {
+        let Some(source) = self.sources.get(&job.source) else {
+            tracing::warn!(source = job.source, "a job's source is no longer configured; its lease will run out");
+            return;
+        };
+        let Some((url, webhook_id)) = source.target(&job) else { return };
+        let slot = source.slots.acquire().await;
+        let started_at = self.clock.now();
+        let clock_start = Instant::now();
+        let answer =
+            match tokio::time::timeout(source.timeout, self.post(&url, &webhook_id, &source.secret, &job)).await {
+                Ok(answer) => answer,
+                Err(_) => Answer::Error(format!("timed out after {}", idem_core::format_duration(source.timeout))),
+            };
+        drop(slot); // recording the attempt needs no slot of the handler's
+        let (record, retry_after) = answer.into_record(job.attempt, started_at, clock_start.elapsed());
+        let transition = after_attempt(&job, record, retry_after, &source.policy, self.clock.now());
+        count(&job, &transition);
+        match self.store.finish_job(&job, transition).await {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(receipt = %job.receipt_id, "lease ran out during an attempt; the job will be delivered again")
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, receipt = %job.receipt_id, "could not record an attempt; the job will be delivered again")
+            }
+        }
+    }
+
+    async fn post(&self, url: &Uri, webhook_id: &str, secret: &SigningSecret, job: &Job) -> Answer {
+        let timestamp = self.clock.now().millis() / 1000;
+        let content_type = job.content_type.as_deref().unwrap_or("application/json");
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri(url.clone())
+            .header(header::CONTENT_TYPE, content_type)
+            .header(header::USER_AGENT, "idem")
+            .header("webhook-id", webhook_id)
+            .header("webhook-timestamp", timestamp.to_string())
+            .header("webhook-signature", sign(secret, webhook_id, timestamp, &job.body))
+            .header("idem-attempt", job.attempt.to_string())
+            .body(Full::new(Bytes::from(job.body.clone())));
+        let request = match request {
+            Ok(r) => r,
+            Err(e) => return Answer::Error(format!("could not build the request: {e}")),
+        };
+        let response = match self.client.request(request).await {
+            Ok(r) => r,
+            Err(e) => return Answer::Error(format!("{e}")),
+        };
+        let code = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get(header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let excerpt = read_excerpt(response.into_body()).await;
+        Answer::Status { code, retry_after, excerpt }
+    }
+}
+
+impl Answer {
+    /// The attempt as it is recorded, and the handler's `Retry-After`.
+    fn into_record(self, n: u32, started_at: Timestamp, took: Duration) -> (AttemptRecord, Option<Duration>) {
+        let duration_ms = took.as_millis() as u64;
+        let record = AttemptRecord { n, started_at, duration_ms, status_code: None, error: None, response: None };
+        match self {
+            Answer::Status { code, retry_after, excerpt } => {
+                (AttemptRecord { status_code: Some(code), response: Some(excerpt), ..record }, retry_after)
+            }
+            Answer::Error(error) => (AttemptRecord { error: Some(error), ..record }, None),
+        }
+    }
+}
+
+/// Reads up to `READ_CAP` bytes of a handler's answer and keeps the first `EXCERPT`.
+async fn read_excerpt(mut body: hyper::body::Incoming) -> String {
+    let mut excerpt = Vec::new();
+    let mut read = 0;
+    while read < READ_CAP {
+        match body.frame().await {
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    read += data.len();
+                    let room = EXCERPT.saturating_sub(excerpt.len());
+                    excerpt.extend_from_slice(&data[..data.len().min(room)]);
+                }
+            }
+            Some(Err(_)) | None => break,
+        }
+    }
+    String::from_utf8_lossy(&excerpt).into_owned()
+}
+
+/// Attempts by source, kind and outcome; deliveries that ended, by how.
+fn count(job: &Job, t: &Transition) {
+    let kind = if job.kind == JobKind::Delivery { "delivery" } else { "result" };
+    let ok = t.attempt.status_code.is_some_and(|c| (200..300).contains(&c));
+    let outcome = if ok { "success" } else { "failure" };
+    metrics::counter!("idem_delivery_attempts_total", "source" => job.source.clone(), "kind" => kind, "outcome" => outcome)
+        .increment(1);
+    if let Change::Receipt { status: status @ (ReceiptStatus::Completed | ReceiptStatus::Dead), .. } = t.change {
+        let end = if status == ReceiptStatus::Completed { "completed" } else { "dead" };
+        metrics::counter!("idem_deliveries_total", "source" => job.source.clone(), "outcome" => end).increment(1);
+    }
+}
