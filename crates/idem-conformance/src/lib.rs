@@ -99,6 +99,7 @@ macro_rules! request_suite {
             an_expired_lease_frees_the_key_and_voids_the_old_token,
             a_lease_that_ran_out_cannot_complete,
             extend_moves_the_lease_for_its_holder_only,
+            held_bytes_are_kept_while_held_and_forget_frees_only_results,
             race_of_200_begins_has_one_holder,
             sweeper_deletes_finished_requests,
         );

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_core::RequestStore;
-use idem_core::request::{Begin, LeaseToken, NewRequest, RequestState};
+use idem_core::request::{Begin, Forget, LeaseToken, NewRequest, RequestState};
 
 use crate::Harness;
 
@@ -13,7 +13,7 @@ const LEASE: Duration = Duration::from_secs(60);
 const TTL: Duration = Duration::from_secs(24 * 3600);
 
 fn request(key: &str, fingerprint: u8) -> NewRequest {
-    NewRequest { id: crate::id(&["gateway", key]), fingerprint: [fingerprint; 32], lease: LEASE }
+    NewRequest { id: crate::id(&["gateway", key]), fingerprint: [fingerprint; 32], lease: LEASE, held: Vec::new() }
 }
 
 /// A stored result: opaque bytes to the store.
@@ -171,4 +171,27 @@ pub async fn extend_moves_the_lease_for_its_holder_only<S: RequestStore + ?Sized
         "an ended lease stays ended"
     );
     assert!(matches!(h.store.begin_request(other).await.expect("begin"), Begin::Started { lease_expired: true, .. }));
+}
+
+pub async fn held_bytes_are_kept_while_held_and_forget_frees_only_results<S: RequestStore + ?Sized>(h: &Harness<S>) {
+    let r = NewRequest { held: b"ttl=90s".to_vec(), ..request("k", 1) };
+    let token = start(h, &r).await;
+    match h.store.peek_request(&r.id).await.expect("peek") {
+        Some(RequestState::InFlight { held, lease_until, .. }) => {
+            assert_eq!((held.as_slice(), lease_until), (&b"ttl=90s"[..], crate::START.plus(LEASE)))
+        }
+        other => panic!("expected in flight with its held bytes, got {other:?}"),
+    }
+    assert_eq!(h.store.forget_request(&r.id).await.expect("forget"), Forget::InFlight, "a held key stays");
+    assert!(h.store.complete_request(&r.id, token, &response("done"), TTL).await.expect("complete"));
+    match h.store.peek_request(&r.id).await.expect("peek") {
+        Some(RequestState::Completed { result, .. }) => {
+            assert_eq!(result, response("done"), "the result replaced them")
+        }
+        other => panic!("expected completed, got {other:?}"),
+    }
+    assert_eq!(h.store.forget_request(&r.id).await.expect("forget"), Forget::Forgotten);
+    assert!(h.store.peek_request(&r.id).await.expect("peek").is_none());
+    assert_eq!(h.store.forget_request(&r.id).await.expect("forget"), Forget::Absent);
+    assert!(matches!(h.store.begin_request(r).await.expect("begin"), Begin::Started { lease_expired: false, .. }));
 }

@@ -10,6 +10,7 @@ pub mod gateway;
 pub mod key;
 pub mod media;
 pub mod namespace;
+pub mod operation;
 pub mod request;
 pub mod store;
 

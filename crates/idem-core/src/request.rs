@@ -1,7 +1,8 @@
-//! Leased keys with a stored result: the record behind the gateway's `Idempotency-Key`s (and the
-//! operations API's next). A key is free, held by one lease token until `lease_until`, or
-//! completed with an opaque result until it expires. The store keeps the lifecycle atomic; what
-//! the result bytes mean (an HTTP response, a JSON value) is the caller's business.
+//! Leased keys with a stored result: the record behind the gateway's `Idempotency-Key`s and the
+//! operations API. A key is free, held by one lease token until `lease_until` (with opaque bytes
+//! its begin attached), or completed with an opaque result until it expires. The store keeps the
+//! lifecycle atomic; what the bytes mean (an HTTP response, a JSON value, a TTL to apply on
+//! completion) is the caller's business.
 
 use std::time::Duration;
 
@@ -40,6 +41,9 @@ pub struct NewRequest {
     pub id: ClaimId,
     pub fingerprint: Fingerprint,
     pub lease: Duration,
+    /// Kept with the key while it is held, and replaced by the result on completion (the
+    /// operations API keeps the result's TTL here; the gateway keeps nothing).
+    pub held: Vec<u8>,
 }
 
 /// What `begin_request` found.
@@ -56,6 +60,17 @@ pub enum Begin {
 /// The live state of a key, as `peek_request` reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RequestState {
-    InFlight { fingerprint: Fingerprint, lease_until: Timestamp },
+    InFlight { fingerprint: Fingerprint, lease_until: Timestamp, held: Vec<u8> },
     Completed { fingerprint: Fingerprint, result: Vec<u8>, expires_at: Timestamp },
+}
+
+/// What `forget_request` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forget {
+    /// A completed result was deleted; the key is free.
+    Forgotten,
+    /// The key is held by a running lease; nothing was changed.
+    InFlight,
+    /// Nothing live had that key.
+    Absent,
 }

@@ -2,7 +2,7 @@
 //!
 //! - [`ClaimStore`]: claims, lookups by id and by prefix, delete, and sweeping expired claims.
 //! - [`RequestStore`]: leased keys with a stored result (begin / complete / release / extend /
-//!   peek); the gateway and the tower layer need only this.
+//!   peek / forget); the gateway, the tower layer and the operations API need only this.
 //! - [`EventStore`]: receipts, the delivery job queue, attempts, replays and listing.
 //! - [`StoreLifecycle`]: readiness, closing, and signals from other nodes.
 //!
@@ -27,7 +27,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::event::{Accept, Job, NewEvent, QueueStats, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus, Transition};
-use crate::request::{Begin, LeaseToken, NewRequest, RequestState};
+use crate::request::{Begin, Forget, LeaseToken, NewRequest, RequestState};
 use crate::{ClaimId, ClaimOutcome, ClaimRecord, Namespace, NewClaim, Parts, StoreError, Timestamp};
 
 #[async_trait]
@@ -84,6 +84,9 @@ pub trait RequestStore: Send + Sync + 'static {
 
     /// The live state of a key, if any.
     async fn peek_request(&self, id: &ClaimId) -> Result<Option<RequestState>, StoreError>;
+
+    /// Deletes a completed result so that the key is free again; a held key is left alone.
+    async fn forget_request(&self, id: &ClaimId) -> Result<Forget, StoreError>;
 
     /// Deletes up to `limit` keys that hold nothing any more (expired results, ended leases).
     async fn sweep_requests(&self, limit: usize) -> Result<usize, StoreError>;

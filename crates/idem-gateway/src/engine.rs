@@ -34,7 +34,7 @@ use crate::cache::{Cached, ReplayCache};
 use crate::headers::strip_hop_by_hop;
 use crate::policy::{RoutePolicy, ScopePart};
 use crate::problem::{in_flight, problem};
-use crate::waiters::{Waiters, WakeOnDrop};
+use crate::waiters::{Subscription, Waiters, WakeOnDrop};
 use crate::{GatewayBody, full};
 
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -137,6 +137,8 @@ impl Engine {
     /// once, or after waiting for the holder with `in_flight = "wait"`), or an unavailable store.
     async fn take_key(&self, route: &RoutePolicy, identity: &Identity) -> Result<LeaseToken, Response<GatewayBody>> {
         let deadline = Instant::now() + route.wait_timeout;
+        let _subscription = (route.in_flight == InFlightPolicy::Wait)
+            .then(|| Subscription { waiters: Arc::clone(&self.waiters), id: identity.id });
         loop {
             // Subscribe before looking, so that a completion in between still wakes us.
             let mut woken = (route.in_flight == InFlightPolicy::Wait)
@@ -144,7 +146,8 @@ impl Engine {
             if let Some(w) = woken.as_mut() {
                 w.as_mut().enable();
             }
-            let new = NewRequest { id: identity.id, fingerprint: identity.fingerprint, lease: route.lease };
+            let new =
+                NewRequest { id: identity.id, fingerprint: identity.fingerprint, lease: route.lease, held: Vec::new() };
             match self.store.begin_request(new).await {
                 Err(e) => return Err(store_unavailable(route, &e)),
                 Ok(Begin::Started { token, lease_expired }) => {

@@ -30,6 +30,39 @@ impl Waiters {
     }
 }
 
+impl Waiters {
+    /// Forgets a key nobody waits on any more (the map holds its only notifier).
+    pub fn forget_idle(&self, id: &ClaimId) {
+        let mut keys = self.keys.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if keys.get(id).is_some_and(|notify| Arc::strong_count(notify) == 1) {
+            keys.remove(id);
+        }
+    }
+
+    /// The number of keys with waiters, for tests.
+    pub fn len(&self) -> usize {
+        self.keys.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Held by whoever may wait on a key: when it goes, the key is forgotten unless someone else
+/// still waits. Without it, a key that is answered from the store (completed earlier, or by
+/// another node) and never woken here would stay in the map for good.
+pub struct Subscription {
+    pub waiters: Arc<Waiters>,
+    pub id: ClaimId,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.waiters.forget_idle(&self.id);
+    }
+}
+
 /// Wakes a key's waiters when dropped: however a held request ends (stored, released, failed,
 /// abandoned), its waiters look again.
 pub struct WakeOnDrop {

@@ -1,7 +1,7 @@
 //! What the storage boundary buys someone embedding the tower layer: a store that implements only
 //! [`RequestStore`] — here a small in-memory one, as a user might write over their own cache —
 //! passes the request-store conformance suite and runs the layer. No claims, receipts or job
-//! queues to implement.
+//! queues to implement: seven methods.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,13 +15,13 @@ use axum::http::{Request, StatusCode};
 use axum::routing::post;
 use idem_conformance::{Harness, START};
 use idem_core::gateway::{Fingerprint, KeyPolicy, PathPattern};
-use idem_core::request::{Begin, LeaseToken, NewRequest, RequestState};
+use idem_core::request::{Begin, Forget, LeaseToken, NewRequest, RequestState};
 use idem_core::{ClaimId, Clock, ManualClock, RequestStore, StoreError, SystemClock, Timestamp};
 use idem_gateway::{Engine, EngineConfig, IdempotencyLayer, RoutePolicy, Routes};
 use tower::ServiceExt;
 
 enum Entry {
-    Held { fingerprint: Fingerprint, token: LeaseToken, until: Timestamp },
+    Held { fingerprint: Fingerprint, token: LeaseToken, until: Timestamp, held: Vec<u8> },
     Done { fingerprint: Fingerprint, result: Vec<u8>, until: Timestamp },
 }
 
@@ -73,7 +73,7 @@ impl RequestStore for MemoryStore {
         };
         let token = LeaseToken::generate();
         let until = now.plus(request.lease);
-        keys.insert(request.id, Entry::Held { fingerprint: request.fingerprint, token, until });
+        keys.insert(request.id, Entry::Held { fingerprint: request.fingerprint, token, until, held: request.held });
         Ok(Begin::Started { token, lease_expired })
     }
 
@@ -126,13 +126,26 @@ impl RequestStore for MemoryStore {
     async fn peek_request(&self, id: &ClaimId) -> Result<Option<RequestState>, StoreError> {
         let now = self.clock.now();
         Ok(match self.keys().get(id) {
-            Some(Entry::Held { fingerprint, until, .. }) if *until > now => {
-                Some(RequestState::InFlight { fingerprint: *fingerprint, lease_until: *until })
+            Some(Entry::Held { fingerprint, until, held, .. }) if *until > now => {
+                Some(RequestState::InFlight { fingerprint: *fingerprint, lease_until: *until, held: held.clone() })
             }
             Some(Entry::Done { fingerprint, result, until }) if *until > now => {
                 Some(RequestState::Completed { fingerprint: *fingerprint, result: result.clone(), expires_at: *until })
             }
             _ => None,
+        })
+    }
+
+    async fn forget_request(&self, id: &ClaimId) -> Result<Forget, StoreError> {
+        let now = self.clock.now();
+        let mut keys = self.keys();
+        Ok(match keys.get(id) {
+            Some(Entry::Done { until, .. }) if *until > now => {
+                keys.remove(id);
+                Forget::Forgotten
+            }
+            Some(Entry::Held { until, .. }) if *until > now => Forget::InFlight,
+            _ => Forget::Absent,
         })
     }
 

@@ -28,7 +28,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use idem_core::event::{
     Accept, Job, NewEvent, QueueStats, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus, Transition,
 };
-use idem_core::request::{Begin, LeaseToken, NewRequest, RequestState};
+use idem_core::request::{Begin, Forget, LeaseToken, NewRequest, RequestState};
 use idem_core::{
     ClaimId, ClaimOutcome, ClaimRecord, ClaimStore, Clock, EventStore, Namespace, NewClaim, Parts, RequestStore,
     StoreError, StoreLifecycle, Timestamp,
@@ -248,6 +248,11 @@ impl RequestStore for PgStore {
     async fn peek_request(&self, id: &ClaimId) -> Result<Option<RequestState>, StoreError> {
         let client = self.client().await?;
         request::peek(&client, id, self.now()).await
+    }
+
+    async fn forget_request(&self, id: &ClaimId) -> Result<Forget, StoreError> {
+        let client = self.client().await?;
+        request::forget(&client, id, self.now()).await
     }
 }
 

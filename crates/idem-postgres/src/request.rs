@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use deadpool_postgres::Object;
-use idem_core::request::{Begin, LeaseToken, NewRequest, RequestState};
+use idem_core::request::{Begin, Forget, LeaseToken, NewRequest, RequestState};
 use idem_core::{ClaimId, StoreError, Timestamp};
 use tokio_postgres::Row;
 
@@ -51,12 +51,19 @@ async fn try_begin(
     let token = LeaseToken::generate();
     let taken = tx
         .query_opt(
-            "INSERT INTO requests (id, fingerprint, state, token, until, response) VALUES ($1, $2, 0, $3, $4, NULL)
+            "INSERT INTO requests (id, fingerprint, state, token, until, response) VALUES ($1, $2, 0, $3, $4, $6)
              ON CONFLICT (id) DO UPDATE SET fingerprint = excluded.fingerprint, state = 0, token = excluded.token,
-                 until = excluded.until, response = NULL
+                 until = excluded.until, response = excluded.response
              WHERE requests.until <= $5
              RETURNING 1",
-            &[&id, &&request.fingerprint[..], &&token.0[..], &now.plus(request.lease).millis(), &now.millis()],
+            &[
+                &id,
+                &&request.fingerprint[..],
+                &&token.0[..],
+                &now.plus(request.lease).millis(),
+                &now.millis(),
+                &request.held,
+            ],
         )
         .await?;
     let answer = match taken {
@@ -118,6 +125,22 @@ pub async fn extend(
     Ok((changed == 1).then_some(until))
 }
 
+/// Deletes a live completed row (and wakes its waiters); reports a held one.
+pub async fn forget(client: &Object, id: &ClaimId, now: Timestamp) -> Result<Forget, StoreError> {
+    let deleted = client
+        .execute("DELETE FROM requests WHERE id = $1 AND state = 1 AND until > $2", &[&&id.0[..], &now.millis()])
+        .await
+        .map_err(store_error)?;
+    if deleted == 1 {
+        return Ok(Forget::Forgotten);
+    }
+    let held = client
+        .query_opt("SELECT 1 FROM requests WHERE id = $1 AND state = 0 AND until > $2", &[&&id.0[..], &now.millis()])
+        .await
+        .map_err(store_error)?;
+    Ok(if held.is_some() { Forget::InFlight } else { Forget::Absent })
+}
+
 pub async fn peek(client: &Object, id: &ClaimId, now: Timestamp) -> Result<Option<RequestState>, StoreError> {
     let Some(row) = client.query_opt(READ, &[&&id.0[..]]).await.map_err(store_error)? else { return Ok(None) };
     if row.get::<_, i64>(2) <= now.millis() {
@@ -128,7 +151,11 @@ pub async fn peek(client: &Object, id: &ClaimId, now: Timestamp) -> Result<Optio
         .try_into()
         .map_err(|_| StoreError::Internal(format!("request {id}: bad fingerprint")))?;
     Ok(Some(match state(id, &row, &fingerprint)? {
-        Begin::InFlight { lease_until, .. } => RequestState::InFlight { fingerprint, lease_until },
+        Begin::InFlight { lease_until, .. } => RequestState::InFlight {
+            fingerprint,
+            lease_until,
+            held: row.get::<_, Option<Vec<u8>>>(3).unwrap_or_default(),
+        },
         Begin::Completed { result, expires_at, .. } => RequestState::Completed { fingerprint, result, expires_at },
         Begin::Started { .. } => return Err(StoreError::Internal("impossible request state".into())),
     }))

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_core::{Clock, EventStore, RequestStore, Store, StoreSignal};
+use idem_gateway::waiters::Waiters;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
@@ -73,9 +74,10 @@ pub async fn run(
         }
         _ => (None, None),
     };
-    forward_signals(store.as_ref(), Arc::clone(&wake), engine);
+    let waiters = Arc::new(Waiters::default());
+    forward_signals(store.as_ref(), Arc::clone(&wake), engine, Arc::clone(&waiters));
     let delivery = start_delivery(&config, &store, &clock, &wake, &stopped);
-    let router = app(AppState::new(config, Arc::clone(&store), clock, wake));
+    let router = app(AppState::new(config, Arc::clone(&store), clock, wake, waiters));
     let api = axum::serve(listeners.api, router).with_graceful_shutdown(until_stopped(stopped));
     let trigger = tokio::spawn(async move {
         shutdown.await;
@@ -96,13 +98,19 @@ pub async fn run(
 }
 
 /// Changes other nodes make (a shared database) wake what waits here: no polling needed.
-fn forward_signals(store: &dyn Store, wake: Arc<Notify>, engine: Option<Arc<idem_gateway::Engine>>) {
+fn forward_signals(
+    store: &dyn Store,
+    wake: Arc<Notify>,
+    engine: Option<Arc<idem_gateway::Engine>>,
+    operations: Arc<Waiters>,
+) {
     store.on_signal(Box::new(move |signal| match signal {
         StoreSignal::JobsQueued => wake.notify_one(),
         StoreSignal::RequestDone(id) => {
             if let Some(engine) = &engine {
                 engine.wake(&id);
             }
+            operations.wake(&id);
         }
     }));
 }

@@ -29,7 +29,7 @@ use std::time::Duration;
 use idem_core::event::{
     Accept, Job, NewEvent, QueueStats, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus, Transition,
 };
-use idem_core::request::{Begin, LeaseToken, NewRequest, RequestState};
+use idem_core::request::{Begin, Forget, LeaseToken, NewRequest, RequestState};
 use idem_core::{
     ClaimId, ClaimOutcome, ClaimRecord, ClaimStore, Clock, EventStore, Namespace, NewClaim, Parts, RequestStore,
     StoreError, StoreLifecycle, Timestamp,
@@ -192,6 +192,11 @@ impl RequestStore for SqliteStore {
     async fn peek_request(&self, id: &ClaimId) -> Result<Option<RequestState>, StoreError> {
         let (id, now) = (*id, self.clock.now());
         self.readers.run(move |conn| request::peek(conn, &id, now)).await
+    }
+
+    async fn forget_request(&self, id: &ClaimId) -> Result<Forget, StoreError> {
+        let id = *id;
+        self.send(|reply| Command::Forget { id, reply }).await
     }
 
     async fn sweep_requests(&self, limit: usize) -> Result<usize, StoreError> {

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use idem_core::request::{Begin, LeaseToken, NewRequest, RequestState};
+use idem_core::request::{Begin, Forget, LeaseToken, NewRequest, RequestState};
 use idem_core::{ClaimId, StoreError, Timestamp};
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -50,12 +50,19 @@ pub fn begin(conn: &Connection, request: &NewRequest, now: Timestamp) -> Result<
     let token = LeaseToken::generate();
     let lease_until = now.plus(request.lease);
     conn.prepare_cached(
-        "INSERT INTO requests (id, fingerprint, state, token, until, response) VALUES (?1, ?2, ?3, ?4, ?5, NULL)
+        "INSERT INTO requests (id, fingerprint, state, token, until, response) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
          ON CONFLICT (id) DO UPDATE SET fingerprint = excluded.fingerprint, state = excluded.state,
-             token = excluded.token, until = excluded.until, response = NULL",
+             token = excluded.token, until = excluded.until, response = excluded.response",
     )
     .and_then(|mut s| {
-        s.execute(params![&request.id.0[..], &request.fingerprint[..], IN_FLIGHT, &token.0[..], lease_until.millis()])
+        s.execute(params![
+            &request.id.0[..],
+            &request.fingerprint[..],
+            IN_FLIGHT,
+            &token.0[..],
+            lease_until.millis(),
+            &request.held
+        ])
     })
     .map_err(store_error)?;
     let lease_expired = existing.is_some_and(|row| row.state == IN_FLIGHT);
@@ -121,7 +128,11 @@ pub fn peek(conn: &Connection, id: &ClaimId, now: Timestamp) -> Result<Option<Re
         .try_into()
         .map_err(|_| StoreError::Internal(format!("request {id}: bad fingerprint")))?;
     Ok(Some(if row.state == IN_FLIGHT {
-        RequestState::InFlight { fingerprint, lease_until: Timestamp(row.until) }
+        RequestState::InFlight {
+            fingerprint,
+            lease_until: Timestamp(row.until),
+            held: row.response.unwrap_or_default(),
+        }
     } else {
         RequestState::Completed {
             fingerprint,
@@ -129,6 +140,19 @@ pub fn peek(conn: &Connection, id: &ClaimId, now: Timestamp) -> Result<Option<Re
             expires_at: Timestamp(row.until),
         }
     }))
+}
+
+/// Deletes a live completed row; reports a held one.
+pub fn forget(conn: &Connection, id: &ClaimId, now: Timestamp) -> Result<Forget, StoreError> {
+    let deleted = conn
+        .prepare_cached("DELETE FROM requests WHERE id = ?1 AND state = ?2 AND until > ?3")
+        .and_then(|mut s| s.execute(params![&id.0[..], COMPLETED, now.millis()]))
+        .map_err(store_error)?;
+    if deleted == 1 {
+        return Ok(Forget::Forgotten);
+    }
+    let held = read(conn, id)?.is_some_and(|row| row.state == IN_FLIGHT && row.until > now.millis());
+    Ok(if held { Forget::InFlight } else { Forget::Absent })
 }
 
 /// Deletes up to `limit` gateway rows that no longer hold anything: completed records past

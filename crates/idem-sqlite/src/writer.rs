@@ -14,7 +14,7 @@ use std::time::Instant;
 use std::time::Duration;
 
 use idem_core::event::{Accept, Job, NewEvent, ReceiptId, ReceiptStatus, Transition};
-use idem_core::request::{Begin, LeaseToken, NewRequest};
+use idem_core::request::{Begin, Forget, LeaseToken, NewRequest};
 use idem_core::{ClaimId, ClaimOutcome, ClaimRecord, Clock, Namespace, NewClaim, StoreError, Timestamp};
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::{mpsc, oneshot};
@@ -32,6 +32,7 @@ pub enum Command {
     Complete { id: ClaimId, token: LeaseToken, response: Vec<u8>, ttl: Duration, reply: Reply<bool> },
     Release { id: ClaimId, token: LeaseToken, reply: Reply<bool> },
     Extend { id: ClaimId, token: LeaseToken, lease: Duration, reply: Reply<Option<Timestamp>> },
+    Forget { id: ClaimId, reply: Reply<Forget> },
     Accept { event: NewEvent, reply: Reply<Accept> },
     Lease { limit: usize, lease: Duration, busy: Vec<String>, reply: Reply<Vec<Job>> },
     Finish { job: Box<Job>, transition: Box<Transition>, reply: Reply<bool> },
@@ -163,6 +164,7 @@ impl Writer {
                 ran(reply, crate::request::complete(conn, &id, &token, &response, ttl, now))
             }
             Command::Release { id, token, reply } => ran(reply, crate::request::release(conn, &id, &token)),
+            Command::Forget { id, reply } => ran(reply, crate::request::forget(conn, &id, now)),
             Command::Extend { id, token, lease, reply } => {
                 ran(reply, crate::request::extend(conn, &id, &token, lease, now))
             }
@@ -194,6 +196,7 @@ fn abandon(command: Command) -> Pending {
         Command::Begin { reply, .. } => pending(reply, Err(StoreError::Closed)),
         Command::Complete { reply, .. } | Command::Release { reply, .. } => pending(reply, Err(StoreError::Closed)),
         Command::Extend { reply, .. } => pending(reply, Err(StoreError::Closed)),
+        Command::Forget { reply, .. } => pending(reply, Err(StoreError::Closed)),
         Command::Finish { reply, .. } => pending(reply, Err(StoreError::Closed)),
         Command::Accept { reply, .. } => pending(reply, Err(StoreError::Closed)),
         Command::Lease { reply, .. } => pending(reply, Err(StoreError::Closed)),

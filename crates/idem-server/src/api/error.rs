@@ -16,6 +16,13 @@ pub enum ApiError {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
+    /// The operation is held by someone else; retry after this many seconds.
+    #[error("someone else is doing this work now; retry after the indicated time, or begin with wait_seconds")]
+    InProgress(u64),
+    #[error("this key was begun with a different request; nothing was changed")]
+    FingerprintMismatch,
+    #[error("this token no longer holds the key: its lease ended or it was released, completed or taken over")]
+    LeaseLost,
     #[error("the event's signature could not be verified: {0}")]
     BadSignature(String),
     #[error("a valid bearer token is required")]
@@ -52,6 +59,8 @@ impl ApiError {
             ApiError::Invalid(_) => StatusCode::BAD_REQUEST,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::InProgress(_) | ApiError::LeaseLost => StatusCode::CONFLICT,
+            ApiError::FingerprintMismatch => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::BadSignature(_) => StatusCode::UNAUTHORIZED,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
@@ -69,6 +78,9 @@ impl ApiError {
             ApiError::Invalid(_) => "invalid-request",
             ApiError::NotFound(_) => "not-found",
             ApiError::Conflict(_) => "conflict",
+            ApiError::InProgress(_) => "in-progress",
+            ApiError::FingerprintMismatch => "fingerprint-mismatch",
+            ApiError::LeaseLost => "lease-lost",
             ApiError::BadSignature(_) => "invalid-signature",
             ApiError::Unauthorized => "unauthorized",
             ApiError::PayloadTooLarge(_) => "payload-too-large",
@@ -84,6 +96,9 @@ impl ApiError {
             ApiError::Invalid(_) => "Invalid request",
             ApiError::NotFound(_) => "Not found",
             ApiError::Conflict(_) => "Conflict",
+            ApiError::InProgress(_) => "In progress",
+            ApiError::FingerprintMismatch => "Fingerprint mismatch",
+            ApiError::LeaseLost => "Lease lost",
             ApiError::BadSignature(_) => "Invalid signature",
             ApiError::Unauthorized => "Unauthorized",
             ApiError::PayloadTooLarge(_) => "Payload too large",
@@ -147,6 +162,9 @@ impl IntoResponse for ApiError {
             }
             ApiError::Unavailable => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            ApiError::InProgress(seconds) => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds.max(1)));
             }
             _ => {}
         }

@@ -1,5 +1,5 @@
-//! The HTTP API on the main listener: `/v1` (one file per resource: claims, event intake,
-//! receipts), health, metrics and the OpenAPI document. This file is the router — one flat route
+//! The HTTP API on the main listener: `/v1` (one file per resource: claims, operations, event
+//! intake, receipts), health, metrics and the OpenAPI document. This file is the router — one flat route
 //! table — and the layers every request passes; handlers share [`AppState`], fail with
 //! [`ApiError`] (always problem+json), and read bodies through [`extract`] (one size limit,
 //! `limits.max_body_bytes`, everywhere).
@@ -11,6 +11,7 @@ pub mod event;
 pub mod extract;
 pub mod health;
 pub mod openapi;
+pub mod operation;
 pub mod receipt;
 pub mod state;
 
@@ -31,6 +32,11 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/claims/{ns}/batch", post(claim::batch))
         .route("/v1/claims/{ns}/lookup", post(claim::lookup))
         .route("/v1/claims/{ns}/{id}", get(claim::read).delete(claim::delete))
+        .route("/v1/operations/{ns}/begin", post(operation::begin))
+        .route("/v1/operations/{ns}/{id}", get(operation::read).delete(operation::delete))
+        .route("/v1/operations/{ns}/{id}/complete", post(operation::complete))
+        .route("/v1/operations/{ns}/{id}/release", post(operation::release))
+        .route("/v1/operations/{ns}/{id}/extend", post(operation::extend))
         .route("/v1/sources/{name}/events", post(event::intake))
         .route("/v1/receipts", get(receipt::list))
         .route("/v1/receipts/{id}", get(receipt::read))

@@ -9,12 +9,15 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
     info(title = "idem", description = "Make side effects happen once: claims, idempotency keys, events."),
     paths(
         crate::api::claim::create, crate::api::claim::batch, crate::api::claim::lookup, crate::api::claim::read, crate::api::claim::delete,
+        crate::api::operation::begin, crate::api::operation::complete, crate::api::operation::release,
+        crate::api::operation::extend, crate::api::operation::read, crate::api::operation::delete,
         crate::api::event::intake, crate::api::receipt::read, crate::api::receipt::list, crate::api::receipt::replay,
     ),
     modifiers(&BearerAuth),
     security(("bearer" = [])),
     tags(
         (name = "claims", description = "Atomic first-writer-wins dedup store"),
+        (name = "operations", description = "Idempotent work from any language: begin, complete, release, extend"),
         (name = "events", description = "Durable intake, retrying delivery, receipts"),
     ),
 )]

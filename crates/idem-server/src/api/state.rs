@@ -1,9 +1,10 @@
 //! What every `/v1` handler shares: the store, the clock it keeps time by, the parsed config, the
-//! accepted tokens, and the delivery worker's wake-up.
+//! accepted tokens, the delivery worker's wake-up, and the operations API's waiters.
 
 use std::sync::Arc;
 
 use idem_core::{Clock, Store};
+use idem_gateway::waiters::Waiters;
 use tokio::sync::Notify;
 
 use super::auth::Tokens;
@@ -20,12 +21,20 @@ pub struct AppState {
     pub max_body_bytes: usize,
     /// Wakes the delivery worker when new work is queued.
     pub delivery_wake: Arc<Notify>,
+    /// Begins waiting on operations held by someone else, woken when they complete or release.
+    pub waiters: Arc<Waiters>,
 }
 
 impl AppState {
-    pub fn new(config: Config, store: Arc<dyn Store>, clock: Arc<dyn Clock>, delivery_wake: Arc<Notify>) -> Self {
+    pub fn new(
+        config: Config,
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        delivery_wake: Arc<Notify>,
+        waiters: Arc<Waiters>,
+    ) -> Self {
         let tokens = Arc::new(Tokens::new(config.auth.tokens.iter().map(|t| t.expose())));
         let max_body_bytes = config.limits.max_body_bytes;
-        Self { store, clock, config: Arc::new(config), tokens, max_body_bytes, delivery_wake }
+        Self { store, clock, config: Arc::new(config), tokens, max_body_bytes, delivery_wake, waiters }
     }
 }

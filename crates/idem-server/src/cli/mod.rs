@@ -1,5 +1,6 @@
 //! The command line: `idem serve` and `idem config check` ([`serve`]), `idem import` ([`import`]),
-//! `idem migrate`, and the client verbs `idem claims …` / `idem receipts …` ([`verbs`]) that talk
+//! `idem migrate`, and the client verbs `idem claims …` / `idem operations …` / `idem receipts …`
+//! ([`verbs`]) that talk
 //! to a running server through [`client`].
 
 pub mod client;
@@ -37,11 +38,37 @@ pub enum Command {
     /// Event receipts on a running server.
     #[command(subcommand)]
     Receipts(ReceiptsCommand),
+    /// Operations (idempotent work) on a running server.
+    #[command(subcommand)]
+    Operations(OperationsCommand),
     /// Prepare a PostgreSQL database for idem (apply pending migrations).
     Migrate {
         /// The database (or IDEM_DATABASE_URL).
         #[arg(long, env = "IDEM_DATABASE_URL", hide_env_values = true)]
         database_url: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OperationsCommand {
+    /// Print an operation: in progress, or completed with its result (exit 1 when absent).
+    Get {
+        namespace: String,
+        /// The operation id; or give --key / --part.
+        id: Option<String>,
+        #[command(flatten)]
+        key: KeyArgs,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Forget a completed operation so that its work may run again (exit 1 when absent or held).
+    Delete {
+        namespace: String,
+        id: Option<String>,
+        #[command(flatten)]
+        key: KeyArgs,
+        #[command(flatten)]
+        client: ClientArgs,
     },
 }
 
@@ -169,6 +196,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::Import(args) => import::run(args).await,
         Command::Claims(command) => verbs::claims(command).await,
         Command::Receipts(command) => verbs::receipts(command).await,
+        Command::Operations(command) => verbs::operations(command).await,
         Command::Migrate { database_url } => {
             let version =
                 idem_postgres::PgStore::migrate(&database_url).await.map_err(|e| Failure::runtime(e.to_string()))?;

@@ -1,11 +1,11 @@
-//! The client verbs: `idem claims put|get|delete` and `idem receipts list|show|replay`, against a
-//! running server.
+//! The client verbs: `idem claims put|get|delete`, `idem operations get|delete` and
+//! `idem receipts list|show|replay`, against a running server.
 
 use http::Method;
 use idem_core::{ClaimId, Namespace, Parts};
 
 use super::client::{Failure, connect, send};
-use super::{ClaimsCommand, KeyArgs, ReceiptsCommand};
+use super::{ClaimsCommand, KeyArgs, OperationsCommand, ReceiptsCommand};
 
 fn key_parts(key: KeyArgs) -> Result<Option<Parts>, Failure> {
     let parts = match (key.key, key.part.is_empty()) {
@@ -51,6 +51,20 @@ pub(super) async fn claims(command: ClaimsCommand) -> Result<(), Failure> {
             send(&connect(&client)?, Method::DELETE, &format!("/v1/claims/{namespace}/{id}"), None).await?
         }
     };
+    if !reply.body.is_empty() {
+        println!("{}", serde_json::to_string_pretty(&reply.json()).unwrap_or_default());
+    }
+    Ok(())
+}
+
+pub(super) async fn operations(command: OperationsCommand) -> Result<(), Failure> {
+    let (method, namespace, id, key, client) = match command {
+        OperationsCommand::Get { namespace, id, key, client } => (Method::GET, namespace, id, key, client),
+        OperationsCommand::Delete { namespace, id, key, client } => (Method::DELETE, namespace, id, key, client),
+    };
+    check_namespace(&namespace)?;
+    let id = claim_id(id, key)?;
+    let reply = send(&connect(&client)?, method, &format!("/v1/operations/{namespace}/{id}"), None).await?;
     if !reply.body.is_empty() {
         println!("{}", serde_json::to_string_pretty(&reply.json()).unwrap_or_default());
     }

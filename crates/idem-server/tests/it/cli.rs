@@ -1,5 +1,5 @@
-//! The command line as a user types it: `idem config check`, `idem claims put|get|delete`, and
-//! `idem import`, run as real processes against a real server.
+//! The command line as a user types it: `idem config check`, `idem claims put|get|delete`,
+//! `idem operations get|delete` and `idem import`, run as real processes against a real server.
 
 use http::Method;
 use serde_json::json;
@@ -66,6 +66,29 @@ async fn claims_put_get_delete() {
     assert_eq!(code, 1, "a second delete finds nothing");
     assert!(stderr.contains("404"), "{stderr}");
     assert_eq!(idem(get).await.0, 1, "get of a deleted claim exits 1");
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operations_get_delete() {
+    let s = TestServer::start().await;
+    let begun = s.post("/v1/operations/orders/begin", json!({"parts": ["order-9", "create"]}), 201).await;
+    let get = || args(&["operations", "get", "orders", "--part", "order-9", "--part", "create", "--server", &s.url]);
+    let (code, stdout, stderr) = idem(get()).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("in_progress") && !stdout.contains("token"), "{stdout}");
+    let id = begun["id"].as_str().expect("id").to_owned();
+    let delete = args(&["operations", "delete", "orders", &id, "--server", &s.url]);
+    let (code, _, stderr) = idem(delete.clone()).await;
+    assert_eq!(code, 1, "a held operation is not deleted");
+    assert!(stderr.contains("409"), "{stderr}");
+    let complete = json!({"token": begun["token"], "result": {"order": 9}});
+    s.post(&format!("/v1/operations/orders/{id}/complete"), complete, 200).await;
+    let (code, stdout, _) = idem(get()).await;
+    assert_eq!(code, 0);
+    assert!(stdout.contains("\"order\": 9"), "{stdout}");
+    assert_eq!(idem(delete.clone()).await.0, 0, "a completed operation is forgotten");
+    assert_eq!(idem(delete).await.0, 1, "then it is absent");
     s.stop().await;
 }
 

@@ -9,6 +9,7 @@ mod events;
 mod examples;
 mod gateway;
 mod multinode;
+mod operations;
 mod ops;
 mod pg_restart;
 mod process;

@@ -38,7 +38,7 @@ async fn cluster(upstream: &str, handler: &str) -> Option<Cluster> {
         std::fs::write(
             &config,
             format!(
-                "[store]\ntype = \"postgres\"\nurl = \"{}\"\n\n\
+                "[store]\ntype = \"postgres\"\nurl = \"{}\"\npool_size = 8\n\n\
                  [gateway]\nlisten = \"127.0.0.1:{gateway_port}\"\nupstream = \"{upstream}\"\n\n\
                  [[gateway.routes]]\npath = \"/orders\"\nkey = \"required\"\nin_flight = \"wait\"\n\n\
                  [[sources]]\nname = \"partner\"\nhandler_url = \"{handler}\"\nevent_id = \"/id\"\n\
@@ -164,4 +164,55 @@ async fn three_nodes_one_database() {
         assert!(Instant::now() < deadline, "{missing} events were never delivered by the surviving nodes");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// The operations API across three nodes on one database: of 300 begins of one key spread over the
+/// nodes exactly one starts, and a begin waiting on node 2 is woken by node 0's completion through
+/// the database's notification, not by the lease running out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operations_across_three_nodes() {
+    let upstream = Upstream::start().await;
+    let receiver = Receiver::start(Duration::ZERO).await;
+    let Some(c) = cluster(&upstream.url, &receiver.url).await else { return };
+    let tasks: Vec<_> = (0..300)
+        .map(|i| {
+            let client = c.api(i % 3);
+            tokio::spawn(async move {
+                let body = json!({"key": "charge-1", "request": {"amount": 5}});
+                let reply =
+                    client.send(Method::POST, "/v1/operations/payments/begin", Some(&body)).await.expect("begin");
+                (reply.status.as_u16(), reply.json())
+            })
+        })
+        .collect();
+    let mut started = Vec::new();
+    for task in tasks {
+        match task.await.expect("task") {
+            (201, answer) => started.push(answer),
+            (409, _) => {}
+            (other, answer) => panic!("unexpected {other}: {answer}"),
+        }
+    }
+    assert_eq!(started.len(), 1, "exactly one of 300 begins across 3 nodes starts");
+
+    let token = started[0]["token"].clone();
+    let path = format!("/v1/operations/payments/{}", started[0]["id"].as_str().expect("id"));
+    let waiter = {
+        let client = c.api(2);
+        tokio::spawn(async move {
+            let t = Instant::now();
+            let body = json!({"key": "charge-1", "request": {"amount": 5}, "wait_seconds": 20});
+            let reply = client.send(Method::POST, "/v1/operations/payments/begin", Some(&body)).await.expect("begin");
+            (reply.status.as_u16(), reply.json(), t.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let body = json!({"token": token, "result": {"ok": true}});
+    let done = c.api(0).send(Method::POST, &format!("{path}/complete"), Some(&body)).await.expect("complete");
+    assert_eq!(done.status, 200);
+    let (status, answer, waited) = waiter.await.expect("waiter");
+    assert_eq!((status, &answer["result"]), (200, &json!({"ok": true})), "{answer}");
+    assert!(waited < Duration::from_secs(3), "woken by node 0's completion through NOTIFY: {waited:?}");
+    let read = c.api(1).send(Method::GET, &path, None).await.expect("get");
+    assert_eq!(read.json()["status"], "completed", "every node reads the same record");
 }

@@ -16,7 +16,10 @@ impl TestSchema {
                 writeln!(std::io::stderr(), "!!! SKIPPED: IDEM_TEST_DATABASE_URL is not set: {test} did not run !!!");
             return None;
         };
-        let name = format!("idem_{test}_{}", std::process::id());
+        // Unique per test even when two tests share a tag: each gets a schema of its own.
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let name = format!("idem_{test}_{}_{n}", std::process::id());
         let (admin, connection) = tokio_postgres::connect(&base, tokio_postgres::NoTls).await.expect("connect");
         tokio::spawn(connection);
         admin

@@ -1,0 +1,113 @@
+/**
+ * Errors thrown by the client. Every answer of the server that is not a success becomes an
+ * {@link IdemError} carrying the RFC 9457 problem's fields; a few kinds have subclasses so callers
+ * can branch with `instanceof`.
+ */
+/** Problem types idem uses that the client gives a class of their own. */
+export const PROBLEM_IN_PROGRESS = "urn:idem:problem:in-progress";
+export const PROBLEM_LEASE_LOST = "urn:idem:problem:lease-lost";
+export const PROBLEM_FINGERPRINT_MISMATCH = "urn:idem:problem:fingerprint-mismatch";
+/** Types the client itself uses for failures that never reached a server's answer. */
+export const PROBLEM_CONNECTION = "urn:idem:client:connection-error";
+export const PROBLEM_TIMEOUT = "urn:idem:client:timeout";
+/**
+ * An error answer from idem (or a failure to get one, see {@link ConnectionError}).
+ * `status`, `type`, `title`, `detail` and `field` are the problem+json members; `type` defaults to
+ * `"about:blank"` when the body was not a problem (e.g. a proxy's HTML page).
+ */
+export class IdemError extends Error {
+    /** The HTTP status; `0` for a {@link ConnectionError}. */
+    status;
+    /** The problem type URI, e.g. `urn:idem:problem:invalid-request`. */
+    type;
+    title;
+    detail;
+    /** For an invalid request: the field at fault, e.g. `parts[0]` or `items[3].parts[0]`. */
+    field;
+    /** The answer's `Retry-After`, in seconds, when it had one. */
+    retryAfterSeconds;
+    /** The problem body as received. */
+    problem;
+    constructor(init) {
+        const title = init.title ?? "Error";
+        let message = init.status > 0 ? `${init.status} ${title}` : title;
+        if (init.detail)
+            message += `: ${init.detail}`;
+        if (init.field && !init.detail?.includes(init.field))
+            message += ` (field ${init.field})`;
+        super(message, init.cause === undefined ? undefined : { cause: init.cause });
+        this.name = "IdemError";
+        this.status = init.status;
+        this.type = init.type ?? "about:blank";
+        this.title = title;
+        this.detail = init.detail;
+        this.field = init.field;
+        this.retryAfterSeconds = init.retryAfterSeconds;
+        this.problem = init.problem;
+    }
+}
+/**
+ * `409 urn:idem:problem:in-progress`: another caller holds the operation's key and is still
+ * running. `retryAfterSeconds` says when to ask again.
+ */
+export class InProgressError extends IdemError {
+    constructor(init) {
+        super(init);
+        this.name = "InProgressError";
+    }
+}
+/** `422`: the key was used before with another request (`urn:idem:problem:fingerprint-mismatch`). */
+export class MismatchError extends IdemError {
+    constructor(init) {
+        super(init);
+        this.name = "MismatchError";
+    }
+}
+/** `503`: the store cannot be written right now (after the client's own retries). */
+export class UnavailableError extends IdemError {
+    constructor(init) {
+        super(init);
+        this.name = "UnavailableError";
+    }
+}
+/**
+ * `409 urn:idem:problem:lease-lost`: the token no longer holds the operation's key (its lease ran
+ * out, or it was completed or released already). The work may have been taken over by another
+ * caller; its result was not stored.
+ */
+export class LeaseLostError extends IdemError {
+    constructor(init) {
+        super(init);
+        this.name = "LeaseLostError";
+    }
+}
+/**
+ * No answer from the server: the connection failed, or the per-call timeout passed, on every
+ * attempt. `status` is `0`; `type` is `urn:idem:client:connection-error` or
+ * `urn:idem:client:timeout`; `cause` is the last underlying error.
+ */
+export class ConnectionError extends IdemError {
+    constructor(init) {
+        super(init);
+        this.name = "ConnectionError";
+    }
+}
+/** `verifyWebhook` rejected a delivery: a missing header, a bad signature or a stale timestamp. */
+export class WebhookVerificationError extends Error {
+    constructor(message) {
+        super(message);
+        this.name = "WebhookVerificationError";
+    }
+}
+/** The error for a non-success answer: the subclass its status and problem type call for. */
+export function errorFor(init) {
+    if (init.status === 409 && init.type === PROBLEM_IN_PROGRESS)
+        return new InProgressError(init);
+    if (init.status === 409 && init.type === PROBLEM_LEASE_LOST)
+        return new LeaseLostError(init);
+    if (init.status === 422)
+        return new MismatchError(init);
+    if (init.status === 503)
+        return new UnavailableError(init);
+    return new IdemError(init);
+}

@@ -1,0 +1,71 @@
+/**
+ * The transport: one JSON call to idem with a per-attempt timeout, retries with exponential
+ * backoff and jitter on connection errors and 502/503/504 (honouring `Retry-After`), and
+ * problem+json answers turned into errors.
+ */
+/** What the client needs of a `Response`; the standard one fits. */
+export interface FetchResponseLike {
+    readonly status: number;
+    readonly statusText?: string;
+    readonly headers: {
+        get(name: string): string | null;
+    };
+    text(): Promise<string>;
+}
+/** What the client passes to `fetch`. */
+export interface FetchInit {
+    method: string;
+    headers: Record<string, string>;
+    body?: string;
+    signal: AbortSignal;
+}
+/** The standard `fetch` (Node 18+, Deno, Bun, browsers) or anything shaped like it. */
+export type FetchLike = (url: string, init: FetchInit) => Promise<FetchResponseLike>;
+export interface IdemOptions {
+    /** The idem server, e.g. `http://127.0.0.1:7070` (a base path is kept: `https://h/idem`). */
+    url: string;
+    /** Sent as `Authorization: Bearer <token>` when set. Never put in a URL or an error message. */
+    token?: string | undefined;
+    /** Time limit of each HTTP attempt, in milliseconds (default 30,000). */
+    timeoutMs?: number | undefined;
+    /** Retries after the first attempt on connection errors, timeouts and 502/503/504 (default 3). */
+    retries?: number | undefined;
+    /** The `fetch` to use (default the global one). */
+    fetch?: FetchLike | undefined;
+    /** Backoff before retry n is about `retryBaseDelayMs * 2^n`, with jitter (default 200). */
+    retryBaseDelayMs?: number | undefined;
+    /**
+     * The longest wait between attempts (default 30,000). A `Retry-After` longer than this is not
+     * waited for: the error is thrown at once, with `retryAfterSeconds` set.
+     */
+    retryMaxDelayMs?: number | undefined;
+    /** How to wait; injectable so tests run fast (default `setTimeout`). */
+    sleep?: ((ms: number) => Promise<void>) | undefined;
+    /** Source of jitter in [0, 1) (default `Math.random`). */
+    random?: (() => number) | undefined;
+}
+export interface CallOptions {
+    body?: unknown;
+    query?: Record<string, string | number | undefined>;
+    /** Answer `null` instead of throwing on a 404. */
+    nullOn404?: boolean;
+    /** Added to the per-attempt timeout (for calls the server may hold open, like a waiting begin). */
+    extraTimeoutMs?: number;
+}
+export interface CallResult {
+    status: number;
+    body: unknown;
+}
+export declare const defaultSleep: (ms: number) => Promise<void>;
+/** `Retry-After` as seconds: delta-seconds or an HTTP date. */
+export declare function parseRetryAfter(value: string | null, nowMs?: number): number | undefined;
+export declare class Transport {
+    #private;
+    readonly sleep: (ms: number) => Promise<void>;
+    readonly random: () => number;
+    constructor(options: IdemOptions);
+    /** The wait before retry `attempt` (0-based): half fixed, half random, capped. */
+    backoff(attempt: number): number;
+    get maxDelayMs(): number;
+    call(method: string, path: string, options?: CallOptions): Promise<CallResult | null>;
+}

@@ -1,0 +1,186 @@
+/**
+ * The transport: one JSON call to idem with a per-attempt timeout, retries with exponential
+ * backoff and jitter on connection errors and 502/503/504 (honouring `Retry-After`), and
+ * problem+json answers turned into errors.
+ */
+import { ConnectionError, errorFor, IdemError, PROBLEM_CONNECTION, PROBLEM_TIMEOUT, } from "./errors.js";
+const RETRY_STATUSES = new Set([502, 503, 504]);
+export const defaultSleep = (ms) => new Promise((resolve) => {
+    setTimeout(resolve, ms);
+});
+/** `Retry-After` as seconds: delta-seconds or an HTTP date. */
+export function parseRetryAfter(value, nowMs = Date.now()) {
+    if (value === null)
+        return undefined;
+    const text = value.trim();
+    if (/^\d+$/.test(text))
+        return Number(text);
+    const date = Date.parse(text);
+    if (Number.isNaN(date))
+        return undefined;
+    return Math.max(0, Math.ceil((date - nowMs) / 1000));
+}
+export class Transport {
+    #base;
+    #authorization;
+    #fetch;
+    #timeoutMs;
+    #retries;
+    #baseDelayMs;
+    #maxDelayMs;
+    sleep;
+    random;
+    constructor(options) {
+        if (typeof options.url !== "string" || !/^https?:\/\//i.test(options.url)) {
+            throw new TypeError("Idem: url must be an http:// or https:// URL");
+        }
+        this.#base = options.url.replace(/\/+$/, "");
+        this.#authorization = options.token ? `Bearer ${options.token}` : undefined;
+        const globalFetch = globalThis.fetch;
+        const f = options.fetch ?? (globalFetch ? globalFetch.bind(globalThis) : undefined);
+        if (!f)
+            throw new TypeError("Idem: no fetch available; pass options.fetch (Node 18+ has one)");
+        this.#fetch = f;
+        this.#timeoutMs = nonNegative(options.timeoutMs, 30_000, "timeoutMs");
+        this.#retries = Math.floor(nonNegative(options.retries, 3, "retries"));
+        this.#baseDelayMs = nonNegative(options.retryBaseDelayMs, 200, "retryBaseDelayMs");
+        this.#maxDelayMs = nonNegative(options.retryMaxDelayMs, 30_000, "retryMaxDelayMs");
+        this.sleep = options.sleep ?? defaultSleep;
+        this.random = options.random ?? Math.random;
+    }
+    /** The wait before retry `attempt` (0-based): half fixed, half random, capped. */
+    backoff(attempt) {
+        const cap = Math.min(this.#maxDelayMs, this.#baseDelayMs * 2 ** Math.min(attempt, 30));
+        return cap / 2 + (cap / 2) * this.random();
+    }
+    get maxDelayMs() {
+        return this.#maxDelayMs;
+    }
+    async call(method, path, options = {}) {
+        let url = this.#base + path;
+        if (options.query) {
+            const params = new URLSearchParams();
+            for (const [name, value] of Object.entries(options.query)) {
+                if (value !== undefined)
+                    params.set(name, String(value));
+            }
+            const qs = params.toString();
+            if (qs)
+                url += `?${qs}`;
+        }
+        const headers = { accept: "application/json, application/problem+json" };
+        if (this.#authorization)
+            headers["authorization"] = this.#authorization;
+        let body;
+        if (options.body !== undefined) {
+            body = JSON.stringify(options.body);
+            headers["content-type"] = "application/json";
+        }
+        const what = `${method} ${path}`;
+        const timeoutMs = this.#timeoutMs + (options.extraTimeoutMs ?? 0);
+        for (let attempt = 0;; attempt++) {
+            const controller = new AbortController();
+            let timedOut = false;
+            const timer = setTimeout(() => {
+                timedOut = true;
+                controller.abort();
+            }, timeoutMs);
+            let status;
+            let statusText;
+            let retryAfter;
+            let contentType;
+            let text;
+            try {
+                const init = { method, headers, signal: controller.signal };
+                if (body !== undefined)
+                    init.body = body;
+                const response = await this.#fetch(url, init);
+                status = response.status;
+                statusText = response.statusText;
+                retryAfter = response.headers.get("retry-after");
+                contentType = response.headers.get("content-type");
+                text = await response.text();
+            }
+            catch (cause) {
+                clearTimeout(timer);
+                if (attempt < this.#retries) {
+                    await this.sleep(this.backoff(attempt));
+                    continue;
+                }
+                throw new ConnectionError({
+                    status: 0,
+                    type: timedOut ? PROBLEM_TIMEOUT : PROBLEM_CONNECTION,
+                    title: timedOut ? "Timed out" : "Connection failed",
+                    detail: timedOut
+                        ? `${what}: no answer within ${timeoutMs} ms (${attempt + 1} attempts)`
+                        : `${what}: ${describe(cause)} (${attempt + 1} attempts)`,
+                    cause,
+                });
+            }
+            clearTimeout(timer);
+            if (status >= 200 && status < 300) {
+                return { status, body: parseBody(text) };
+            }
+            if (status === 404 && options.nullOn404)
+                return null;
+            const retryAfterSeconds = parseRetryAfter(retryAfter);
+            if (RETRY_STATUSES.has(status) && attempt < this.#retries) {
+                const wait = retryAfterSeconds !== undefined ? retryAfterSeconds * 1000 : this.backoff(attempt);
+                if (wait <= this.#maxDelayMs) {
+                    await this.sleep(wait);
+                    continue;
+                }
+            }
+            throw problemError(status, statusText, contentType, text, retryAfterSeconds, what);
+        }
+    }
+}
+function nonNegative(value, fallback, name) {
+    if (value === undefined)
+        return fallback;
+    if (typeof value !== "number" || !Number.isFinite(value) || value < 0) {
+        throw new TypeError(`Idem: ${name} must be a non-negative number`);
+    }
+    return value;
+}
+function describe(cause) {
+    if (cause instanceof Error) {
+        const inner = cause.cause;
+        const code = inner && typeof inner === "object" ? inner.code : undefined;
+        return typeof code === "string" ? `${cause.message} (${code})` : cause.message;
+    }
+    return String(cause);
+}
+function parseBody(text) {
+    if (text === "")
+        return undefined;
+    try {
+        return JSON.parse(text);
+    }
+    catch {
+        return text;
+    }
+}
+function problemError(status, statusText, contentType, text, retryAfterSeconds, what) {
+    let problem;
+    if (text && (contentType === null || /json/i.test(contentType))) {
+        try {
+            const parsed = JSON.parse(text);
+            if (parsed && typeof parsed === "object" && !Array.isArray(parsed))
+                problem = parsed;
+        }
+        catch {
+            // not JSON: described below by status alone
+        }
+    }
+    const str = (v) => (typeof v === "string" ? v : undefined);
+    return errorFor({
+        status,
+        type: str(problem?.type),
+        title: str(problem?.title) ?? (statusText || `HTTP ${status}`),
+        detail: str(problem?.detail) ?? (problem ? undefined : `${what} answered ${status}`),
+        field: str(problem?.field),
+        retryAfterSeconds,
+        problem,
+    });
+}

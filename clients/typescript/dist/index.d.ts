@@ -1,0 +1,12 @@
+/**
+ * idem-client: the TypeScript client of idem, a server that makes side
+ * effects happen once. ESM, no runtime dependencies; Node 18+, Deno and Bun.
+ */
+export { Idem } from "./client.js";
+export { claimId, type KeyRef } from "./keys.js";
+export { verifyWebhook, type HeadersLike, type VerifyOptions } from "./webhook.js";
+export { ConnectionError, IdemError, InProgressError, LeaseLostError, MismatchError, UnavailableError, WebhookVerificationError, PROBLEM_CONNECTION, PROBLEM_FINGERPRINT_MISMATCH, PROBLEM_IN_PROGRESS, PROBLEM_LEASE_LOST, PROBLEM_TIMEOUT, type IdemErrorInit, type Problem, } from "./errors.js";
+export type { FetchInit, FetchLike, FetchResponseLike, IdemOptions } from "./http.js";
+export type { Claims, ClaimInput, ClaimRecord, ClaimResult, ExistsQuery, LookupResult } from "./claims.js";
+export type { BeginOptions, BeginResult, CompletedOperation, OperationRecord, Operations, RunContext, RunOptions, StartedOperation, } from "./operations.js";
+export type { Attempt, Receipt, ReceiptAck, ReceiptFilter, ReceiptPage, ReceiptStatus, Receipts, ResultWebhookState, } from "./receipts.js";

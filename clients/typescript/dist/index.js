@@ -1,0 +1,8 @@
+/**
+ * idem-client: the TypeScript client of idem, a server that makes side
+ * effects happen once. ESM, no runtime dependencies; Node 18+, Deno and Bun.
+ */
+export { Idem } from "./client.js";
+export { claimId } from "./keys.js";
+export { verifyWebhook } from "./webhook.js";
+export { ConnectionError, IdemError, InProgressError, LeaseLostError, MismatchError, UnavailableError, WebhookVerificationError, PROBLEM_CONNECTION, PROBLEM_FINGERPRINT_MISMATCH, PROBLEM_IN_PROGRESS, PROBLEM_LEASE_LOST, PROBLEM_TIMEOUT, } from "./errors.js";

@@ -1,0 +1,74 @@
+/** `idem.receipts`: receipts of inbound events (contract §3, §6). */
+import type { Transport } from "./http.js";
+export type ReceiptStatus = "accepted" | "processing" | "retrying" | "completed" | "dead" | "discarded";
+/** One delivery attempt. */
+export interface Attempt {
+    n: number;
+    started_at: string;
+    duration_ms: number;
+    /** The handler's status, when it answered. */
+    status_code?: number;
+    /** Why there was no answer (timeout, connection error). */
+    error?: string;
+    /** The first 1 KiB of the handler's answer. */
+    response?: string;
+}
+/** The result webhook's state. */
+export interface ResultWebhookState {
+    status: string;
+    attempts: number;
+    last_status_code: number | null;
+    last_error: string | null;
+}
+/** A receipt, with the fields as the API names them. */
+export interface Receipt {
+    /** `rcpt_…`; also the `webhook-id` of every delivery. */
+    id: string;
+    source: string;
+    event_id: string;
+    status: ReceiptStatus | (string & {});
+    created_at: string;
+    updated_at: string;
+    /** 1, plus one per replay. */
+    round: number;
+    /** Present on `get`, not in `list` pages. */
+    attempts?: Attempt[];
+    result_webhook: ResultWebhookState | null;
+    [member: string]: unknown;
+}
+export interface ReceiptFilter {
+    source?: string;
+    status?: ReceiptStatus | (string & {});
+    /** 1 to 1000 (server default 50). */
+    limit?: number;
+    /** `nextCursor` of the previous page. */
+    cursor?: string;
+}
+export interface ReceiptPage {
+    /** Newest first. */
+    items: Receipt[];
+    /** Pass as `cursor` for the next page; `null` on the last page. */
+    nextCursor: string | null;
+}
+/** What intake and replay answer. */
+export interface ReceiptAck {
+    receipt_id: string;
+    status: string;
+    replay: boolean;
+}
+export declare class Receipts {
+    #private;
+    /** @internal */
+    constructor(http: Transport);
+    /** One page of receipts, newest first: `{ items, nextCursor }`. */
+    list(filter?: ReceiptFilter): Promise<ReceiptPage>;
+    /** Every receipt matching the filter, newest first, fetching page after page. */
+    iterate(filter?: ReceiptFilter): AsyncGenerator<Receipt, void, undefined>;
+    /** One receipt with its attempts, or `null` when there is none. */
+    get(id: string): Promise<Receipt | null>;
+    /**
+     * Deliver a `dead` or `completed` receipt again from attempt 1, with the same `webhook-id`.
+     * A 409 `IdemError` while it is still being delivered; a 404 `IdemError` when there is none.
+     */
+    replay(id: string): Promise<ReceiptAck>;
+}

@@ -1,0 +1,41 @@
+/** `idem.receipts`: receipts of inbound events (contract §3, §6). */
+import { segment } from "./keys.js";
+export class Receipts {
+    #http;
+    /** @internal */
+    constructor(http) {
+        this.#http = http;
+    }
+    /** One page of receipts, newest first: `{ items, nextCursor }`. */
+    async list(filter = {}) {
+        const res = await this.#http.call("GET", "/v1/receipts", {
+            query: { source: filter.source, status: filter.status, limit: filter.limit, cursor: filter.cursor },
+        });
+        const page = res?.body;
+        return { items: page.receipts, nextCursor: page.next_cursor ?? null };
+    }
+    /** Every receipt matching the filter, newest first, fetching page after page. */
+    async *iterate(filter = {}) {
+        let cursor = filter.cursor;
+        for (;;) {
+            const page = await this.list(cursor === undefined ? filter : { ...filter, cursor });
+            yield* page.items;
+            if (page.nextCursor === null || page.items.length === 0)
+                return;
+            cursor = page.nextCursor;
+        }
+    }
+    /** One receipt with its attempts, or `null` when there is none. */
+    async get(id) {
+        const res = await this.#http.call("GET", `/v1/receipts/${segment(id, "id")}`, { nullOn404: true });
+        return res === null ? null : res.body;
+    }
+    /**
+     * Deliver a `dead` or `completed` receipt again from attempt 1, with the same `webhook-id`.
+     * A 409 `IdemError` while it is still being delivered; a 404 `IdemError` when there is none.
+     */
+    async replay(id) {
+        const res = await this.#http.call("POST", `/v1/receipts/${segment(id, "id")}/replay`);
+        return res?.body;
+    }
+}

@@ -1,0 +1,114 @@
+/** `idem.claims`: the Claims API (contract §1). */
+
+import type { Transport } from "./http.js";
+import { idOf, keyBody, segment, type KeyRef } from "./keys.js";
+
+/** A stored claim, with the fields as the API names them. */
+export interface ClaimRecord<D = unknown> {
+  namespace: string;
+  /** Lowercase hex SHA-256 of the parts joined by NUL (see `claimId`). */
+  id: string;
+  parts: string[];
+  /** The claim's `data`; `null` when none was given. */
+  data: D | null;
+  /** RFC 3339 UTC. */
+  created_at: string;
+  /** RFC 3339 UTC; `null`: never expires. */
+  expires_at: string | null;
+}
+
+/** One claim to make: a key, and optionally `data` (any JSON ≤ 64 KiB) and a TTL. */
+export type ClaimInput<D = unknown> = KeyRef & {
+  data?: D;
+  /** Seconds until the claim expires (default: the namespace's `default_ttl`, else never). */
+  ttlSeconds?: number;
+};
+
+export interface ClaimResult<D = unknown> {
+  /** `true`: this call created the claim; `false`: it existed, and `record` is the existing one, unchanged. */
+  claimed: boolean;
+  record: ClaimRecord<D>;
+}
+
+export interface LookupResult<D = unknown> {
+  id: string;
+  exists: boolean;
+  /** Present when `exists`. */
+  record?: ClaimRecord<D>;
+}
+
+/** For `exists`: a prefix of parts, or one exact key. */
+export type ExistsQuery = { prefix: readonly string[] } | KeyRef;
+
+function claimBody(item: ClaimInput): Record<string, unknown> {
+  const body: Record<string, unknown> = keyBody(item);
+  if (item.data !== undefined) body["data"] = item.data;
+  if (item.ttlSeconds !== undefined) body["ttl_seconds"] = item.ttlSeconds;
+  return body;
+}
+
+function splitClaim<D>(raw: unknown): ClaimResult<D> {
+  const { claimed, ...record } = raw as { claimed: boolean } & ClaimRecord<D>;
+  return { claimed, record };
+}
+
+const base = (ns: string): string => `/v1/claims/${segment(ns, "namespace")}`;
+
+export class Claims {
+  readonly #http: Transport;
+
+  /** @internal */
+  constructor(http: Transport) {
+    this.#http = http;
+  }
+
+  /**
+   * Claim a key: `{ claimed: true, record }` when this call created it, `{ claimed: false, record }`
+   * (the existing record, unchanged) when it already existed.
+   */
+  async claim<D = unknown>(ns: string, item: ClaimInput<D>): Promise<ClaimResult<D>> {
+    const res = await this.#http.call("POST", base(ns), { body: claimBody(item) });
+    return splitClaim<D>(res?.body);
+  }
+
+  /**
+   * Claim 1 to 10,000 keys in one call; the results are in request order, and of two equal keys in
+   * one batch the first wins. A batch with one bad item is refused whole (400 naming `items[i]…`).
+   */
+  async claimBatch<D = unknown>(ns: string, items: readonly ClaimInput<D>[]): Promise<ClaimResult<D>[]> {
+    const res = await this.#http.call("POST", `${base(ns)}/batch`, { body: { items: items.map(claimBody) } });
+    const results = (res?.body as { results: unknown[] }).results;
+    return results.map((r) => splitClaim<D>(r));
+  }
+
+  /** Look up 1 to 10,000 keys; `[{ id, exists, record? }]` in request order. */
+  async lookup<D = unknown>(ns: string, keys: readonly KeyRef[]): Promise<LookupResult<D>[]> {
+    const res = await this.#http.call("POST", `${base(ns)}/lookup`, { body: { items: keys.map(keyBody) } });
+    return (res?.body as { results: LookupResult<D>[] }).results;
+  }
+
+  /**
+   * `{ prefix: [...] }`: is there a live claim whose parts begin with these? (An index range on the
+   * server, not a scan.) `{ key }` / `{ parts }`: does this exact key have a live claim?
+   */
+  async exists(ns: string, query: ExistsQuery): Promise<boolean> {
+    if (query !== null && typeof query === "object" && "prefix" in query && query.prefix !== undefined) {
+      const res = await this.#http.call("POST", `${base(ns)}/lookup`, { body: { prefix: [...query.prefix] } });
+      return (res?.body as { exists: boolean }).exists;
+    }
+    const [result] = await this.lookup(ns, [query as KeyRef]);
+    return result?.exists ?? false;
+  }
+
+  /** The live claim for a key (`{ key }`, `{ parts }`) or an id, or `null` when there is none. */
+  async get<D = unknown>(ns: string, ref: KeyRef | string): Promise<ClaimRecord<D> | null> {
+    const res = await this.#http.call("GET", `${base(ns)}/${segment(idOf(ref), "id")}`, { nullOn404: true });
+    return res === null ? null : (res.body as ClaimRecord<D>);
+  }
+
+  /** Delete a claim by key or id: `true` when it was deleted, `false` when there was none. */
+  async delete(ns: string, ref: KeyRef | string): Promise<boolean> {
+    const res = await this.#http.call("DELETE", `${base(ns)}/${segment(idOf(ref), "id")}`, { nullOn404: true });
+    return res !== null;
+  }
+}

@@ -1,0 +1,259 @@
+/**
+ * The transport: one JSON call to idem with a per-attempt timeout, retries with exponential
+ * backoff and jitter on connection errors and 502/503/504 (honouring `Retry-After`), and
+ * problem+json answers turned into errors.
+ */
+
+import {
+  ConnectionError,
+  errorFor,
+  IdemError,
+  PROBLEM_CONNECTION,
+  PROBLEM_TIMEOUT,
+  type Problem,
+} from "./errors.js";
+
+/** What the client needs of a `Response`; the standard one fits. */
+export interface FetchResponseLike {
+  readonly status: number;
+  readonly statusText?: string;
+  readonly headers: { get(name: string): string | null };
+  text(): Promise<string>;
+}
+
+/** What the client passes to `fetch`. */
+export interface FetchInit {
+  method: string;
+  headers: Record<string, string>;
+  body?: string;
+  signal: AbortSignal;
+}
+
+/** The standard `fetch` (Node 18+, Deno, Bun, browsers) or anything shaped like it. */
+export type FetchLike = (url: string, init: FetchInit) => Promise<FetchResponseLike>;
+
+export interface IdemOptions {
+  /** The idem server, e.g. `http://127.0.0.1:7070` (a base path is kept: `https://h/idem`). */
+  url: string;
+  /** Sent as `Authorization: Bearer <token>` when set. Never put in a URL or an error message. */
+  token?: string | undefined;
+  /** Time limit of each HTTP attempt, in milliseconds (default 30,000). */
+  timeoutMs?: number | undefined;
+  /** Retries after the first attempt on connection errors, timeouts and 502/503/504 (default 3). */
+  retries?: number | undefined;
+  /** The `fetch` to use (default the global one). */
+  fetch?: FetchLike | undefined;
+  /** Backoff before retry n is about `retryBaseDelayMs * 2^n`, with jitter (default 200). */
+  retryBaseDelayMs?: number | undefined;
+  /**
+   * The longest wait between attempts (default 30,000). A `Retry-After` longer than this is not
+   * waited for: the error is thrown at once, with `retryAfterSeconds` set.
+   */
+  retryMaxDelayMs?: number | undefined;
+  /** How to wait; injectable so tests run fast (default `setTimeout`). */
+  sleep?: ((ms: number) => Promise<void>) | undefined;
+  /** Source of jitter in [0, 1) (default `Math.random`). */
+  random?: (() => number) | undefined;
+}
+
+export interface CallOptions {
+  body?: unknown;
+  query?: Record<string, string | number | undefined>;
+  /** Answer `null` instead of throwing on a 404. */
+  nullOn404?: boolean;
+  /** Added to the per-attempt timeout (for calls the server may hold open, like a waiting begin). */
+  extraTimeoutMs?: number;
+}
+
+export interface CallResult {
+  status: number;
+  body: unknown;
+}
+
+const RETRY_STATUSES = new Set([502, 503, 504]);
+
+export const defaultSleep = (ms: number): Promise<void> =>
+  new Promise((resolve) => {
+    setTimeout(resolve, ms);
+  });
+
+/** `Retry-After` as seconds: delta-seconds or an HTTP date. */
+export function parseRetryAfter(value: string | null, nowMs: number = Date.now()): number | undefined {
+  if (value === null) return undefined;
+  const text = value.trim();
+  if (/^\d+$/.test(text)) return Number(text);
+  const date = Date.parse(text);
+  if (Number.isNaN(date)) return undefined;
+  return Math.max(0, Math.ceil((date - nowMs) / 1000));
+}
+
+export class Transport {
+  readonly #base: string;
+  readonly #authorization: string | undefined;
+  readonly #fetch: FetchLike;
+  readonly #timeoutMs: number;
+  readonly #retries: number;
+  readonly #baseDelayMs: number;
+  readonly #maxDelayMs: number;
+  readonly sleep: (ms: number) => Promise<void>;
+  readonly random: () => number;
+
+  constructor(options: IdemOptions) {
+    if (typeof options.url !== "string" || !/^https?:\/\//i.test(options.url)) {
+      throw new TypeError("Idem: url must be an http:// or https:// URL");
+    }
+    this.#base = options.url.replace(/\/+$/, "");
+    this.#authorization = options.token ? `Bearer ${options.token}` : undefined;
+    const globalFetch = (globalThis as { fetch?: FetchLike }).fetch;
+    const f = options.fetch ?? (globalFetch ? globalFetch.bind(globalThis) : undefined);
+    if (!f) throw new TypeError("Idem: no fetch available; pass options.fetch (Node 18+ has one)");
+    this.#fetch = f;
+    this.#timeoutMs = nonNegative(options.timeoutMs, 30_000, "timeoutMs");
+    this.#retries = Math.floor(nonNegative(options.retries, 3, "retries"));
+    this.#baseDelayMs = nonNegative(options.retryBaseDelayMs, 200, "retryBaseDelayMs");
+    this.#maxDelayMs = nonNegative(options.retryMaxDelayMs, 30_000, "retryMaxDelayMs");
+    this.sleep = options.sleep ?? defaultSleep;
+    this.random = options.random ?? Math.random;
+  }
+
+  /** The wait before retry `attempt` (0-based): half fixed, half random, capped. */
+  backoff(attempt: number): number {
+    const cap = Math.min(this.#maxDelayMs, this.#baseDelayMs * 2 ** Math.min(attempt, 30));
+    return cap / 2 + (cap / 2) * this.random();
+  }
+
+  get maxDelayMs(): number {
+    return this.#maxDelayMs;
+  }
+
+  async call(method: string, path: string, options: CallOptions = {}): Promise<CallResult | null> {
+    let url = this.#base + path;
+    if (options.query) {
+      const params = new URLSearchParams();
+      for (const [name, value] of Object.entries(options.query)) {
+        if (value !== undefined) params.set(name, String(value));
+      }
+      const qs = params.toString();
+      if (qs) url += `?${qs}`;
+    }
+    const headers: Record<string, string> = { accept: "application/json, application/problem+json" };
+    if (this.#authorization) headers["authorization"] = this.#authorization;
+    let body: string | undefined;
+    if (options.body !== undefined) {
+      body = JSON.stringify(options.body);
+      headers["content-type"] = "application/json";
+    }
+    const what = `${method} ${path}`;
+    const timeoutMs = this.#timeoutMs + (options.extraTimeoutMs ?? 0);
+
+    for (let attempt = 0; ; attempt++) {
+      const controller = new AbortController();
+      let timedOut = false;
+      const timer = setTimeout(() => {
+        timedOut = true;
+        controller.abort();
+      }, timeoutMs);
+      let status: number;
+      let statusText: string | undefined;
+      let retryAfter: string | null;
+      let contentType: string | null;
+      let text: string;
+      try {
+        const init: FetchInit = { method, headers, signal: controller.signal };
+        if (body !== undefined) init.body = body;
+        const response = await this.#fetch(url, init);
+        status = response.status;
+        statusText = response.statusText;
+        retryAfter = response.headers.get("retry-after");
+        contentType = response.headers.get("content-type");
+        text = await response.text();
+      } catch (cause) {
+        clearTimeout(timer);
+        if (attempt < this.#retries) {
+          await this.sleep(this.backoff(attempt));
+          continue;
+        }
+        throw new ConnectionError({
+          status: 0,
+          type: timedOut ? PROBLEM_TIMEOUT : PROBLEM_CONNECTION,
+          title: timedOut ? "Timed out" : "Connection failed",
+          detail: timedOut
+            ? `${what}: no answer within ${timeoutMs} ms (${attempt + 1} attempts)`
+            : `${what}: ${describe(cause)} (${attempt + 1} attempts)`,
+          cause,
+        });
+      }
+      clearTimeout(timer);
+
+      if (status >= 200 && status < 300) {
+        return { status, body: parseBody(text) };
+      }
+      if (status === 404 && options.nullOn404) return null;
+
+      const retryAfterSeconds = parseRetryAfter(retryAfter);
+      if (RETRY_STATUSES.has(status) && attempt < this.#retries) {
+        const wait = retryAfterSeconds !== undefined ? retryAfterSeconds * 1000 : this.backoff(attempt);
+        if (wait <= this.#maxDelayMs) {
+          await this.sleep(wait);
+          continue;
+        }
+      }
+      throw problemError(status, statusText, contentType, text, retryAfterSeconds, what);
+    }
+  }
+}
+
+function nonNegative(value: number | undefined, fallback: number, name: string): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== "number" || !Number.isFinite(value) || value < 0) {
+    throw new TypeError(`Idem: ${name} must be a non-negative number`);
+  }
+  return value;
+}
+
+function describe(cause: unknown): string {
+  if (cause instanceof Error) {
+    const inner = (cause as { cause?: unknown }).cause;
+    const code = inner && typeof inner === "object" ? (inner as { code?: unknown }).code : undefined;
+    return typeof code === "string" ? `${cause.message} (${code})` : cause.message;
+  }
+  return String(cause);
+}
+
+function parseBody(text: string): unknown {
+  if (text === "") return undefined;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
+
+function problemError(
+  status: number,
+  statusText: string | undefined,
+  contentType: string | null,
+  text: string,
+  retryAfterSeconds: number | undefined,
+  what: string,
+): IdemError {
+  let problem: Problem | undefined;
+  if (text && (contentType === null || /json/i.test(contentType))) {
+    try {
+      const parsed: unknown = JSON.parse(text);
+      if (parsed && typeof parsed === "object" && !Array.isArray(parsed)) problem = parsed as Problem;
+    } catch {
+      // not JSON: described below by status alone
+    }
+  }
+  const str = (v: unknown): string | undefined => (typeof v === "string" ? v : undefined);
+  return errorFor({
+    status,
+    type: str(problem?.type),
+    title: str(problem?.title) ?? (statusText || `HTTP ${status}`),
+    detail: str(problem?.detail) ?? (problem ? undefined : `${what} answered ${status}`),
+    field: str(problem?.field),
+    retryAfterSeconds,
+    problem,
+  });
+}

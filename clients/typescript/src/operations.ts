@@ -1,0 +1,239 @@
+/** `idem.operations`: the Operations API (contract §5) and `run`, which does a piece of work once. */
+
+import { InProgressError, LeaseLostError } from "./errors.js";
+import type { Transport } from "./http.js";
+import { idOf, keyBody, segment, type KeyRef } from "./keys.js";
+
+/** `begin`'s answer when the caller now holds the key and must do the work. */
+export interface StartedOperation {
+  status: "started";
+  id: string;
+  /** Proves the hold to `complete`, `release` and `extend`. Keep it private. */
+  token: string;
+  lease_expires_at: string;
+}
+
+/** A completed operation: the stored result. */
+export interface CompletedOperation<R = unknown> {
+  status: "completed";
+  id: string;
+  result: R;
+  completed_at: string;
+  expires_at: string | null;
+  [member: string]: unknown;
+}
+
+export type BeginResult<R = unknown> = StartedOperation | CompletedOperation<R>;
+
+/** `GET /v1/operations/{ns}/{id}`: the record (never the token). */
+export interface OperationRecord<R = unknown> {
+  status: "in_progress" | "completed";
+  id: string;
+  result?: R;
+  [member: string]: unknown;
+}
+
+export type BeginOptions = KeyRef & {
+  /** Any JSON describing the work; a later begin with another `request` gets a `MismatchError`. */
+  request?: unknown;
+  /** How long the hold lasts without an `extend`, 1–3600 (server default 60). */
+  leaseSeconds?: number;
+  /** How long the result is kept after completion (server default: the namespace's, else 24 h). */
+  ttlSeconds?: number;
+  /** Server-side wait, 0–30 s, for a holder to finish before answering 409 (default 0). */
+  waitSeconds?: number;
+};
+
+export type RunOptions = KeyRef & {
+  request?: unknown;
+  /** The lease taken by `run`, 1–3600 (default 60); extended every half lease while `fn` runs. */
+  leaseSeconds?: number;
+  ttlSeconds?: number;
+  /**
+   * How long, in total, to wait for another holder of the key to finish before throwing
+   * `InProgressError` (default 60). Waiting uses the server's `wait_seconds` (up to 30 s per
+   * call, woken as soon as the holder completes) and `Retry-After` between calls.
+   */
+  waitSeconds?: number;
+  /** The heartbeat interval in ms (default: half the lease). Mostly for tests. */
+  heartbeatMs?: number;
+};
+
+/** What `run` passes to the function. */
+export interface RunContext {
+  /** The operation's id. */
+  id: string;
+  /** Aborted when the lease is lost (a heartbeat was answered `lease-lost`): stop if you can. */
+  signal: AbortSignal;
+}
+
+const DEFAULT_LEASE_SECONDS = 60;
+const DEFAULT_RUN_WAIT_SECONDS = 60;
+const MAX_SERVER_WAIT_SECONDS = 30;
+
+const base = (ns: string): string => `/v1/operations/${segment(ns, "namespace")}`;
+
+export class Operations {
+  readonly #http: Transport;
+
+  /** @internal */
+  constructor(http: Transport) {
+    this.#http = http;
+  }
+
+  /**
+   * Begin an operation: `{ status: "started", id, token, lease_expires_at }` (do the work, then
+   * `complete` or `release`) or `{ status: "completed", id, result, … }` (it was done before).
+   * Throws `InProgressError` while another caller holds the key, `MismatchError` for another `request`.
+   */
+  async begin<R = unknown>(ns: string, options: BeginOptions): Promise<BeginResult<R>> {
+    const body: Record<string, unknown> = keyBody(options);
+    if (options.request !== undefined) body["request"] = options.request;
+    if (options.leaseSeconds !== undefined) body["lease_seconds"] = options.leaseSeconds;
+    if (options.ttlSeconds !== undefined) body["ttl_seconds"] = options.ttlSeconds;
+    if (options.waitSeconds !== undefined) body["wait_seconds"] = options.waitSeconds;
+    const res = await this.#http.call("POST", `${base(ns)}/begin`, {
+      body,
+      extraTimeoutMs: (options.waitSeconds ?? 0) * 1000,
+    });
+    return res?.body as BeginResult<R>;
+  }
+
+  /**
+   * Store the result (any JSON ≤ 64 KiB) and finish: waiters get it, later begins get it.
+   * Throws `LeaseLostError` when the token no longer holds the key. A second complete with the same
+   * token returns the stored result unchanged.
+   */
+  async complete<R = unknown>(ns: string, id: string, token: string, result?: R): Promise<CompletedOperation<R>> {
+    const body: Record<string, unknown> = { token };
+    if (result !== undefined) body["result"] = result;
+    const res = await this.#http.call("POST", `${base(ns)}/${segment(id, "id")}/complete`, { body });
+    return res?.body as CompletedOperation<R>;
+  }
+
+  /** The work failed: free the key so it may run again. Throws `LeaseLostError` if not held. */
+  async release(ns: string, id: string, token: string): Promise<void> {
+    await this.#http.call("POST", `${base(ns)}/${segment(id, "id")}/release`, { body: { token } });
+  }
+
+  /** Heartbeat: hold the key for `leaseSeconds` more from now. Throws `LeaseLostError` if not held. */
+  async extend(ns: string, id: string, token: string, leaseSeconds: number): Promise<{ lease_expires_at: string }> {
+    const res = await this.#http.call("POST", `${base(ns)}/${segment(id, "id")}/extend`, {
+      body: { token, lease_seconds: leaseSeconds },
+    });
+    return res?.body as { lease_expires_at: string };
+  }
+
+  /** The operation by key or id (`in_progress` or `completed`), or `null` when absent. */
+  async get<R = unknown>(ns: string, ref: KeyRef | string): Promise<OperationRecord<R> | null> {
+    const res = await this.#http.call("GET", `${base(ns)}/${segment(idOf(ref), "id")}`, { nullOn404: true });
+    return res === null ? null : (res.body as OperationRecord<R>);
+  }
+
+  /** Forget a completed result: `true`, or `false` when absent. A held key: `InProgressError`. */
+  async delete(ns: string, ref: KeyRef | string): Promise<boolean> {
+    const res = await this.#http.call("DELETE", `${base(ns)}/${segment(idOf(ref), "id")}`, { nullOn404: true });
+    return res !== null;
+  }
+
+  /**
+   * Do `fn` once per key. Begins the operation; if this call holds the key, runs `fn`, stores its
+   * JSON result with `complete` and returns it; if the work was completed before, returns the stored
+   * result without calling `fn`; if another caller is running it, waits (up to `waitSeconds`) for
+   * its result. If `fn` throws, the key is released (so a retry runs it again) and the error is
+   * re-thrown. While `fn` runs the lease is extended every half lease.
+   *
+   * The value returned is the result as stored (JSON), the same on the first call and on every
+   * later one. Throws `InProgressError` when the wait runs out, `MismatchError` when the key was
+   * used with another `request`, `LeaseLostError` when the lease was lost before `complete`.
+   */
+  async run<T>(ns: string, options: RunOptions, fn: (context: RunContext) => T | Promise<T>): Promise<T> {
+    const leaseSeconds = options.leaseSeconds ?? DEFAULT_LEASE_SECONDS;
+    const waitMs = (options.waitSeconds ?? DEFAULT_RUN_WAIT_SECONDS) * 1000;
+    const deadline = Date.now() + waitMs;
+
+    for (let attempt = 0; ; attempt++) {
+      const remaining = deadline - Date.now();
+      const serverWait = Math.max(0, Math.min(MAX_SERVER_WAIT_SECONDS, Math.floor(remaining / 1000)));
+      const started = Date.now();
+      let begun: BeginResult<T>;
+      try {
+        begun = await this.begin<T>(ns, { ...options, leaseSeconds, waitSeconds: serverWait });
+      } catch (err) {
+        if (!(err instanceof InProgressError)) throw err;
+        const left = deadline - Date.now();
+        if (left <= 0) throw err;
+        // The server already waited `serverWait` s when it could; otherwise honour Retry-After.
+        if (Date.now() - started < serverWait * 1000) {
+          const after = err.retryAfterSeconds !== undefined ? err.retryAfterSeconds * 1000 : this.#http.backoff(attempt);
+          await this.#http.sleep(Math.min(left, Math.max(after, 10)));
+        }
+        continue;
+      }
+      if (begun.status === "completed") return ("result" in begun ? begun.result : null) as T;
+      return this.#hold(ns, begun, leaseSeconds, options.heartbeatMs, fn);
+    }
+  }
+
+  async #hold<T>(
+    ns: string,
+    op: StartedOperation,
+    leaseSeconds: number,
+    heartbeatMs: number | undefined,
+    fn: (context: RunContext) => T | Promise<T>,
+  ): Promise<T> {
+    const controller = new AbortController();
+    const interval = heartbeatMs ?? (leaseSeconds * 1000) / 2;
+    let stopped = false;
+    let lost = false;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    let beating: Promise<void> = Promise.resolve();
+
+    const beat = async (): Promise<void> => {
+      try {
+        await this.extend(ns, op.id, op.token, leaseSeconds);
+      } catch (err) {
+        if (err instanceof LeaseLostError) {
+          lost = true;
+          controller.abort(err);
+          return;
+        }
+        // A transient failure (after the transport's own retries): try again next beat.
+      }
+      schedule();
+    };
+    const schedule = (): void => {
+      if (stopped) return;
+      timer = setTimeout(() => {
+        if (!stopped) beating = beat();
+      }, interval);
+    };
+    const stop = async (): Promise<void> => {
+      stopped = true;
+      if (timer !== undefined) clearTimeout(timer);
+      await beating;
+    };
+
+    schedule();
+    let value: T;
+    try {
+      value = await fn({ id: op.id, signal: controller.signal });
+    } catch (err) {
+      await stop();
+      if (!lost) await this.release(ns, op.id, op.token).catch(() => undefined);
+      throw err;
+    }
+    await stop();
+
+    let done: CompletedOperation<T>;
+    try {
+      done = await this.complete<T>(ns, op.id, op.token, value);
+    } catch (err) {
+      // Not stored (too large, not JSON, no answer…): free the key for a retry, unless it is gone.
+      if (!(err instanceof LeaseLostError)) await this.release(ns, op.id, op.token).catch(() => undefined);
+      throw err;
+    }
+    if (done && typeof done === "object" && "result" in done) return done.result;
+    return (value === undefined ? null : JSON.parse(JSON.stringify(value))) as T;
+  }
+}

@@ -1,0 +1,183 @@
+// Integration: the client against a real `idem serve` ($IDEM_TEST_BIN, default ../../target/debug/idem)
+// started on a free port with a temp data dir. Claims, ids, problems, auth.
+
+import assert from "node:assert/strict";
+import { readFile } from "node:fs/promises";
+import { after, before, describe, test } from "node:test";
+
+import { ConnectionError, Idem, IdemError, claimId } from "../dist/index.js";
+import { freePort, startIdem } from "./helpers.mjs";
+
+const vectors = JSON.parse(await readFile(new URL("./vectors.json", import.meta.url), "utf8"));
+
+describe("claims against a real idem", () => {
+  let server;
+  let idem;
+  before(async () => {
+    server = await startIdem();
+    idem = new Idem({ url: server.url, retries: 1 });
+  });
+  after(async () => {
+    await server?.stop();
+  });
+
+  test("claim: new, then existing (unchanged)", async () => {
+    const first = await idem.claims.claim("survey", { parts: ["scenario-1", "user-3", "node-2"], data: { answer: "A" } });
+    assert.equal(first.claimed, true);
+    assert.deepEqual(Object.keys(first.record).sort(), ["created_at", "data", "expires_at", "id", "namespace", "parts"]);
+    assert.equal(first.record.namespace, "survey");
+    assert.deepEqual(first.record.parts, ["scenario-1", "user-3", "node-2"]);
+    assert.deepEqual(first.record.data, { answer: "A" });
+    assert.equal(first.record.expires_at, null);
+    assert.equal(first.record.id, claimId(["scenario-1", "user-3", "node-2"]));
+
+    const again = await idem.claims.claim("survey", { parts: ["scenario-1", "user-3", "node-2"], data: { answer: "B" } });
+    assert.equal(again.claimed, false);
+    assert.deepEqual(again.record, first.record);
+  });
+
+  test("claim with a key and a TTL", async () => {
+    const r = await idem.claims.claim("articles", { key: "https://example.com/a", ttlSeconds: 3600 });
+    assert.equal(r.claimed, true);
+    assert.deepEqual(r.record.parts, ["https://example.com/a"]);
+    assert.equal(r.record.data, null);
+    const ttl = Date.parse(r.record.expires_at) - Date.parse(r.record.created_at);
+    assert.ok(Math.abs(ttl - 3600_000) < 2000, String(ttl));
+  });
+
+  test("concurrent claims of one key: exactly one claimed", async () => {
+    const results = await Promise.all(Array.from({ length: 50 }, () => idem.claims.claim("race", { key: "one" })));
+    assert.equal(results.filter((r) => r.claimed).length, 1);
+  });
+
+  test("claimBatch: results in request order, the first of two equal keys wins", async () => {
+    await idem.claims.claim("batch", { key: "u-existing" });
+    const items = [{ key: "u-1" }, { key: "u-existing" }, { key: "u-2", data: { n: 2 } }, { key: "u-1", data: "dup" }, { parts: ["u", "3"], ttlSeconds: 60 }];
+    const out = await idem.claims.claimBatch("batch", items);
+    assert.deepEqual(
+      out.map((r) => [r.claimed, r.record.parts.join("/")]),
+      [[true, "u-1"], [false, "u-existing"], [true, "u-2"], [false, "u-1"], [true, "u/3"]],
+    );
+    assert.equal(out[3].record.data, null, "the duplicate got the first item's record");
+    assert.ok(out[4].record.expires_at);
+
+    const urls = Array.from({ length: 500 }, (_, i) => ({ key: `https://example.com/article/${i}` }));
+    const big = await idem.claims.claimBatch("batch", urls);
+    assert.equal(big.length, 500);
+    big.forEach((r, i) => {
+      assert.equal(r.claimed, true);
+      assert.equal(r.record.id, claimId(urls[i].key));
+    });
+  });
+
+  test("lookup: in request order, record when it exists", async () => {
+    await idem.claims.claim("look", { key: "present", data: [1, 2] });
+    const res = await idem.claims.lookup("look", [{ key: "absent" }, { key: "present" }, { parts: ["p", "q"] }]);
+    assert.deepEqual(res.map((r) => [r.id, r.exists]), [[claimId("absent"), false], [claimId("present"), true], [claimId(["p", "q"]), false]]);
+    assert.equal(res[0].record, undefined);
+    assert.deepEqual(res[1].record.data, [1, 2]);
+  });
+
+  test("exists by prefix (and by exact key)", async () => {
+    await idem.claims.claim("prefix", { parts: ["scenario-1", "user-3", "node-2"] });
+    assert.equal(await idem.claims.exists("prefix", { prefix: ["scenario-1", "user-3"] }), true);
+    assert.equal(await idem.claims.exists("prefix", { prefix: ["scenario-1"] }), true);
+    assert.equal(await idem.claims.exists("prefix", { prefix: ["scenario-1", "user-30"] }), false);
+    assert.equal(await idem.claims.exists("prefix", { prefix: ["scenario-1", "user"] }), false, "parts, not characters");
+    assert.equal(await idem.claims.exists("prefix", { parts: ["scenario-1", "user-3", "node-2"] }), true);
+    assert.equal(await idem.claims.exists("prefix", { parts: ["scenario-1", "user-3"] }), false);
+  });
+
+  test("get and delete: by parts, key or id; null/false when absent", async () => {
+    const { record } = await idem.claims.claim("gd", { parts: ["x", "y"], data: { v: 1 } });
+    assert.deepEqual(await idem.claims.get("gd", { parts: ["x", "y"] }), record);
+    assert.deepEqual(await idem.claims.get("gd", record.id), record);
+    assert.equal(await idem.claims.get("gd", { key: "nothing" }), null);
+    assert.equal(await idem.claims.get("other-ns", record.id), null);
+    assert.equal(await idem.claims.delete("gd", { parts: ["x", "y"] }), true);
+    assert.equal(await idem.claims.delete("gd", { parts: ["x", "y"] }), false);
+    assert.equal(await idem.claims.get("gd", record.id), null);
+    const { record: k } = await idem.claims.claim("gd", { key: "by-key" });
+    assert.equal(await idem.claims.delete("gd", k.id), true);
+    assert.equal(await idem.claims.delete("gd", { key: "by-key" }), false);
+    // claimable again after delete
+    assert.equal((await idem.claims.claim("gd", { parts: ["x", "y"] })).claimed, true);
+  });
+
+  test("claimId equals the server's id for every test vector", async () => {
+    assert.ok(vectors.length >= 10);
+    const out = await idem.claims.claimBatch(
+      "vectors",
+      vectors.map((v) => ({ parts: v.parts })),
+    );
+    vectors.forEach((v, i) => {
+      assert.equal(claimId(v.parts), v.id, `local ${JSON.stringify(v.parts)}`);
+      assert.equal(out[i].record.id, v.id, `server ${JSON.stringify(v.parts)}`);
+    });
+  });
+
+  test("problem+json → IdemError with status, type, title, detail and field", async () => {
+    const err = await idem.claims.claim("survey", { parts: [""] }).catch((e) => e);
+    assert.ok(err instanceof IdemError);
+    assert.equal(err.status, 400);
+    assert.equal(err.type, "urn:idem:problem:invalid-request");
+    assert.equal(err.title, "Invalid request");
+    assert.equal(err.field, "parts[0]");
+    assert.ok(err.detail.length > 0);
+
+    const batch = await idem.claims.claimBatch("survey", [{ key: "ok" }, { key: "ok2" }, { parts: ["a", "b\0c"] }]).catch((e) => e);
+    assert.equal(batch.status, 400);
+    assert.equal(batch.field, "items[2].parts[1]");
+    assert.equal(await idem.claims.get("survey", { key: "ok" }), null, "a batch with a bad item changes nothing");
+
+    const ns = await idem.claims.claim("Bad NS", { key: "k" }).catch((e) => e);
+    assert.equal(ns.status, 400);
+    assert.equal(ns.type, "urn:idem:problem:invalid-request");
+
+    const both = await idem.claims.claim("survey", { key: "k", parts: ["k"] }).catch((e) => e);
+    assert.equal(both.status, 400);
+
+    const ttl = await idem.claims.claim("survey", { key: "k", ttlSeconds: 0 }).catch((e) => e);
+    assert.equal(ttl.field, "ttl_seconds");
+
+    const empty = await idem.claims.claimBatch("survey", []).catch((e) => e);
+    assert.equal(empty.field, "items");
+
+    const badId = await idem.claims.get("survey", "not-hex").catch((e) => e);
+    assert.equal(badId.status, 400);
+  });
+
+  test("a server that is not there: ConnectionError after the retries", async () => {
+    const port = await freePort();
+    const nobody = new Idem({ url: `http://127.0.0.1:${port}`, retries: 2, retryBaseDelayMs: 5 });
+    const err = await nobody.claims.claim("ns", { key: "k" }).catch((e) => e);
+    assert.ok(err instanceof ConnectionError, String(err));
+    assert.equal(err.status, 0);
+  });
+});
+
+describe("auth against a real idem", () => {
+  let server;
+  before(async () => {
+    server = await startIdem({ config: '[auth]\ntokens = ["t0k"]\n' });
+  });
+  after(async () => {
+    await server?.stop();
+  });
+
+  test("without a token: IdemError 401; with a wrong one: 401; with the token: works", async () => {
+    const anon = await new Idem({ url: server.url }).claims.claim("auth", { key: "k" }).catch((e) => e);
+    assert.ok(anon instanceof IdemError);
+    assert.equal(anon.status, 401);
+    assert.equal(anon.type, "urn:idem:problem:unauthorized");
+
+    const wrong = await new Idem({ url: server.url, token: "nope" }).claims.get("auth", { key: "k" }).catch((e) => e);
+    assert.equal(wrong.status, 401);
+    assert.ok(!wrong.message.includes("nope"));
+
+    const idem = new Idem({ url: server.url, token: "t0k" });
+    assert.equal((await idem.claims.claim("auth", { key: "k" })).claimed, true);
+    assert.equal((await idem.claims.get("auth", { key: "k" })).id, claimId("k"));
+    assert.deepEqual(await idem.receipts.list(), { items: [], nextCursor: null });
+  });
+});

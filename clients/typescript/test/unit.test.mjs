@@ -1,0 +1,598 @@
+// Unit tests with an injected fake fetch: transport (retries, backoff, Retry-After, timeouts, auth),
+// error mapping, claims, operations.run and receipts shapes. No server, no real waiting.
+
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+
+import {
+  ConnectionError,
+  Idem,
+  IdemError,
+  InProgressError,
+  LeaseLostError,
+  MismatchError,
+  UnavailableError,
+  claimId,
+} from "../dist/index.js";
+import { fakeFetch, problem, recordingSleep, reply } from "./helpers.mjs";
+
+const URL_ = "http://idem.test:7070";
+const ID_AB = "59b271ae1bbcb1d31d41929817f4b16fb439eb4f31520b5ad1d5ce98920a7138"; // sha256("a\0b")
+
+function client(handler, options = {}) {
+  const { fetch, calls } = fakeFetch(handler);
+  const { sleep, waits } = recordingSleep();
+  const idem = new Idem({ url: URL_, fetch, sleep, random: () => 0.5, ...options });
+  return { idem, calls, waits };
+}
+
+const record = (over = {}) => ({
+  namespace: "survey",
+  id: ID_AB,
+  parts: ["a", "b"],
+  data: null,
+  created_at: "2026-11-22T10:00:00.000Z",
+  expires_at: null,
+  ...over,
+});
+
+describe("construction and auth", () => {
+  test("rejects a url that is not http(s) and bad numbers", () => {
+    assert.throws(() => new Idem({ url: "127.0.0.1:7070" }), TypeError);
+    assert.throws(() => new Idem({ url: "http://x", timeoutMs: -1 }), TypeError);
+    assert.throws(() => new Idem({ url: "http://x", retries: Number.NaN }), TypeError);
+  });
+
+  test("a string is the url", async () => {
+    const { fetch, calls } = fakeFetch(() => reply(200, { exists: true }));
+    const saved = globalThis.fetch;
+    globalThis.fetch = fetch;
+    try {
+      assert.equal(await new Idem(`${URL_}/`).claims.exists("ns", { prefix: ["a"] }), true);
+    } finally {
+      globalThis.fetch = saved;
+    }
+    assert.equal(calls[0].url, `${URL_}/v1/claims/ns/lookup`);
+  });
+
+  test("the token goes in Authorization only, never in the URL or an error", async () => {
+    const token = "s3cret-t0ken";
+    const { idem, calls } = client(() => problem(401, "urn:idem:problem:unauthorized", { title: "Unauthorized", detail: "a valid bearer token is required" }), { token });
+    const err = await idem.claims.claim("ns", { key: "k" }).catch((e) => e);
+    assert.ok(err instanceof IdemError);
+    assert.equal(err.status, 401);
+    assert.equal(calls[0].headers.authorization, `Bearer ${token}`);
+    assert.ok(!calls[0].url.includes(token));
+    assert.ok(!err.message.includes(token) && !err.stack.includes(token));
+    assert.ok(!JSON.stringify(err).includes(token));
+    const { inspect } = await import("node:util");
+    assert.ok(!inspect(idem, { depth: 10, showHidden: true }).includes(token));
+  });
+
+  test("no token: no Authorization header", async () => {
+    const { idem, calls } = client(() => reply(200, { exists: false }));
+    await idem.claims.exists("ns", { prefix: ["a"] });
+    assert.equal(calls[0].headers.authorization, undefined);
+  });
+
+  test("a base path in the url is kept", async () => {
+    const { idem, calls } = client(() => reply(200, { exists: false }), { url: "https://h.test/idem/" });
+    await idem.claims.exists("ns", { prefix: ["a"] });
+    assert.equal(calls[0].url, "https://h.test/idem/v1/claims/ns/lookup");
+  });
+});
+
+describe("retries", () => {
+  test("503 then 502 then 200: retried, honouring Retry-After, else backoff", async () => {
+    const { idem, calls, waits } = client((_, i) =>
+      i === 0
+        ? problem(503, "urn:idem:problem:store-unavailable", { headers: { "retry-after": "2" } })
+        : i === 1
+          ? reply(502, "<html>bad gateway</html>", { "content-type": "text/html" })
+          : reply(200, { exists: true }),
+    );
+    assert.equal(await idem.claims.exists("ns", { prefix: ["a"] }), true);
+    assert.equal(calls.length, 3);
+    // 2 s from Retry-After; then backoff for retry 1: cap 400 ms, half fixed + half * 0.5
+    assert.deepEqual(waits, [2000, 300]);
+  });
+
+  test("backoff grows exponentially with jitter and is capped", async () => {
+    const { idem, waits } = client(() => reply(504, ""), { retries: 5, retryBaseDelayMs: 100, retryMaxDelayMs: 1000, random: () => 1 });
+    const err = await idem.claims.get("ns", "x".repeat(64)).catch((e) => e);
+    assert.equal(err.status, 504);
+    assert.deepEqual(waits, [100, 200, 400, 800, 1000]);
+    const low = client(() => reply(504, ""), { retries: 3, retryBaseDelayMs: 100, random: () => 0 });
+    await low.idem.claims.get("ns", "x".repeat(64)).catch(() => {});
+    assert.deepEqual(low.waits, [50, 100, 200]);
+  });
+
+  test("connection errors are retried, then ConnectionError (status 0) with the cause", async () => {
+    const boom = new TypeError("fetch failed", { cause: Object.assign(new Error("connect ECONNREFUSED"), { code: "ECONNREFUSED" }) });
+    const { idem, calls, waits } = client(() => boom, { retries: 2 });
+    const err = await idem.claims.claim("ns", { key: "k" }).catch((e) => e);
+    assert.ok(err instanceof ConnectionError);
+    assert.ok(err instanceof IdemError);
+    assert.equal(err.status, 0);
+    assert.equal(err.type, "urn:idem:client:connection-error");
+    assert.equal(err.cause, boom);
+    assert.match(err.message, /ECONNREFUSED/);
+    assert.equal(calls.length, 3);
+    assert.equal(waits.length, 2);
+  });
+
+  test("a connection error then success", async () => {
+    const { idem, calls } = client((_, i) => (i === 0 ? new TypeError("fetch failed") : reply(201, { claimed: true, ...record() })));
+    const r = await idem.claims.claim("survey", { parts: ["a", "b"] });
+    assert.equal(r.claimed, true);
+    assert.equal(calls.length, 2);
+  });
+
+  for (const status of [400, 401, 404, 409, 413, 415, 422, 500]) {
+    test(`never retried: ${status}`, async () => {
+      const { idem, calls, waits } = client(() => problem(status, "urn:idem:problem:x", { headers: { "retry-after": "1" } }));
+      const err = await idem.claims.claim("ns", { key: "k" }).catch((e) => e);
+      assert.ok(err instanceof IdemError);
+      assert.equal(err.status, status);
+      assert.equal(calls.length, 1);
+      assert.deepEqual(waits, []);
+    });
+  }
+
+  test("503 after every retry: UnavailableError with retryAfterSeconds", async () => {
+    const { idem, calls } = client(() => problem(503, "urn:idem:problem:store-unavailable", { headers: { "retry-after": "1" } }), { retries: 1 });
+    const err = await idem.claims.claim("ns", { key: "k" }).catch((e) => e);
+    assert.ok(err instanceof UnavailableError);
+    assert.equal(err.retryAfterSeconds, 1);
+    assert.equal(calls.length, 2);
+  });
+
+  test("a Retry-After longer than retryMaxDelayMs is not waited for", async () => {
+    const { idem, calls, waits } = client(() => problem(503, "urn:idem:problem:store-unavailable", { headers: { "retry-after": "120" } }));
+    const err = await idem.claims.claim("ns", { key: "k" }).catch((e) => e);
+    assert.ok(err instanceof UnavailableError);
+    assert.equal(err.retryAfterSeconds, 120);
+    assert.equal(calls.length, 1);
+    assert.deepEqual(waits, []);
+  });
+
+  test("Retry-After as an HTTP date", async () => {
+    const when = new Date(Date.now() + 3000).toUTCString();
+    const { idem, waits } = client((_, i) => (i === 0 ? reply(503, "", { "retry-after": when }) : reply(200, { exists: true })));
+    await idem.claims.exists("ns", { prefix: ["a"] });
+    assert.equal(waits.length, 1);
+    assert.ok(waits[0] >= 1000 && waits[0] <= 4000, String(waits[0]));
+  });
+
+  test("retries: 0 means one attempt", async () => {
+    const { idem, calls } = client(() => reply(503, ""), { retries: 0 });
+    await assert.rejects(idem.claims.exists("ns", { prefix: ["a"] }), UnavailableError);
+    assert.equal(calls.length, 1);
+  });
+
+  test("each attempt has a timeout (AbortController); a timeout is retried, then ConnectionError", async () => {
+    const hang = (call) =>
+      new Promise((_, reject) => call.signal.addEventListener("abort", () => reject(new DOMException("aborted", "AbortError"))));
+    const { idem, calls } = client(hang, { timeoutMs: 20, retries: 1 });
+    const started = Date.now();
+    const err = await idem.claims.get("ns", "x".repeat(64)).catch((e) => e);
+    assert.ok(err instanceof ConnectionError, String(err));
+    assert.equal(err.type, "urn:idem:client:timeout");
+    assert.equal(calls.length, 2);
+    assert.ok(Date.now() - started < 2000);
+  });
+});
+
+describe("error mapping", () => {
+  const cases = [
+    [409, "urn:idem:problem:in-progress", InProgressError],
+    [409, "urn:idem:problem:lease-lost", LeaseLostError],
+    [409, "urn:idem:problem:conflict", IdemError],
+    [422, "urn:idem:problem:fingerprint-mismatch", MismatchError],
+    [503, "urn:idem:problem:store-unavailable", UnavailableError],
+    [400, "urn:idem:problem:invalid-request", IdemError],
+  ];
+  for (const [status, type, cls] of cases) {
+    test(`${status} ${type} → ${cls.name}`, async () => {
+      const { idem } = client(() => problem(status, type, { title: "T", detail: "D", field: status === 400 ? "items[3].parts[0]" : undefined, headers: { "retry-after": "3" } }), { retries: 0 });
+      const err = await idem.claims.claim("ns", { key: "k" }).catch((e) => e);
+      assert.equal(err.constructor, cls);
+      assert.ok(err instanceof IdemError && err instanceof Error);
+      assert.equal(err.name, cls.name);
+      assert.equal(err.status, status);
+      assert.equal(err.type, type);
+      assert.equal(err.title, "T");
+      assert.equal(err.detail, "D");
+      assert.equal(err.retryAfterSeconds, 3);
+      assert.equal(err.field, status === 400 ? "items[3].parts[0]" : undefined);
+    });
+  }
+
+  test("a body that is not a problem: status and statusText", async () => {
+    const { idem } = client(() => new Response("<h1>nope</h1>", { status: 500, statusText: "Internal Server Error", headers: { "content-type": "text/html" } }));
+    const err = await idem.claims.claim("ns", { key: "k" }).catch((e) => e);
+    assert.equal(err.constructor, IdemError);
+    assert.equal(err.status, 500);
+    assert.equal(err.type, "about:blank");
+    assert.equal(err.title, "Internal Server Error");
+    assert.match(err.message, /POST \/v1\/claims\/ns answered 500/);
+  });
+});
+
+describe("claims", () => {
+  test("claim: body in API names, record split from claimed", async () => {
+    const { idem, calls } = client(() => reply(201, { claimed: true, ...record({ data: { answer: "A" }, expires_at: "2026-11-23T10:00:00.000Z" }) }));
+    const r = await idem.claims.claim("survey", { parts: ["a", "b"], data: { answer: "A" }, ttlSeconds: 86400 });
+    assert.deepEqual(calls[0].body, { parts: ["a", "b"], data: { answer: "A" }, ttl_seconds: 86400 });
+    assert.equal(calls[0].method, "POST");
+    assert.equal(calls[0].path, "/v1/claims/survey");
+    assert.equal(calls[0].headers["content-type"], "application/json");
+    assert.equal(r.claimed, true);
+    assert.deepEqual(r.record, record({ data: { answer: "A" }, expires_at: "2026-11-23T10:00:00.000Z" }));
+    assert.ok(!("claimed" in r.record));
+  });
+
+  test("claimBatch: items mapped, results in order", async () => {
+    const { idem, calls } = client((call) =>
+      reply(200, { results: call.body.items.map((it, i) => ({ claimed: i !== 1, ...record({ parts: [it.key], id: claimId(it.key) }) })) }),
+    );
+    const out = await idem.claims.claimBatch("articles", [{ key: "u1" }, { key: "u2", ttlSeconds: 5 }, { key: "u3", data: 1 }]);
+    assert.deepEqual(calls[0].body, { items: [{ key: "u1" }, { key: "u2", ttl_seconds: 5 }, { key: "u3", data: 1 }] });
+    assert.equal(calls[0].path, "/v1/claims/articles/batch");
+    assert.deepEqual(out.map((r) => [r.claimed, r.record.parts[0]]), [[true, "u1"], [false, "u2"], [true, "u3"]]);
+  });
+
+  test("lookup and exists", async () => {
+    const { idem, calls } = client((call) =>
+      call.body.prefix ? reply(200, { exists: true }) : reply(200, { results: call.body.items.map((it) => ({ id: claimId(it.parts ?? it.key), exists: false })) }),
+    );
+    const res = await idem.claims.lookup("ns", [{ key: "x" }, { parts: ["a", "b"] }]);
+    assert.deepEqual(res, [{ id: claimId("x"), exists: false }, { id: ID_AB, exists: false }]);
+    assert.equal(await idem.claims.exists("ns", { prefix: ["a"] }), true);
+    assert.deepEqual(calls[1].body, { prefix: ["a"] });
+    assert.equal(await idem.claims.exists("ns", { parts: ["a", "b"] }), false);
+    assert.deepEqual(calls[2].body, { items: [{ parts: ["a", "b"] }] });
+  });
+
+  test("get/delete by parts, key or id; null/false on 404", async () => {
+    const { idem, calls } = client((call) =>
+      call.path.endsWith(ID_AB) ? reply(call.method === "DELETE" ? 204 : 200, call.method === "DELETE" ? undefined : record()) : problem(404, "urn:idem:problem:not-found"),
+    );
+    assert.deepEqual(await idem.claims.get("survey", { parts: ["a", "b"] }), record());
+    assert.deepEqual(await idem.claims.get("survey", ID_AB), record());
+    assert.equal(await idem.claims.get("survey", { key: "nope" }), null);
+    assert.equal(await idem.claims.delete("survey", { parts: ["a", "b"] }), true);
+    assert.equal(await idem.claims.delete("survey", { key: "nope" }), false);
+    assert.equal(calls[0].path, `/v1/claims/survey/${ID_AB}`);
+    assert.equal(calls[3].method, "DELETE");
+  });
+
+  test("namespaces and ids are URL-encoded", async () => {
+    const { idem, calls } = client(() => problem(404, "urn:idem:problem:not-found"));
+    await idem.claims.get("a/b", "c?d");
+    assert.equal(calls[0].path, "/v1/claims/a%2Fb/c%3Fd");
+  });
+});
+
+describe("claimId", () => {
+  test("the SHA-256 of NUL-joined parts, lowercase hex", () => {
+    assert.equal(claimId(["a", "b"]), ID_AB);
+    assert.equal(claimId("a"), claimId(["a"]));
+    assert.notEqual(claimId(["a_b", "c"]), claimId(["a", "b_c"]));
+    assert.match(claimId(["日本語", "✓"]), /^[0-9a-f]{64}$/);
+  });
+
+  test("parts the server refuses throw a TypeError naming the part", () => {
+    assert.throws(() => claimId([]), TypeError);
+    assert.throws(() => claimId(["ok", ""]), /parts\[1\]/);
+    assert.throws(() => claimId(["a\0b"]), /NUL/);
+    assert.throws(() => claimId(Array(17).fill("x")), /16/);
+    assert.throws(() => claimId(["é".repeat(513)]), /1024 bytes/);
+    assert.doesNotThrow(() => claimId(["x".repeat(1024)]));
+    assert.throws(() => claimId(""), /key/);
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// operations.run
+
+/** A fake Operations API: `script.begin(call, n)` answers begins; the rest are recorded. */
+function opsServer(script = {}) {
+  const log = { begin: 0, complete: [], release: [], extend: [] };
+  const handler = async (call) => {
+    const m = call.path.match(/^\/v1\/operations\/([^/]+)\/(?:([^/]+)\/)?(begin|complete|release|extend)$/);
+    if (!m) return problem(404, "urn:idem:problem:not-found");
+    const action = m[3];
+    if (action === "begin") {
+      const n = log.begin++;
+      if (script.begin) return script.begin(call, n);
+      return reply(201, { status: "started", id: "op1", token: "tok-1", lease_expires_at: "2026-11-22T10:01:00Z" });
+    }
+    log[action].push(call.body);
+    if (script[action]) return script[action](call);
+    if (action === "complete") return reply(200, { status: "completed", id: "op1", result: call.body.result ?? null, completed_at: "t", expires_at: null });
+    if (action === "release") return reply(204);
+    return reply(200, { lease_expires_at: "2026-11-22T10:02:00Z" });
+  };
+  return { handler, log };
+}
+
+describe("operations.run", () => {
+  test("started: runs fn once, completes with its result, returns the stored result", async () => {
+    const ops = opsServer();
+    const { idem, calls } = client(ops.handler);
+    let runs = 0;
+    const out = await idem.operations.run("orders", { key: "order-1", request: { sku: "x" }, leaseSeconds: 30, ttlSeconds: 3600 }, async (ctx) => {
+      runs++;
+      assert.equal(ctx.id, "op1");
+      assert.equal(ctx.signal.aborted, false);
+      return { orderId: 42, at: new Date(0) };
+    });
+    assert.equal(runs, 1);
+    assert.deepEqual(out, { orderId: 42, at: "1970-01-01T00:00:00.000Z" });
+    const begin = calls[0];
+    assert.equal(begin.path, "/v1/operations/orders/begin");
+    assert.deepEqual(
+      { ...begin.body, wait_seconds: undefined },
+      { key: "order-1", request: { sku: "x" }, lease_seconds: 30, ttl_seconds: 3600, wait_seconds: undefined },
+    );
+    assert.ok(begin.body.wait_seconds >= 0 && begin.body.wait_seconds <= 30);
+    assert.deepEqual(ops.log.complete, [{ token: "tok-1", result: { orderId: 42, at: "1970-01-01T00:00:00.000Z" } }]);
+    assert.equal(calls[1].path, "/v1/operations/orders/op1/complete");
+    assert.deepEqual(ops.log.release, []);
+  });
+
+  test("completed: returns the stored result without calling fn", async () => {
+    const ops = opsServer({ begin: () => reply(200, { status: "completed", id: "op1", result: { orderId: 7 }, completed_at: "t", expires_at: null }) });
+    const { idem, calls } = client(ops.handler);
+    let called = false;
+    const out = await idem.operations.run("orders", { parts: ["u1", "order-1"] }, () => {
+      called = true;
+    });
+    assert.equal(called, false);
+    assert.deepEqual(out, { orderId: 7 });
+    assert.equal(calls.length, 1);
+    assert.deepEqual(calls[0].body.parts, ["u1", "order-1"]);
+  });
+
+  test("fn throws: releases, then re-throws the same error", async () => {
+    const ops = opsServer();
+    const { idem } = client(ops.handler);
+    const boom = new Error("payment declined");
+    await assert.rejects(
+      idem.operations.run("orders", { key: "k" }, async () => {
+        throw boom;
+      }),
+      (e) => e === boom,
+    );
+    assert.deepEqual(ops.log.release, [{ token: "tok-1" }]);
+    assert.deepEqual(ops.log.complete, []);
+  });
+
+  test("fn throws and release fails: the fn's error still wins", async () => {
+    const ops = opsServer({ release: () => problem(409, "urn:idem:problem:lease-lost") });
+    const { idem } = client(ops.handler);
+    const boom = new Error("x");
+    await assert.rejects(idem.operations.run("orders", { key: "k" }, () => Promise.reject(boom)), (e) => e === boom);
+  });
+
+  test("in progress: waits (Retry-After) and returns the holder's result", async () => {
+    const ops = opsServer({
+      begin: (_, n) =>
+        n < 2
+          ? problem(409, "urn:idem:problem:in-progress", { headers: { "retry-after": "1" } })
+          : reply(200, { status: "completed", id: "op1", result: "done-by-other", completed_at: "t", expires_at: null }),
+    });
+    const { idem, waits } = client(ops.handler);
+    let called = false;
+    const out = await idem.operations.run("orders", { key: "k" }, () => {
+      called = true;
+    });
+    assert.equal(out, "done-by-other");
+    assert.equal(called, false);
+    assert.deepEqual(waits, [1000, 1000]);
+    assert.equal(ops.log.begin, 3);
+  });
+
+  test("in progress, then the holder released: this caller runs fn", async () => {
+    const ops = opsServer({
+      begin: (_, n) =>
+        n === 0
+          ? problem(409, "urn:idem:problem:in-progress", { headers: { "retry-after": "1" } })
+          : reply(201, { status: "started", id: "op1", token: "tok-2", lease_expires_at: "t" }),
+    });
+    const { idem } = client(ops.handler);
+    assert.equal(await idem.operations.run("orders", { key: "k" }, () => 5), 5);
+    assert.deepEqual(ops.log.complete, [{ token: "tok-2", result: 5 }]);
+  });
+
+  test("in progress past the deadline: InProgressError", async () => {
+    const ops = opsServer({ begin: () => problem(409, "urn:idem:problem:in-progress", { headers: { "retry-after": "1" } }) });
+    const { idem, calls } = client(ops.handler);
+    await assert.rejects(idem.operations.run("orders", { key: "k", waitSeconds: 0 }, () => 1), InProgressError);
+    assert.equal(calls.length, 1);
+    assert.equal(calls[0].body.wait_seconds, 0);
+  });
+
+  test("asks the server to wait (wait_seconds ≤ 30) within the deadline", async () => {
+    const ops = opsServer({ begin: () => reply(200, { status: "completed", id: "op1", result: 1, completed_at: "t", expires_at: null }) });
+    const { idem, calls } = client(ops.handler);
+    await idem.operations.run("orders", { key: "k", waitSeconds: 90 }, () => 1);
+    assert.equal(calls[0].body.wait_seconds, 30);
+    await idem.operations.run("orders", { key: "k", waitSeconds: 12 }, () => 1);
+    assert.ok([11, 12].includes(calls[1].body.wait_seconds));
+  });
+
+  test("422: MismatchError, fn not called", async () => {
+    const ops = opsServer({ begin: () => problem(422, "urn:idem:problem:fingerprint-mismatch") });
+    const { idem } = client(ops.handler);
+    let called = false;
+    await assert.rejects(
+      idem.operations.run("orders", { key: "k", request: { a: 1 } }, () => {
+        called = true;
+      }),
+      MismatchError,
+    );
+    assert.equal(called, false);
+  });
+
+  test("long fn: the lease is extended every heartbeat while it runs, then stops", async () => {
+    const ops = opsServer();
+    const { idem } = client(ops.handler);
+    const out = await idem.operations.run("orders", { key: "k", leaseSeconds: 1, heartbeatMs: 25 }, async () => {
+      await new Promise((r) => setTimeout(r, 160));
+      return "slow";
+    });
+    assert.equal(out, "slow");
+    assert.ok(ops.log.extend.length >= 2, `extends: ${ops.log.extend.length}`);
+    for (const body of ops.log.extend) assert.deepEqual(body, { token: "tok-1", lease_seconds: 1 });
+    const after = ops.log.extend.length;
+    await new Promise((r) => setTimeout(r, 80));
+    assert.equal(ops.log.extend.length, after, "no heartbeat after completion");
+  });
+
+  test("the default heartbeat is half the lease", async () => {
+    const ops = opsServer();
+    const { idem } = client(ops.handler);
+    // A 1 s lease: one extend after 500 ms, none before.
+    const out = await idem.operations.run("orders", { key: "k", leaseSeconds: 1 }, async () => {
+      await new Promise((r) => setTimeout(r, 400));
+      assert.equal(ops.log.extend.length, 0);
+      await new Promise((r) => setTimeout(r, 250));
+      assert.ok(ops.log.extend.length >= 1);
+      return 1;
+    });
+    assert.equal(out, 1);
+  });
+
+  test("a fast fn sends no heartbeat", async () => {
+    const ops = opsServer();
+    const { idem } = client(ops.handler);
+    await idem.operations.run("orders", { key: "k", leaseSeconds: 1 }, () => "fast");
+    assert.deepEqual(ops.log.extend, []);
+  });
+
+  test("lease lost during a heartbeat: signal aborted, complete → LeaseLostError, no release", async () => {
+    const lost = () => problem(409, "urn:idem:problem:lease-lost", { detail: "the token no longer holds the key" });
+    const ops = opsServer({ extend: lost, complete: lost });
+    const { idem } = client(ops.handler);
+    let aborted = false;
+    const err = await idem.operations
+      .run("orders", { key: "k", leaseSeconds: 1, heartbeatMs: 20 }, async (ctx) => {
+        await new Promise((r) => ctx.signal.addEventListener("abort", r));
+        aborted = ctx.signal.aborted;
+        return "late";
+      })
+      .catch((e) => e);
+    assert.equal(aborted, true);
+    assert.ok(err instanceof LeaseLostError, String(err));
+    assert.equal(err.type, "urn:idem:problem:lease-lost");
+    assert.equal(ops.log.extend.length, 1, "no heartbeat after the lease is lost");
+    assert.deepEqual(ops.log.release, []);
+  });
+
+  test("complete refused (e.g. result too large): the key is released, the error thrown", async () => {
+    const ops = opsServer({ complete: () => problem(400, "urn:idem:problem:invalid-request", { field: "result" }) });
+    const { idem } = client(ops.handler);
+    const err = await idem.operations.run("orders", { key: "k" }, () => "x").catch((e) => e);
+    assert.equal(err.status, 400);
+    assert.equal(err.field, "result");
+    assert.deepEqual(ops.log.release, [{ token: "tok-1" }]);
+  });
+
+  test("a result that is not JSON: released, TypeError", async () => {
+    const ops = opsServer();
+    const { idem } = client(ops.handler);
+    await assert.rejects(idem.operations.run("orders", { key: "k" }, () => 10n), TypeError);
+    assert.deepEqual(ops.log.release, [{ token: "tok-1" }]);
+  });
+
+  test("fn returning undefined stores no result and returns null", async () => {
+    const ops = opsServer();
+    const { idem } = client(ops.handler);
+    assert.equal(await idem.operations.run("orders", { key: "k" }, () => undefined), null);
+    assert.deepEqual(ops.log.complete, [{ token: "tok-1" }]);
+  });
+});
+
+describe("operations thin calls", () => {
+  test("begin/complete/release/extend/get/delete paths and bodies", async () => {
+    const { idem, calls } = client((call) => {
+      if (call.path.endsWith("/begin")) return reply(201, { status: "started", id: "abc", token: "t", lease_expires_at: "x" });
+      if (call.path.endsWith("/complete")) return reply(200, { status: "completed", id: "abc", result: 1, completed_at: "c", expires_at: null });
+      if (call.path.endsWith("/release")) return reply(204);
+      if (call.path.endsWith("/extend")) return reply(200, { lease_expires_at: "y" });
+      if (call.method === "GET" && call.path.endsWith(ID_AB)) return reply(200, { status: "in_progress", id: ID_AB });
+      if (call.method === "DELETE" && call.path.endsWith(ID_AB)) return reply(204);
+      return problem(404, "urn:idem:problem:not-found");
+    });
+    const b = await idem.operations.begin("ops", { parts: ["a", "b"], waitSeconds: 5, leaseSeconds: 10 });
+    assert.equal(b.status, "started");
+    assert.deepEqual(calls[0].body, { parts: ["a", "b"], lease_seconds: 10, wait_seconds: 5 });
+    assert.equal((await idem.operations.complete("ops", "abc", "t", 1)).result, 1);
+    assert.deepEqual(calls[1].body, { token: "t", result: 1 });
+    assert.equal(await idem.operations.release("ops", "abc", "t"), undefined);
+    assert.deepEqual(calls[2].body, { token: "t" });
+    assert.deepEqual(await idem.operations.extend("ops", "abc", "t", 30), { lease_expires_at: "y" });
+    assert.deepEqual(calls[3].body, { token: "t", lease_seconds: 30 });
+    assert.equal(calls[3].path, "/v1/operations/ops/abc/extend");
+    assert.deepEqual(await idem.operations.get("ops", { parts: ["a", "b"] }), { status: "in_progress", id: ID_AB });
+    assert.equal(await idem.operations.get("ops", { key: "zz" }), null);
+    assert.equal(await idem.operations.delete("ops", ID_AB), true);
+    assert.equal(await idem.operations.delete("ops", "f".repeat(64)), false);
+  });
+
+  test("a waiting begin gets a longer timeout than timeoutMs", async () => {
+    const { idem } = client(
+      (call) =>
+        new Promise((resolve, reject) => {
+          const t = setTimeout(() => resolve(reply(201, { status: "started", id: "a", token: "t", lease_expires_at: "x" })), 60);
+          call.signal.addEventListener("abort", () => {
+            clearTimeout(t);
+            reject(new DOMException("aborted", "AbortError"));
+          });
+        }),
+      { timeoutMs: 30, retries: 0 },
+    );
+    await assert.rejects(idem.operations.begin("ops", { key: "k" }), ConnectionError);
+    assert.equal((await idem.operations.begin("ops", { key: "k", waitSeconds: 1 })).status, "started");
+  });
+});
+
+describe("receipts", () => {
+  const receipt = (id) => ({ id, source: "partner", event_id: `e-${id}`, status: "dead", created_at: "t", updated_at: "t", round: 1, result_webhook: null });
+
+  test("list: { receipts, next_cursor } → { items, nextCursor }, filter as query", async () => {
+    const { idem, calls } = client(() => reply(200, { receipts: [receipt("rcpt_2"), receipt("rcpt_1")], next_cursor: "rcpt_1" }));
+    const page = await idem.receipts.list({ source: "partner", status: "dead", limit: 2 });
+    assert.deepEqual(page, { items: [receipt("rcpt_2"), receipt("rcpt_1")], nextCursor: "rcpt_1" });
+    assert.equal(calls[0].path, "/v1/receipts");
+    assert.deepEqual(calls[0].query, { source: "partner", status: "dead", limit: "2" });
+    const last = client(() => reply(200, { receipts: [], next_cursor: null }));
+    assert.deepEqual(await last.idem.receipts.list(), { items: [], nextCursor: null });
+    assert.equal(last.calls[0].url, `${URL_}/v1/receipts`);
+  });
+
+  test("iterate follows next_cursor", async () => {
+    const pages = {
+      "": { receipts: [receipt("r3"), receipt("r2")], next_cursor: "r2" },
+      r2: { receipts: [receipt("r1")], next_cursor: null },
+    };
+    const { idem, calls } = client((call) => reply(200, pages[call.query.cursor ?? ""]));
+    const ids = [];
+    for await (const r of idem.receipts.iterate({ status: "dead", limit: 2 })) ids.push(r.id);
+    assert.deepEqual(ids, ["r3", "r2", "r1"]);
+    assert.deepEqual(calls[1].query, { status: "dead", limit: "2", cursor: "r2" });
+  });
+
+  test("get: receipt or null; replay: the ack", async () => {
+    const { idem, calls } = client((call) => {
+      if (call.method === "POST") return reply(202, { receipt_id: "rcpt_1", status: "accepted", replay: false });
+      return call.path.endsWith("rcpt_1") ? reply(200, { ...receipt("rcpt_1"), attempts: [] }) : problem(404, "urn:idem:problem:not-found");
+    });
+    assert.equal((await idem.receipts.get("rcpt_1")).id, "rcpt_1");
+    assert.equal(await idem.receipts.get("rcpt_0"), null);
+    assert.deepEqual(await idem.receipts.replay("rcpt_1"), { receipt_id: "rcpt_1", status: "accepted", replay: false });
+    assert.equal(calls[2].path, "/v1/receipts/rcpt_1/replay");
+  });
+});

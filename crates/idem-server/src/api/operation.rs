@@ -1,0 +1,427 @@
+//! The operations API (contract §5): seed 001's Processing → Completed | Failed record, so that any
+//! program can make a piece of work happen once. `begin` takes the key (or answers the stored
+//! result, or waits for the holder), `complete` stores the result, `release` lets the work run
+//! again, `extend` is a heartbeat for long work. The guarantees are the gateway's, from the same
+//! [`RequestStore`](idem_core::RequestStore): one holder of any number of concurrent begins, only
+//! the current token can complete, release or extend, an ended lease frees the key. The pure rules
+//! (ids, fingerprints, what is stored) are `idem_core::operation`'s.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use idem_core::claim::MAX_DATA_BYTES;
+use idem_core::gateway::Fingerprint;
+use idem_core::operation::{self, ANY_REQUEST, Outcome};
+use idem_core::request::{Begin, Forget, LeaseToken, NewRequest, RequestState};
+use idem_core::{ClaimId, Invalid, Namespace, Parts, Timestamp};
+use idem_gateway::waiters::Subscription;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use tokio::time::Instant;
+use utoipa::ToSchema;
+
+use super::claim::KeyRef;
+use super::error::{ApiError, Problem};
+use super::extract::{ApiJson, ClaimPath};
+use super::state::AppState;
+
+/// Longest lease a begin or an extend may ask for.
+pub const MAX_LEASE_SECONDS: u64 = 3600;
+/// Longest a begin may wait for a running holder.
+pub const MAX_WAIT_SECONDS: u64 = 30;
+/// Longest a result may be kept: a year.
+pub const MAX_TTL_SECONDS: u64 = 365 * 86_400;
+const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+/// A result's TTL when neither the begin nor the namespace gives one.
+const DEFAULT_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// Begin a piece of work.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BeginRequest {
+    pub key: Option<String>,
+    pub parts: Option<Vec<String>>,
+    /// Any JSON describing the work; a later begin with another `request` gets 422. Compared as
+    /// canonical JSON. Absent: matches any.
+    #[schema(value_type = Option<Object>)]
+    pub request: Option<Box<RawValue>>,
+    /// 1 to 3600; default 60. How long the key is held if the worker dies.
+    pub lease_seconds: Option<u64>,
+    /// 1 to 31536000, counted from completion; default the namespace's `default_ttl`, else 24 h.
+    pub ttl_seconds: Option<u64>,
+    /// 0 to 30; default 0. How long to wait for a running holder before answering 409.
+    pub wait_seconds: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompleteRequest {
+    /// The token `begin` answered.
+    pub token: String,
+    /// Any JSON, at most 64 KiB: what later begins of this key get back.
+    #[schema(value_type = Option<Object>)]
+    pub result: Option<Box<RawValue>>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TokenRequest {
+    pub token: String,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExtendRequest {
+    pub token: String,
+    /// 1 to 3600; default 60: the lease ends this long from now.
+    pub lease_seconds: Option<u64>,
+}
+
+/// `201`: the caller holds the key and does the work.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Started {
+    /// Always `started`.
+    pub status: &'static str,
+    /// The key's id: lowercase hex SHA-256 of its parts joined by NUL, as for claims.
+    pub id: String,
+    /// Proof of holding the key: give it to complete, release and extend.
+    pub token: String,
+    pub lease_expires_at: String,
+}
+
+/// The stored result of completed work.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Completed {
+    /// Always `completed`.
+    pub status: &'static str,
+    pub id: String,
+    #[schema(value_type = Option<Object>)]
+    pub result: Option<Box<RawValue>>,
+    pub completed_at: String,
+    pub expires_at: String,
+}
+
+/// Work someone holds right now (the token is never shown).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct InProgress {
+    /// Always `in_progress`.
+    pub status: &'static str,
+    pub id: String,
+    pub lease_expires_at: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum OperationView {
+    InProgress(InProgress),
+    Completed(Completed),
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Extended {
+    pub lease_expires_at: String,
+}
+
+/// A begin, validated.
+struct NewOperation {
+    parts: Parts,
+    fingerprint: Fingerprint,
+    lease: Duration,
+    ttl: Duration,
+    wait: Duration,
+}
+
+fn seconds(field: &str, value: Option<u64>, range: std::ops::RangeInclusive<u64>) -> Result<Option<Duration>, Invalid> {
+    match value {
+        Some(s) if !range.contains(&s) => {
+            Err(Invalid::new(field, format!("must be {} to {}", range.start(), range.end())))
+        }
+        other => Ok(other.map(Duration::from_secs)),
+    }
+}
+
+impl BeginRequest {
+    fn validate(self, default_ttl: Option<Duration>) -> Result<NewOperation, Invalid> {
+        let parts = KeyRef { key: self.key, parts: self.parts }.resolve()?;
+        Ok(NewOperation {
+            fingerprint: operation::request_fingerprint(self.request.as_deref().map(RawValue::get)),
+            lease: seconds("lease_seconds", self.lease_seconds, 1..=MAX_LEASE_SECONDS)?.unwrap_or(DEFAULT_LEASE),
+            ttl: seconds("ttl_seconds", self.ttl_seconds, 1..=MAX_TTL_SECONDS)?.or(default_ttl).unwrap_or(DEFAULT_TTL),
+            wait: seconds("wait_seconds", self.wait_seconds, 0..=MAX_WAIT_SECONDS)?.unwrap_or_default(),
+            parts,
+        })
+    }
+}
+
+fn token(text: &str) -> Result<LeaseToken, Invalid> {
+    operation::parse_token(text).ok_or_else(|| Invalid::new("token", "must be the 32 hex digits begin answered"))
+}
+
+fn count(ns: &Namespace, outcome: &'static str) {
+    metrics::counter!("idem_operations_total", "namespace" => ns.as_str().to_owned(), "outcome" => outcome)
+        .increment(1);
+}
+
+/// Where the operation `id` of `path` lives in the store.
+fn store_key(path: &ClaimPath) -> Result<(ClaimId, ClaimId), ApiError> {
+    let id = path.id.ok_or(ApiError::Internal)?;
+    Ok((id, operation::store_id(&path.ns, &id)))
+}
+
+fn completed_view(id: &ClaimId, outcome: Outcome, expires_at: Timestamp) -> Result<Completed, ApiError> {
+    let result = outcome.result.map(RawValue::from_string).transpose().map_err(|_| ApiError::Internal)?;
+    Ok(Completed {
+        status: "completed",
+        id: id.to_string(),
+        result,
+        completed_at: outcome.completed_at.to_rfc3339(),
+        expires_at: expires_at.to_rfc3339(),
+    })
+}
+
+fn decode(result: &[u8]) -> Result<Outcome, ApiError> {
+    Outcome::decode(result).map_err(|e| {
+        tracing::error!(error = %e, "a stored operation result could not be read");
+        ApiError::Internal
+    })
+}
+
+/// Begin work: `201` started, `200` the stored result, `409` in progress, `422` another request.
+#[utoipa::path(post, path = "/v1/operations/{ns}/begin", tag = "operations",
+    params(("ns" = String, Path, description = "Namespace: 1-64 of [a-z0-9_.-]")),
+    request_body = BeginRequest,
+    responses(
+        (status = 201, description = "Started: the caller holds the key and does the work", body = Started),
+        (status = 200, description = "Completed earlier: the stored result; do not do the work again", body = Completed),
+        (status = 409, description = "Held by someone else (after waiting up to wait_seconds); see Retry-After", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The key was begun with another request", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Invalid request", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn begin(
+    State(state): State<AppState>,
+    path: ClaimPath,
+    ApiJson(body): ApiJson<BeginRequest>,
+) -> Result<Response, ApiError> {
+    let op = body.validate(state.config.default_ttl(path.ns.as_str()))?;
+    let id = op.parts.id();
+    let key = operation::store_id(&path.ns, &id);
+    let deadline = Instant::now() + op.wait;
+    let waits = !op.wait.is_zero();
+    let _subscription = waits.then(|| Subscription { waiters: Arc::clone(&state.waiters), id: key });
+    loop {
+        // Subscribe before looking, so that a completion in between still wakes us.
+        let mut woken = waits.then(|| Box::pin(state.waiters.subscribe(&key).notified_owned()));
+        if let Some(w) = woken.as_mut() {
+            w.as_mut().enable();
+        }
+        let new =
+            NewRequest { id: key, fingerprint: op.fingerprint, lease: op.lease, held: operation::encode_held(op.ttl) };
+        let lease_until = match state.store.begin_request(new).await? {
+            Begin::Started { token, .. } => {
+                count(&path.ns, "started");
+                let until = state.clock.now().plus(op.lease);
+                let started = Started {
+                    status: "started",
+                    id: id.to_string(),
+                    token: operation::token_text(&token),
+                    lease_expires_at: until.to_rfc3339(),
+                };
+                return Ok((StatusCode::CREATED, Json(started)).into_response());
+            }
+            Begin::Completed { same_fingerprint, result, expires_at } => {
+                same_request(&state, &path.ns, &key, op.fingerprint, same_fingerprint).await?;
+                count(&path.ns, "replayed");
+                return Ok(Json(completed_view(&id, decode(&result)?, expires_at)?).into_response());
+            }
+            Begin::InFlight { same_fingerprint, lease_until } => {
+                same_request(&state, &path.ns, &key, op.fingerprint, same_fingerprint).await?;
+                lease_until
+            }
+        };
+        let until_lease_ends = Duration::from_millis((lease_until.millis() - state.clock.now().millis()).max(0) as u64);
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Some(woken) = woken.filter(|_| !left.is_zero()) else {
+            count(&path.ns, "in_progress");
+            return Err(ApiError::InProgress(until_lease_ends.as_secs().max(1)));
+        };
+        // Woken when the holder completes or releases (on this node, or another through the
+        // store's signals), or look again when its lease ends, or give up at the deadline.
+        let _ = tokio::time::timeout(left.min(until_lease_ends + Duration::from_millis(5)), woken).await;
+    }
+}
+
+/// Fails with 422 unless the begin's request matches the record's: equal fingerprints, or either
+/// side without a request. The store compares for equality; "any" needs a look at the record.
+async fn same_request(
+    state: &AppState,
+    ns: &Namespace,
+    key: &ClaimId,
+    asked: Fingerprint,
+    same_fingerprint: bool,
+) -> Result<(), ApiError> {
+    if same_fingerprint || asked == ANY_REQUEST {
+        return Ok(());
+    }
+    let stored = match state.store.peek_request(key).await? {
+        Some(RequestState::InFlight { fingerprint, .. } | RequestState::Completed { fingerprint, .. }) => fingerprint,
+        None => return Ok(()),
+    };
+    if operation::same_request(&asked, &stored) {
+        return Ok(());
+    }
+    count(ns, "mismatch");
+    Err(ApiError::FingerprintMismatch)
+}
+
+/// Store the result of work this token holds. A second complete by the same token answers the
+/// same stored result.
+#[utoipa::path(post, path = "/v1/operations/{ns}/{id}/complete", tag = "operations",
+    params(("ns" = String, Path, description = "Namespace"), ("id" = String, Path, description = "64 hex digits")),
+    request_body = CompleteRequest,
+    responses(
+        (status = 200, description = "Completed: the stored result", body = Completed),
+        (status = 409, description = "lease-lost: the token no longer holds the key", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Invalid request", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn complete(
+    State(state): State<AppState>,
+    path: ClaimPath,
+    ApiJson(body): ApiJson<CompleteRequest>,
+) -> Result<Json<Completed>, ApiError> {
+    let (id, key) = store_key(&path)?;
+    let token = token(&body.token)?;
+    let result = body.result.map(|r| r.get().to_owned()).filter(|r| r != "null");
+    if result.as_ref().is_some_and(|r| r.len() > MAX_DATA_BYTES) {
+        return Err(Invalid::new("result", format!("must be at most {MAX_DATA_BYTES} bytes of JSON")).into());
+    }
+    let ttl = match state.store.peek_request(&key).await? {
+        Some(RequestState::InFlight { held, .. }) => operation::decode_held(&held).unwrap_or(DEFAULT_TTL),
+        Some(RequestState::Completed { result, expires_at, .. }) => {
+            return completed_by(&path.ns, &id, &token, &result, expires_at).map(Json);
+        }
+        None => return Err(lease_lost(&path.ns)),
+    };
+    let now = state.clock.now();
+    let outcome = Outcome::new(now, &token, result);
+    if state.store.complete_request(&key, token, &outcome.encode(), ttl).await? {
+        state.waiters.wake(&key);
+        count(&path.ns, "completed");
+        return completed_view(&id, outcome, now.plus(ttl)).map(Json);
+    }
+    match state.store.peek_request(&key).await? {
+        Some(RequestState::Completed { result, expires_at, .. }) => {
+            completed_by(&path.ns, &id, &token, &result, expires_at).map(Json)
+        }
+        _ => Err(lease_lost(&path.ns)),
+    }
+}
+
+/// The stored result, if this token is the one that completed it; else the lease was lost.
+fn completed_by(
+    ns: &Namespace,
+    id: &ClaimId,
+    token: &LeaseToken,
+    result: &[u8],
+    expires_at: Timestamp,
+) -> Result<Completed, ApiError> {
+    let outcome = decode(result)?;
+    if !outcome.completed_by(token) {
+        return Err(lease_lost(ns));
+    }
+    completed_view(id, outcome, expires_at)
+}
+
+fn lease_lost(ns: &Namespace) -> ApiError {
+    count(ns, "lease_lost");
+    ApiError::LeaseLost
+}
+
+/// The work failed: free the key so that it may run again.
+#[utoipa::path(post, path = "/v1/operations/{ns}/{id}/release", tag = "operations",
+    params(("ns" = String, Path, description = "Namespace"), ("id" = String, Path, description = "64 hex digits")),
+    request_body = TokenRequest,
+    responses(
+        (status = 204, description = "Released; the record is gone"),
+        (status = 409, description = "lease-lost: the token no longer holds the key", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn release(
+    State(state): State<AppState>,
+    path: ClaimPath,
+    ApiJson(body): ApiJson<TokenRequest>,
+) -> Result<StatusCode, ApiError> {
+    let (_, key) = store_key(&path)?;
+    let token = token(&body.token)?;
+    if !state.store.release_request(&key, token).await? {
+        return Err(lease_lost(&path.ns));
+    }
+    state.waiters.wake(&key);
+    count(&path.ns, "released");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// A heartbeat for long work: the lease ends `lease_seconds` from now.
+#[utoipa::path(post, path = "/v1/operations/{ns}/{id}/extend", tag = "operations",
+    params(("ns" = String, Path, description = "Namespace"), ("id" = String, Path, description = "64 hex digits")),
+    request_body = ExtendRequest,
+    responses(
+        (status = 200, description = "Extended", body = Extended),
+        (status = 409, description = "lease-lost: the token no longer holds the key", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn extend(
+    State(state): State<AppState>,
+    path: ClaimPath,
+    ApiJson(body): ApiJson<ExtendRequest>,
+) -> Result<Json<Extended>, ApiError> {
+    let (_, key) = store_key(&path)?;
+    let token = token(&body.token)?;
+    let lease = seconds("lease_seconds", body.lease_seconds, 1..=MAX_LEASE_SECONDS)?.unwrap_or(DEFAULT_LEASE);
+    let until = state.store.extend_request(&key, token, lease).await?.ok_or_else(|| lease_lost(&path.ns))?;
+    count(&path.ns, "extended");
+    Ok(Json(Extended { lease_expires_at: until.to_rfc3339() }))
+}
+
+/// Read an operation: in progress (never the token) or completed with its result.
+#[utoipa::path(get, path = "/v1/operations/{ns}/{id}", tag = "operations",
+    params(("ns" = String, Path, description = "Namespace"), ("id" = String, Path, description = "64 hex digits")),
+    responses(
+        (status = 200, description = "`status` is `in_progress` or `completed`", body = OperationView),
+        (status = 404, description = "No live operation with this id", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn read(State(state): State<AppState>, path: ClaimPath) -> Result<Json<OperationView>, ApiError> {
+    let (id, key) = store_key(&path)?;
+    match state.store.peek_request(&key).await? {
+        Some(RequestState::InFlight { lease_until, .. }) => Ok(Json(OperationView::InProgress(InProgress {
+            status: "in_progress",
+            id: id.to_string(),
+            lease_expires_at: lease_until.to_rfc3339(),
+        }))),
+        Some(RequestState::Completed { result, expires_at, .. }) => {
+            Ok(Json(OperationView::Completed(completed_view(&id, decode(&result)?, expires_at)?)))
+        }
+        None => Err(ApiError::NotFound(format!("no operation {id} in namespace {}", path.ns))),
+    }
+}
+
+/// Forget a completed result, so that the work may run again.
+#[utoipa::path(delete, path = "/v1/operations/{ns}/{id}", tag = "operations",
+    params(("ns" = String, Path, description = "Namespace"), ("id" = String, Path, description = "64 hex digits")),
+    responses(
+        (status = 204, description = "Forgotten"),
+        (status = 409, description = "in-progress: someone holds the key", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No live operation with this id", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn delete(State(state): State<AppState>, path: ClaimPath) -> Result<StatusCode, ApiError> {
+    let (id, key) = store_key(&path)?;
+    match state.store.forget_request(&key).await? {
+        Forget::Forgotten => {
+            count(&path.ns, "deleted");
+            Ok(StatusCode::NO_CONTENT)
+        }
+        Forget::InFlight => Err(ApiError::InProgress(1)),
+        Forget::Absent => Err(ApiError::NotFound(format!("no operation {id} in namespace {}", path.ns))),
+    }
+}
