@@ -1,0 +1,278 @@
+"""Every API call as data: the request to send and how to read its answer. The sync and async
+clients only differ in how they send a :class:`Call` (see ``_sync.py`` / ``_async.py``)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    FrozenSet,
+    Generic,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    TypeVar,
+    Union,
+    cast,
+)
+from urllib.parse import quote
+
+import httpx
+
+from ._errors import IdemError, error_from_response
+from ._keys import item_body, key_body
+from ._models import BeginResult, ClaimRecord, ClaimResult, LookupResult, ReceiptPage
+
+T = TypeVar("T")
+
+#: A batch or lookup item: the API's dict, or a bare key (str) or parts (list of str).
+Item = Union[str, Sequence[str], Mapping[str, Any]]
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One HTTP request and the parser of its answer."""
+
+    method: str
+    path: str
+    parse: Callable[[httpx.Response], T]
+    body: Optional[bytes] = None
+    params: Optional[Dict[str, str]] = None
+    #: Error statuses handed to ``parse`` instead of raising (e.g. 404 for ``get``).
+    accept: FrozenSet[int] = field(default_factory=frozenset)
+    #: Seconds added to the client's timeout (a begin that waits on the server).
+    extra_timeout: float = 0.0
+
+    def finish(self, response: httpx.Response) -> T:
+        if response.status_code >= 400 and response.status_code not in self.accept:
+            raise error_from_response(response)
+        return self.parse(response)
+
+
+def encode_json(value: Any) -> bytes:
+    """Strict JSON (no NaN/Infinity); raises ``TypeError``/``ValueError`` for anything else."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+
+
+def _seg(value: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError("path segments (namespace, id, source) must be non-empty strings")
+    return quote(value, safe="")
+
+
+def _json(response: httpx.Response) -> Any:
+    try:
+        return json.loads(response.content)
+    except ValueError:
+        raise IdemError(
+            response.status_code,
+            "about:blank",
+            "Invalid response",
+            "the server's answer is not JSON",
+        ) from None
+
+
+def _obj(response: httpx.Response) -> Dict[str, Any]:
+    body = _json(response)
+    if not isinstance(body, dict):
+        raise IdemError(response.status_code, "about:blank", "Invalid response", "expected a JSON object")
+    return body
+
+
+def _claim_result(body: Dict[str, Any]) -> ClaimResult:
+    record = dict(body)
+    claimed = bool(record.pop("claimed", False))
+    return ClaimResult(claimed=claimed, record=cast(ClaimRecord, record))
+
+
+def _results(response: httpx.Response) -> List[Dict[str, Any]]:
+    results = _obj(response).get("results")
+    if not isinstance(results, list):
+        raise IdemError(response.status_code, "about:blank", "Invalid response", "expected results")
+    return results
+
+
+def _none(response: httpx.Response) -> None:
+    return None
+
+
+def _found(response: httpx.Response) -> bool:
+    return response.status_code != 404
+
+
+def _optional_obj(response: httpx.Response) -> Optional[Dict[str, Any]]:
+    return None if response.status_code == 404 else _obj(response)
+
+
+_404 = frozenset({404})
+
+
+# Claims (contract §1)
+
+
+def claim(
+    ns: str, key: Optional[str], parts: Optional[Sequence[str]], data: Any, ttl_seconds: Optional[int]
+) -> Call[ClaimResult]:
+    body = key_body(key, parts)
+    if data is not None:
+        body["data"] = data
+    if ttl_seconds is not None:
+        body["ttl_seconds"] = ttl_seconds
+    return Call("POST", f"/v1/claims/{_seg(ns)}", lambda r: _claim_result(_obj(r)), encode_json(body))
+
+
+def claim_batch(ns: str, items: Sequence[Item]) -> Call[List[ClaimResult]]:
+    body = {"items": [item_body(i) for i in items]}
+    return Call(
+        "POST",
+        f"/v1/claims/{_seg(ns)}/batch",
+        lambda r: [_claim_result(x) for x in _results(r)],
+        encode_json(body),
+    )
+
+
+def lookup(ns: str, items: Sequence[Item]) -> Call[List[LookupResult]]:
+    body = {"items": [item_body(i) for i in items]}
+    return Call(
+        "POST",
+        f"/v1/claims/{_seg(ns)}/lookup",
+        lambda r: cast(List[LookupResult], _results(r)),
+        encode_json(body),
+    )
+
+
+def exists_prefix(ns: str, prefix: Union[str, Sequence[str]]) -> Call[bool]:
+    parts = [prefix] if isinstance(prefix, str) else list(prefix)
+    return Call(
+        "POST",
+        f"/v1/claims/{_seg(ns)}/lookup",
+        lambda r: bool(_obj(r).get("exists")),
+        encode_json({"prefix": parts}),
+    )
+
+
+def claim_get(ns: str, id: str) -> Call[Optional[ClaimRecord]]:
+    return Call(
+        "GET",
+        f"/v1/claims/{_seg(ns)}/{_seg(id)}",
+        lambda r: cast(Optional[ClaimRecord], _optional_obj(r)),
+        accept=_404,
+    )
+
+
+def claim_delete(ns: str, id: str) -> Call[bool]:
+    return Call("DELETE", f"/v1/claims/{_seg(ns)}/{_seg(id)}", _found, accept=_404)
+
+
+# Operations (contract §5)
+
+
+def _begin_result(response: httpx.Response) -> BeginResult:
+    body = _obj(response)
+    return BeginResult(
+        status=str(body.get("status", "")),
+        id=str(body.get("id", "")),
+        token=body.get("token"),
+        lease_expires_at=body.get("lease_expires_at"),
+        result=body.get("result"),
+        completed_at=body.get("completed_at"),
+        expires_at=body.get("expires_at"),
+        raw=body,
+    )
+
+
+def op_begin(
+    ns: str,
+    key: Optional[str],
+    parts: Optional[Sequence[str]],
+    request: Any,
+    lease_seconds: Optional[int],
+    ttl_seconds: Optional[int],
+    wait_seconds: Optional[int],
+) -> Call[BeginResult]:
+    body = key_body(key, parts)
+    if request is not None:
+        body["request"] = request
+    if lease_seconds is not None:
+        body["lease_seconds"] = lease_seconds
+    if ttl_seconds is not None:
+        body["ttl_seconds"] = ttl_seconds
+    if wait_seconds:
+        body["wait_seconds"] = wait_seconds
+    return Call(
+        "POST",
+        f"/v1/operations/{_seg(ns)}/begin",
+        _begin_result,
+        encode_json(body),
+        extra_timeout=float(wait_seconds or 0),
+    )
+
+
+def op_complete(ns: str, id: str, token: str, result: Any) -> Call[Dict[str, Any]]:
+    return Call(
+        "POST",
+        f"/v1/operations/{_seg(ns)}/{_seg(id)}/complete",
+        _obj,
+        encode_json({"token": token, "result": result}),
+    )
+
+
+def op_release(ns: str, id: str, token: str) -> Call[None]:
+    return Call(
+        "POST", f"/v1/operations/{_seg(ns)}/{_seg(id)}/release", _none, encode_json({"token": token})
+    )
+
+
+def op_extend(ns: str, id: str, token: str, lease_seconds: int) -> Call[Dict[str, Any]]:
+    return Call(
+        "POST",
+        f"/v1/operations/{_seg(ns)}/{_seg(id)}/extend",
+        _obj,
+        encode_json({"token": token, "lease_seconds": lease_seconds}),
+    )
+
+
+def op_get(ns: str, id: str) -> Call[Optional[Dict[str, Any]]]:
+    return Call("GET", f"/v1/operations/{_seg(ns)}/{_seg(id)}", _optional_obj, accept=_404)
+
+
+def op_delete(ns: str, id: str) -> Call[bool]:
+    return Call("DELETE", f"/v1/operations/{_seg(ns)}/{_seg(id)}", _found, accept=_404)
+
+
+# Receipts (contract §3)
+
+
+def _receipt_page(response: httpx.Response) -> ReceiptPage:
+    body = _obj(response)
+    items = body.get("receipts")
+    if not isinstance(items, list):
+        raise IdemError(response.status_code, "about:blank", "Invalid response", "expected receipts")
+    cursor = body.get("next_cursor")
+    return ReceiptPage(items=items, next_cursor=cursor if isinstance(cursor, str) and cursor else None)
+
+
+def receipts_list(
+    source: Optional[str], status: Optional[str], limit: Optional[int], cursor: Optional[str]
+) -> Call[ReceiptPage]:
+    params: Dict[str, str] = {}
+    if source is not None:
+        params["source"] = source
+    if status is not None:
+        params["status"] = status
+    if limit is not None:
+        params["limit"] = str(int(limit))
+    if cursor is not None:
+        params["cursor"] = cursor
+    return Call("GET", "/v1/receipts", _receipt_page, params=params)
+
+
+def receipt_get(id: str) -> Call[Optional[Dict[str, Any]]]:
+    return Call("GET", f"/v1/receipts/{_seg(id)}", _optional_obj, accept=_404)
+
+
+def receipt_replay(id: str) -> Call[Dict[str, Any]]:
+    return Call("POST", f"/v1/receipts/{_seg(id)}/replay", _obj)

@@ -1,0 +1,444 @@
+"""The asynchronous client, :class:`AsyncIdem` (asyncio). The same methods as :class:`Idem`,
+awaitable; requests and answers are built and read by the same code (``_api.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import functools
+import inspect
+import time
+from typing import (
+    Any,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Dict,
+    List,
+    Optional,
+    Sequence,
+    TypeVar,
+    Union,
+    cast,
+)
+
+import httpx
+
+from . import _api
+from ._api import Call, Item
+from ._base import (
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_WAIT_TIMEOUT,
+    Options,
+    base_headers,
+    check_url,
+    client_repr,
+    decorator_args,
+    heartbeat_interval,
+    logger,
+    replace_options,
+    request_kwargs,
+    roundtrip,
+)
+from ._errors import IdemConnectionError, InProgressError, LeaseLostError
+from ._keys import resolve_id
+from ._models import BeginResult, ClaimRecord, ClaimResult, LookupResult, ReceiptPage
+from ._retry import RetryPolicy, in_progress_delay, parse_retry_after, server_wait_seconds
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class AsyncIdem:
+    """An asyncio idem client; the same arguments and methods as :class:`Idem`, awaitable.
+
+    ``sleep`` is an ``async`` function (default ``asyncio.sleep``); ``transport`` an
+    ``httpx.AsyncBaseTransport``. Use ``async with AsyncIdem(...) as idem:`` or ``await
+    idem.aclose()``.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        token: Optional[str] = None,
+        timeout: float = 10.0,
+        retries: int = 3,
+        *,
+        backoff: float = 0.25,
+        max_backoff: float = 8.0,
+        max_retry_after: float = 60.0,
+        wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
+        headers: Optional[Dict[str, str]] = None,
+        transport: Optional[httpx.AsyncBaseTransport] = None,
+        limits: Optional[httpx.Limits] = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._options = Options(
+            url=check_url(url),
+            timeout=timeout,
+            policy=RetryPolicy(
+                retries=retries, backoff=backoff, max_backoff=max_backoff, max_retry_after=max_retry_after
+            ),
+            wait_timeout=wait_timeout,
+        )
+        self._sleep = sleep
+        self._clock = clock
+        extra: Dict[str, Any] = {}
+        if limits is not None:
+            extra["limits"] = limits
+
+        def make_client() -> httpx.AsyncClient:
+            return httpx.AsyncClient(
+                base_url=url,
+                headers=base_headers(token, headers),
+                timeout=timeout,
+                transport=transport,
+                follow_redirects=False,
+                **extra,
+            )
+
+        self._http = make_client()
+        # Begins that wait on the server (operations.run) use connections of their own, so
+        # that many waiters can never starve the holder's complete / extend / release calls.
+        self._waiting_http = make_client()
+        self.claims = AsyncClaims(self)
+        self.operations = AsyncOperations(self)
+        self.receipts = AsyncReceipts(self)
+
+    def with_options(
+        self,
+        *,
+        timeout: Optional[float] = None,
+        retries: Optional[int] = None,
+        wait_timeout: Optional[float] = None,
+    ) -> AsyncIdem:
+        """A view of this client with other settings for some calls, sharing its connections:
+        ``idem.with_options(timeout=2, retries=0).claims.claim(...)``. Close the original."""
+        clone = copy.copy(self)
+        clone._options = replace_options(self._options, timeout, retries, wait_timeout)
+        clone.claims = AsyncClaims(clone)
+        clone.operations = AsyncOperations(clone)
+        clone.receipts = AsyncReceipts(clone)
+        return clone
+
+    def __repr__(self) -> str:
+        return client_repr("AsyncIdem", self._options)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+        await self._waiting_http.aclose()
+
+    async def __aenter__(self) -> AsyncIdem:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _call(self, call: Call[T]) -> T:
+        policy = self._options.policy
+        attempt = 0
+        while True:
+            try:
+                http = self._waiting_http if call.extra_timeout else self._http
+                response = await http.request(
+                    call.method, call.path, **request_kwargs(self._options, call)
+                )
+            except httpx.TransportError as exc:
+                delay = policy.for_connection_error(attempt)
+                if delay is None:
+                    raise IdemConnectionError(
+                        0, "about:blank", "Connection failed", f"{type(exc).__name__} calling {call.method} {call.path}"
+                    ) from exc
+            else:
+                delay = policy.for_status(
+                    attempt, response.status_code, parse_retry_after(response.headers.get("retry-after"))
+                )
+                if delay is None:
+                    return call.finish(response)
+                await response.aclose()
+            logger.debug("idem: retrying %s %s in %.2fs", call.method, call.path, delay)
+            await self._sleep(delay)
+            attempt += 1
+
+    def idempotent(
+        self,
+        ns: str,
+        *,
+        key: Callable[..., Any],
+        request: Optional[Callable[..., Any]] = None,
+        lease_seconds: Optional[int] = None,
+        ttl_seconds: Optional[int] = None,
+        wait_timeout: Optional[float] = None,
+    ) -> Callable[[F], F]:
+        """Decorate an ``async`` function so it runs once per key (see
+        :meth:`AsyncOperations.run`); later calls return the stored result."""
+
+        def decorate(fn: F) -> F:
+            if not inspect.iscoroutinefunction(fn):
+                raise TypeError("AsyncIdem.idempotent decorates async functions; use Idem for sync ones")
+
+            @functools.wraps(fn)
+            async def wrapper(*args: Any, **kwargs: Any) -> Any:
+                k, parts, req = decorator_args(key, request, args, kwargs)
+                return await self.operations.run(
+                    ns,
+                    lambda: fn(*args, **kwargs),
+                    key=k,
+                    parts=parts,
+                    request=req,
+                    lease_seconds=lease_seconds,
+                    ttl_seconds=ttl_seconds,
+                    wait_timeout=wait_timeout,
+                )
+
+            return cast(F, wrapper)
+
+        return decorate
+
+
+class AsyncClaims:
+    """``idem.claims`` of :class:`AsyncIdem`; see :class:`idem_client.Idem`'s ``Claims``."""
+
+    def __init__(self, client: AsyncIdem) -> None:
+        self._c = client
+
+    async def claim(
+        self,
+        ns: str,
+        *,
+        key: Optional[str] = None,
+        parts: Optional[Sequence[str]] = None,
+        data: Any = None,
+        ttl_seconds: Optional[int] = None,
+    ) -> ClaimResult:
+        return await self._c._call(_api.claim(ns, key, parts, data, ttl_seconds))
+
+    async def claim_batch(self, ns: str, items: Sequence[Item]) -> List[ClaimResult]:
+        return await self._c._call(_api.claim_batch(ns, items))
+
+    async def lookup(self, ns: str, items: Sequence[Item]) -> List[LookupResult]:
+        return await self._c._call(_api.lookup(ns, items))
+
+    async def exists(
+        self,
+        ns: str,
+        prefix: Union[str, Sequence[str], None] = None,
+        *,
+        key: Optional[str] = None,
+        parts: Optional[Sequence[str]] = None,
+    ) -> bool:
+        if prefix is not None:
+            if key is not None or parts is not None:
+                raise ValueError("give prefix=, or key= / parts=, not both")
+            return await self._c._call(_api.exists_prefix(ns, prefix))
+        if (key is None) == (parts is None):
+            raise ValueError("give exactly one of prefix=, key= or parts=")
+        item: Item = {"key": key} if key is not None else {"parts": [*(parts or [])]}
+        return bool((await self._c._call(_api.lookup(ns, [item])))[0]["exists"])
+
+    async def get(
+        self,
+        ns: str,
+        *,
+        key: Optional[str] = None,
+        parts: Optional[Sequence[str]] = None,
+        id: Optional[str] = None,
+    ) -> Optional[ClaimRecord]:
+        return await self._c._call(_api.claim_get(ns, resolve_id(id, key, parts)))
+
+    async def delete(
+        self,
+        ns: str,
+        *,
+        key: Optional[str] = None,
+        parts: Optional[Sequence[str]] = None,
+        id: Optional[str] = None,
+    ) -> bool:
+        return await self._c._call(_api.claim_delete(ns, resolve_id(id, key, parts)))
+
+
+class AsyncOperations:
+    """``idem.operations`` of :class:`AsyncIdem`; see :class:`idem_client.Idem`'s ``Operations``."""
+
+    def __init__(self, client: AsyncIdem) -> None:
+        self._c = client
+
+    async def begin(
+        self,
+        ns: str,
+        *,
+        key: Optional[str] = None,
+        parts: Optional[Sequence[str]] = None,
+        request: Any = None,
+        lease_seconds: Optional[int] = None,
+        ttl_seconds: Optional[int] = None,
+        wait_seconds: Optional[int] = None,
+    ) -> BeginResult:
+        return await self._c._call(
+            _api.op_begin(ns, key, parts, request, lease_seconds, ttl_seconds, wait_seconds)
+        )
+
+    async def complete(self, ns: str, id: str, token: str, result: Any = None) -> Dict[str, Any]:
+        return await self._c._call(_api.op_complete(ns, id, token, result))
+
+    async def release(self, ns: str, id: str, token: str) -> None:
+        await self._c._call(_api.op_release(ns, id, token))
+
+    async def extend(self, ns: str, id: str, token: str, lease_seconds: int) -> Dict[str, Any]:
+        return await self._c._call(_api.op_extend(ns, id, token, lease_seconds))
+
+    async def get(
+        self,
+        ns: str,
+        *,
+        key: Optional[str] = None,
+        parts: Optional[Sequence[str]] = None,
+        id: Optional[str] = None,
+    ) -> Optional[Dict[str, Any]]:
+        return await self._c._call(_api.op_get(ns, resolve_id(id, key, parts)))
+
+    async def delete(
+        self,
+        ns: str,
+        *,
+        key: Optional[str] = None,
+        parts: Optional[Sequence[str]] = None,
+        id: Optional[str] = None,
+    ) -> bool:
+        return await self._c._call(_api.op_delete(ns, resolve_id(id, key, parts)))
+
+    async def run(
+        self,
+        ns: str,
+        fn: Callable[[], Awaitable[T]],
+        *,
+        key: Optional[str] = None,
+        parts: Optional[Sequence[str]] = None,
+        request: Any = None,
+        lease_seconds: Optional[int] = None,
+        ttl_seconds: Optional[int] = None,
+        wait_timeout: Optional[float] = None,
+    ) -> T:
+        """Run ``await fn()`` once per key and return its result (see ``Idem.operations.run``);
+        the lease is extended by a task while ``fn`` runs. ``fn`` may also be a plain function."""
+        begun = await self._begin_waiting(
+            ns, key, parts, request, lease_seconds, ttl_seconds, wait_timeout
+        )
+        if not begun.started:
+            return cast(T, begun.result)
+        token = begun.token or ""
+        lease = lease_seconds or DEFAULT_LEASE_SECONDS
+        beat = asyncio.ensure_future(
+            _heartbeat(lambda: self.extend(ns, begun.id, token, lease), heartbeat_interval(lease))
+        )
+        try:
+            outcome: Any = fn()
+            value = await outcome if inspect.isawaitable(outcome) else outcome
+            stored = roundtrip(value)
+        except BaseException:
+            await _stop(beat)
+            await self._release_quietly(ns, begun.id, token)
+            raise
+        await _stop(beat)
+        await self.complete(ns, begun.id, token, stored)
+        return cast(T, stored)
+
+    async def _begin_waiting(
+        self,
+        ns: str,
+        key: Optional[str],
+        parts: Optional[Sequence[str]],
+        request: Any,
+        lease_seconds: Optional[int],
+        ttl_seconds: Optional[int],
+        wait_timeout: Optional[float],
+    ) -> BeginResult:
+        clock = self._c._clock
+        limit = self._c._options.wait_timeout if wait_timeout is None else wait_timeout
+        deadline = clock() + limit
+        attempt = 0
+        while True:
+            asked = server_wait_seconds(deadline - clock())
+            began = clock()
+            try:
+                return await self.begin(
+                    ns,
+                    key=key,
+                    parts=parts,
+                    request=request,
+                    lease_seconds=lease_seconds,
+                    ttl_seconds=ttl_seconds,
+                    wait_seconds=asked,
+                )
+            except InProgressError as exc:
+                now = clock()
+                delay = in_progress_delay(
+                    self._c._options.policy, attempt, exc.retry_after, deadline - now, asked, now - began
+                )
+                if delay is None:
+                    raise
+            if delay > 0:
+                await self._c._sleep(delay)
+            attempt += 1
+
+    async def _release_quietly(self, ns: str, id: str, token: str) -> None:
+        try:
+            await self.release(ns, id, token)
+        except Exception as exc:  # the original exception matters more
+            logger.warning("idem: could not release operation %s/%s: %s", ns, id, exc)
+
+
+async def _heartbeat(extend: Callable[[], Awaitable[Any]], interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await extend()
+        except LeaseLostError:
+            logger.warning("idem: lease lost while the operation was running")
+            return
+        except Exception as exc:
+            logger.warning("idem: could not extend the lease: %s", exc)
+
+
+async def _stop(task: "asyncio.Future[None]") -> None:
+    """Cancel the heartbeat and wait for it to end. ``asyncio.wait`` never raises the task's
+    own CancelledError; a cancellation of the caller still propagates."""
+    if not task.done():
+        task.cancel()
+    await asyncio.wait([task])
+
+
+class AsyncReceipts:
+    """``idem.receipts`` of :class:`AsyncIdem`."""
+
+    def __init__(self, client: AsyncIdem) -> None:
+        self._c = client
+
+    async def list(
+        self,
+        source: Optional[str] = None,
+        status: Optional[str] = None,
+        limit: Optional[int] = None,
+        cursor: Optional[str] = None,
+    ) -> ReceiptPage:
+        return await self._c._call(_api.receipts_list(source, status, limit, cursor))
+
+    async def iter(
+        self, source: Optional[str] = None, status: Optional[str] = None, page_size: Optional[int] = None
+    ) -> AsyncIterator[Dict[str, Any]]:
+        """Every matching receipt, newest first, following ``next_cursor`` (``async for``)."""
+        cursor: Optional[str] = None
+        while True:
+            page = await self.list(source=source, status=status, limit=page_size, cursor=cursor)
+            for item in page.items:
+                yield item
+            if page.next_cursor is None or not page.items:
+                return
+            cursor = page.next_cursor
+
+    async def get(self, id: str) -> Optional[Dict[str, Any]]:
+        return await self._c._call(_api.receipt_get(id))
+
+    async def replay(self, id: str) -> Dict[str, Any]:
+        return await self._c._call(_api.receipt_replay(id))

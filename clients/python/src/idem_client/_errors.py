@@ -1,0 +1,115 @@
+"""Errors: every failure the server reports is an :class:`IdemError` built from its
+RFC 9457 ``application/problem+json`` body."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+import httpx
+
+from ._retry import parse_retry_after
+
+IN_PROGRESS = "urn:idem:problem:in-progress"
+FINGERPRINT_MISMATCH = "urn:idem:problem:fingerprint-mismatch"
+LEASE_LOST = "urn:idem:problem:lease-lost"
+
+
+class IdemError(Exception):
+    """A problem reported by idem (or a failure to reach it).
+
+    ``status`` is the HTTP status (0 when no response was received), ``type``, ``title``,
+    ``detail`` and ``field`` come from the problem+json body, and ``retry_after`` is the
+    ``Retry-After`` header in seconds when the server sent one.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        type: str = "about:blank",
+        title: str = "",
+        detail: str = "",
+        field: Optional[str] = None,
+        retry_after: Optional[float] = None,
+    ) -> None:
+        self.status = status
+        self.type = type
+        self.title = title
+        self.detail = detail
+        self.field = field
+        self.retry_after = retry_after
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        head = f"{self.status} {self.title}".strip() if self.status else self.title
+        text = f"{head}: {self.detail}" if self.detail else head
+        if self.field:
+            text += f" (field: {self.field})"
+        return text
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(status={self.status!r}, type={self.type!r}, "
+            f"title={self.title!r}, detail={self.detail!r}, field={self.field!r})"
+        )
+
+
+class InProgressError(IdemError):
+    """409 ``urn:idem:problem:in-progress``: another holder is still running the operation."""
+
+
+class LeaseLostError(IdemError):
+    """409 ``urn:idem:problem:lease-lost``: this token no longer holds the operation's key."""
+
+
+class MismatchError(IdemError):
+    """422: the key was used before with another ``request`` (fingerprint mismatch)."""
+
+
+class UnavailableError(IdemError):
+    """503: the store cannot be reached or written; nothing was changed. Retry later."""
+
+
+class IdemConnectionError(UnavailableError):
+    """idem could not be reached at all (connection refused, reset, timed out) after the
+    configured retries. ``status`` is 0."""
+
+
+class WebhookVerificationError(Exception):
+    """A webhook's signature is missing, malformed or wrong, or its timestamp is too far from now."""
+
+
+def error_from_response(response: httpx.Response) -> IdemError:
+    """Map an error response (problem+json or not) to the right :class:`IdemError` subclass."""
+    status = response.status_code
+    body: Any = None
+    try:
+        body = json.loads(response.content) if response.content else None
+    except ValueError:
+        body = None
+    retry_after = parse_retry_after(response.headers.get("retry-after"))
+    if isinstance(body, dict):
+        kind = _str(body.get("type")) or "about:blank"
+        title = _str(body.get("title")) or response.reason_phrase
+        detail = _str(body.get("detail"))
+        field = body.get("field")
+        field = field if isinstance(field, str) else None
+    else:
+        kind = "about:blank"
+        title = response.reason_phrase
+        detail = response.text[:200] if response.content else ""
+        field = None
+    cls: type[IdemError] = IdemError
+    if status == 409 and kind == IN_PROGRESS:
+        cls = InProgressError
+    elif status == 409 and kind == LEASE_LOST:
+        cls = LeaseLostError
+    elif status == 422:
+        cls = MismatchError
+    elif status == 503:
+        cls = UnavailableError
+    return cls(status, kind, title, detail, field, retry_after)
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""

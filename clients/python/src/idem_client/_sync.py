@@ -1,0 +1,474 @@
+"""The synchronous client, :class:`Idem`."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+import threading
+import time
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, TypeVar, Union, cast
+
+import httpx
+
+from . import _api
+from ._api import Call, Item
+from ._base import (
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_WAIT_TIMEOUT,
+    Options,
+    base_headers,
+    check_url,
+    client_repr,
+    decorator_args,
+    heartbeat_interval,
+    logger,
+    replace_options,
+    request_kwargs,
+    roundtrip,
+)
+from ._errors import IdemConnectionError, InProgressError, LeaseLostError
+from ._keys import resolve_id
+from ._models import BeginResult, ClaimRecord, ClaimResult, LookupResult, ReceiptPage
+from ._retry import RetryPolicy, in_progress_delay, parse_retry_after, server_wait_seconds
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Idem:
+    """A synchronous idem client (thread-safe; share one per process).
+
+    ``url`` is the server (``http://127.0.0.1:7070``); ``token`` the bearer token when the
+    server has ``[auth] tokens``; ``timeout`` seconds per HTTP attempt; ``retries`` how many
+    times a call is retried on connection errors and 502/503/504 (exponential backoff with
+    jitter, honouring ``Retry-After``). ``sleep`` and ``clock`` can be replaced in tests;
+    ``transport`` is an ``httpx`` transport (e.g. ``httpx.MockTransport``).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        token: Optional[str] = None,
+        timeout: float = 10.0,
+        retries: int = 3,
+        *,
+        backoff: float = 0.25,
+        max_backoff: float = 8.0,
+        max_retry_after: float = 60.0,
+        wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
+        headers: Optional[Dict[str, str]] = None,
+        transport: Optional[httpx.BaseTransport] = None,
+        limits: Optional[httpx.Limits] = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._options = Options(
+            url=check_url(url),
+            timeout=timeout,
+            policy=RetryPolicy(
+                retries=retries, backoff=backoff, max_backoff=max_backoff, max_retry_after=max_retry_after
+            ),
+            wait_timeout=wait_timeout,
+        )
+        self._sleep = sleep
+        self._clock = clock
+        extra: Dict[str, Any] = {}
+        if limits is not None:
+            extra["limits"] = limits
+
+        def make_client() -> httpx.Client:
+            return httpx.Client(
+                base_url=url,
+                headers=base_headers(token, headers),
+                timeout=timeout,
+                transport=transport,
+                follow_redirects=False,
+                **extra,
+            )
+
+        self._http = make_client()
+        # Begins that wait on the server (operations.run) use connections of their own, so
+        # that many waiters can never starve the holder's complete / extend / release calls.
+        self._waiting_http = make_client()
+        self.claims = Claims(self)
+        self.operations = Operations(self)
+        self.receipts = Receipts(self)
+
+    def with_options(
+        self,
+        *,
+        timeout: Optional[float] = None,
+        retries: Optional[int] = None,
+        wait_timeout: Optional[float] = None,
+    ) -> Idem:
+        """A view of this client with other settings for some calls, sharing its connections:
+        ``idem.with_options(timeout=2, retries=0).claims.claim(...)``. Close the original."""
+        clone = copy.copy(self)
+        clone._options = replace_options(self._options, timeout, retries, wait_timeout)
+        clone.claims = Claims(clone)
+        clone.operations = Operations(clone)
+        clone.receipts = Receipts(clone)
+        return clone
+
+    def __repr__(self) -> str:
+        return client_repr("Idem", self._options)
+
+    def close(self) -> None:
+        self._http.close()
+        self._waiting_http.close()
+
+    def __enter__(self) -> Idem:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, call: Call[T]) -> T:
+        policy = self._options.policy
+        attempt = 0
+        while True:
+            try:
+                http = self._waiting_http if call.extra_timeout else self._http
+                response = http.request(
+                    call.method, call.path, **request_kwargs(self._options, call)
+                )
+            except httpx.TransportError as exc:
+                delay = policy.for_connection_error(attempt)
+                if delay is None:
+                    raise IdemConnectionError(
+                        0, "about:blank", "Connection failed", f"{type(exc).__name__} calling {call.method} {call.path}"
+                    ) from exc
+            else:
+                delay = policy.for_status(
+                    attempt, response.status_code, _retry_after(response)
+                )
+                if delay is None:
+                    return call.finish(response)
+                response.close()
+            logger.debug("idem: retrying %s %s in %.2fs", call.method, call.path, delay)
+            self._sleep(delay)
+            attempt += 1
+
+    def idempotent(
+        self,
+        ns: str,
+        *,
+        key: Callable[..., Any],
+        request: Optional[Callable[..., Any]] = None,
+        lease_seconds: Optional[int] = None,
+        ttl_seconds: Optional[int] = None,
+        wait_timeout: Optional[float] = None,
+    ) -> Callable[[F], F]:
+        """Decorate a function so it runs once per key (see :meth:`Operations.run`).
+
+        ``key(*args, **kwargs)`` computes the key (a ``str``, or a list of ``str`` as parts);
+        ``request(*args, **kwargs)``, when given, the JSON the key must always come with
+        (another request under the same key raises :class:`MismatchError`). The function's
+        return value must be JSON-serializable; later calls return the stored result.
+        """
+
+        def decorate(fn: F) -> F:
+            if inspect.iscoroutinefunction(fn):
+                raise TypeError("use AsyncIdem.idempotent for async functions")
+
+            @functools.wraps(fn)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                k, parts, req = decorator_args(key, request, args, kwargs)
+                return self.operations.run(
+                    ns,
+                    lambda: fn(*args, **kwargs),
+                    key=k,
+                    parts=parts,
+                    request=req,
+                    lease_seconds=lease_seconds,
+                    ttl_seconds=ttl_seconds,
+                    wait_timeout=wait_timeout,
+                )
+
+            return cast(F, wrapper)
+
+        return decorate
+
+
+def _retry_after(response: httpx.Response) -> Optional[float]:
+    return parse_retry_after(response.headers.get("retry-after"))
+
+
+class Claims:
+    """``idem.claims``: the first-writer-wins dedup store (contract §1)."""
+
+    def __init__(self, client: Idem) -> None:
+        self._c = client
+
+    def claim(
+        self,
+        ns: str,
+        *,
+        key: Optional[str] = None,
+        parts: Optional[Sequence[str]] = None,
+        data: Any = None,
+        ttl_seconds: Optional[int] = None,
+    ) -> ClaimResult:
+        """Claim a key: ``.claimed`` is true for exactly one caller; ``.record`` is the record."""
+        return self._c._call(_api.claim(ns, key, parts, data, ttl_seconds))
+
+    def claim_batch(self, ns: str, items: Sequence[Item]) -> List[ClaimResult]:
+        """Claim 1 to 10,000 keys in one call; results in request order."""
+        return self._c._call(_api.claim_batch(ns, items))
+
+    def lookup(self, ns: str, items: Sequence[Item]) -> List[LookupResult]:
+        """Which of these keys exist: ``[{"id", "exists", "record"?}]`` in request order."""
+        return self._c._call(_api.lookup(ns, items))
+
+    def exists(
+        self,
+        ns: str,
+        prefix: Union[str, Sequence[str], None] = None,
+        *,
+        key: Optional[str] = None,
+        parts: Optional[Sequence[str]] = None,
+    ) -> bool:
+        """Is there a live claim whose parts begin with ``prefix`` (or, with ``key=`` /
+        ``parts=``, this exact key)?"""
+        if prefix is not None:
+            if key is not None or parts is not None:
+                raise ValueError("give prefix=, or key= / parts=, not both")
+            return self._c._call(_api.exists_prefix(ns, prefix))
+        if (key is None) == (parts is None):
+            raise ValueError("give exactly one of prefix=, key= or parts=")
+        item: Item = {"key": key} if key is not None else {"parts": [*(parts or [])]}
+        return bool(self._c._call(_api.lookup(ns, [item]))[0]["exists"])
+
+    def get(
+        self,
+        ns: str,
+        *,
+        key: Optional[str] = None,
+        parts: Optional[Sequence[str]] = None,
+        id: Optional[str] = None,
+    ) -> Optional[ClaimRecord]:
+        """The record, or ``None`` when absent (or expired)."""
+        return self._c._call(_api.claim_get(ns, resolve_id(id, key, parts)))
+
+    def delete(
+        self,
+        ns: str,
+        *,
+        key: Optional[str] = None,
+        parts: Optional[Sequence[str]] = None,
+        id: Optional[str] = None,
+    ) -> bool:
+        """Delete a claim: ``True`` if it existed, ``False`` if it was absent."""
+        return self._c._call(_api.claim_delete(ns, resolve_id(id, key, parts)))
+
+
+class Operations:
+    """``idem.operations``: a piece of work done once (contract §5)."""
+
+    def __init__(self, client: Idem) -> None:
+        self._c = client
+
+    def begin(
+        self,
+        ns: str,
+        *,
+        key: Optional[str] = None,
+        parts: Optional[Sequence[str]] = None,
+        request: Any = None,
+        lease_seconds: Optional[int] = None,
+        ttl_seconds: Optional[int] = None,
+        wait_seconds: Optional[int] = None,
+    ) -> BeginResult:
+        """Take the key (``status == "started"``, with a ``token``) or get the stored result
+        (``status == "completed"``). Raises :class:`InProgressError` while someone else holds
+        it (after waiting up to ``wait_seconds`` on the server) and :class:`MismatchError`
+        for another ``request``."""
+        return self._c._call(
+            _api.op_begin(ns, key, parts, request, lease_seconds, ttl_seconds, wait_seconds)
+        )
+
+    def complete(self, ns: str, id: str, token: str, result: Any = None) -> Dict[str, Any]:
+        """Store the work's JSON result; later begins get it. :class:`LeaseLostError` if the
+        token no longer holds the key."""
+        return self._c._call(_api.op_complete(ns, id, token, result))
+
+    def release(self, ns: str, id: str, token: str) -> None:
+        """Give the key up: the work failed and may run again."""
+        self._c._call(_api.op_release(ns, id, token))
+
+    def extend(self, ns: str, id: str, token: str, lease_seconds: int) -> Dict[str, Any]:
+        """Heartbeat: hold the key ``lease_seconds`` more. Returns ``{"lease_expires_at"}``."""
+        return self._c._call(_api.op_extend(ns, id, token, lease_seconds))
+
+    def get(
+        self,
+        ns: str,
+        *,
+        key: Optional[str] = None,
+        parts: Optional[Sequence[str]] = None,
+        id: Optional[str] = None,
+    ) -> Optional[Dict[str, Any]]:
+        """The operation (``status`` ``in_progress`` or ``completed``), or ``None``."""
+        return self._c._call(_api.op_get(ns, resolve_id(id, key, parts)))
+
+    def delete(
+        self,
+        ns: str,
+        *,
+        key: Optional[str] = None,
+        parts: Optional[Sequence[str]] = None,
+        id: Optional[str] = None,
+    ) -> bool:
+        """Forget a completed result: ``True`` if it existed, ``False`` if absent.
+        Raises :class:`InProgressError` while the key is held."""
+        return self._c._call(_api.op_delete(ns, resolve_id(id, key, parts)))
+
+    def run(
+        self,
+        ns: str,
+        fn: Callable[[], T],
+        *,
+        key: Optional[str] = None,
+        parts: Optional[Sequence[str]] = None,
+        request: Any = None,
+        lease_seconds: Optional[int] = None,
+        ttl_seconds: Optional[int] = None,
+        wait_timeout: Optional[float] = None,
+    ) -> T:
+        """Run ``fn`` once per key and return its result.
+
+        Begins the operation; if this caller holds the key, calls ``fn()``, stores its
+        (JSON-serializable) return value and returns it, extending the lease every half lease
+        while ``fn`` runs. If the work was done before, returns the stored result without
+        calling ``fn``. If ``fn`` raises, the key is released (so a later call runs it again)
+        and the exception propagates. While another caller holds the key, waits for it (up to
+        ``wait_timeout`` seconds, default the client's) and then raises :class:`InProgressError`.
+        """
+        begun = self._begin_waiting(ns, key, parts, request, lease_seconds, ttl_seconds, wait_timeout)
+        if not begun.started:
+            return cast(T, begun.result)
+        token = begun.token or ""
+        lease = lease_seconds or DEFAULT_LEASE_SECONDS
+        beat = _Heartbeat(lambda: self.extend(ns, begun.id, token, lease), heartbeat_interval(lease))
+        beat.start()
+        try:
+            value = fn()
+            stored = roundtrip(value)
+        except BaseException:
+            beat.stop()
+            self._release_quietly(ns, begun.id, token)
+            raise
+        beat.stop()
+        self.complete(ns, begun.id, token, stored)
+        return cast(T, stored)
+
+    def _begin_waiting(
+        self,
+        ns: str,
+        key: Optional[str],
+        parts: Optional[Sequence[str]],
+        request: Any,
+        lease_seconds: Optional[int],
+        ttl_seconds: Optional[int],
+        wait_timeout: Optional[float],
+    ) -> BeginResult:
+        clock = self._c._clock
+        limit = self._c._options.wait_timeout if wait_timeout is None else wait_timeout
+        deadline = clock() + limit
+        attempt = 0
+        while True:
+            asked = server_wait_seconds(deadline - clock())
+            began = clock()
+            try:
+                return self.begin(
+                    ns,
+                    key=key,
+                    parts=parts,
+                    request=request,
+                    lease_seconds=lease_seconds,
+                    ttl_seconds=ttl_seconds,
+                    wait_seconds=asked,
+                )
+            except InProgressError as exc:
+                now = clock()
+                delay = in_progress_delay(
+                    self._c._options.policy, attempt, exc.retry_after, deadline - now, asked, now - began
+                )
+                if delay is None:
+                    raise
+            if delay > 0:
+                self._c._sleep(delay)
+            attempt += 1
+
+    def _release_quietly(self, ns: str, id: str, token: str) -> None:
+        try:
+            self.release(ns, id, token)
+        except Exception as exc:  # the original exception matters more
+            logger.warning("idem: could not release operation %s/%s: %s", ns, id, exc)
+
+
+class _Heartbeat:
+    """Calls ``extend`` every ``interval`` seconds on a daemon thread until stopped."""
+
+    def __init__(self, extend: Callable[[], Any], interval: float) -> None:
+        self._extend = extend
+        self._interval = interval
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="idem-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stopped.wait(self._interval):
+            try:
+                self._extend()
+            except LeaseLostError:
+                logger.warning("idem: lease lost while the operation was running")
+                return
+            except Exception as exc:
+                logger.warning("idem: could not extend the lease: %s", exc)
+
+
+class Receipts:
+    """``idem.receipts``: event receipts, dead letters and replay (contract §3)."""
+
+    def __init__(self, client: Idem) -> None:
+        self._c = client
+
+    def list(
+        self,
+        source: Optional[str] = None,
+        status: Optional[str] = None,
+        limit: Optional[int] = None,
+        cursor: Optional[str] = None,
+    ) -> ReceiptPage:
+        """One page of receipts, newest first: ``.items`` and ``.next_cursor``."""
+        return self._c._call(_api.receipts_list(source, status, limit, cursor))
+
+    def iter(
+        self, source: Optional[str] = None, status: Optional[str] = None, page_size: Optional[int] = None
+    ) -> Iterator[Dict[str, Any]]:
+        """Every matching receipt, newest first, following ``next_cursor`` page by page."""
+        cursor: Optional[str] = None
+        while True:
+            page = self.list(source=source, status=status, limit=page_size, cursor=cursor)
+            yield from page.items
+            if page.next_cursor is None or not page.items:
+                return
+            cursor = page.next_cursor
+
+    def get(self, id: str) -> Optional[Dict[str, Any]]:
+        """The receipt (status, attempts, result webhook state), or ``None``."""
+        return self._c._call(_api.receipt_get(id))
+
+    def replay(self, id: str) -> Dict[str, Any]:
+        """Deliver a ``dead`` or ``completed`` receipt again from attempt 1 (same ``webhook-id``)."""
+        return self._c._call(_api.receipt_replay(id))
+

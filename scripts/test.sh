@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Every test of the project, as the README's quick start runs it: the Rust workspace, then the
+# TypeScript and Python clients against the `idem` binary that cargo built (target/debug/idem).
+# Ends with one line summing every runner's counts: `tests: N passed, M failed`.
+#
+# Needs: a Rust toolchain, Node 18+ with npm, Python 3.9+ with pip. Tests that need PostgreSQL run
+# when IDEM_TEST_DATABASE_URL is set and say loudly that they skipped otherwise.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+LOG=$(mktemp)
+trap 'rm -f "$LOG"' EXIT
+say() { printf '\n==> %s\n' "$*"; }
+
+say "Rust: cargo test --workspace"
+cargo test --workspace --locked 2>&1 | tee -a "$LOG"
+
+say "TypeScript client (clients/typescript): npm ci && npm test"
+(cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error && npm test) 2>&1 | tee -a "$LOG"
+
+say "Python client (clients/python): mypy --strict and pytest"
+python3 -m pip install --quiet --disable-pip-version-check -e './clients/python[test]' 2>&1 | tee -a "$LOG"
+(cd clients/python && python3 -m mypy --strict src tests && python3 -m pytest -q -p no:cacheprovider) 2>&1 | tee -a "$LOG"
+
+# cargo: "test result: ok. N passed; M failed"; node --test: "# pass N" / "# fail M";
+# pytest: "N passed[, M failed]".
+awk '
+    /^test result:/ { p += $4; f += $6 }
+    /^# pass / { p += $3 }
+    /^# fail / { f += $3 }
+    /^[0-9]+ passed/ || /^[0-9]+ failed/ {
+        for (i = 1; i < NF; i++) {
+            if ($(i + 1) ~ /^passed/) p += $i
+            if ($(i + 1) ~ /^failed/) f += $i
+        }
+    }
+    END { printf "\ntests: %d passed, %d failed\n", p, f }
+' "$LOG"
