@@ -54,6 +54,13 @@ impl BodyError {
     }
 }
 
+/// A body its `Content-Length` already declares too large: refused before a byte of it is read,
+/// so that a client sending `Expect: 100-continue` is never invited to send it.
+pub fn declared_too_large(headers: &http::HeaderMap, limit: usize) -> Option<BodyError> {
+    let declared = headers.get(http::header::CONTENT_LENGTH)?.to_str().ok()?.trim().parse::<u64>().ok()?;
+    (declared > limit as u64).then_some(BodyError::TooLarge(limit))
+}
+
 /// Reads a whole request body of at most `limit` bytes.
 pub async fn read_limited<B>(body: B, limit: usize) -> Result<Bytes, BodyError>
 where

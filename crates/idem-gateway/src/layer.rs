@@ -17,7 +17,7 @@ use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use tower::{Layer, Service, ServiceExt};
 
-use crate::body::read_limited;
+use crate::body::{declared_too_large, read_limited};
 use crate::engine::{Engine, ForwardError, ForwardFuture};
 use crate::policy::Routes;
 use crate::problem::problem;
@@ -87,6 +87,9 @@ where
                 });
             };
             let (parts, body) = request.into_parts();
+            if let Some(e) = declared_too_large(&parts.headers, engine.config().max_body_bytes) {
+                return Ok(e.into_response());
+            }
             let bytes = match read_limited(body, engine.config().max_body_bytes).await {
                 Ok(bytes) => bytes,
                 Err(e) => return Ok(e.into_response()),

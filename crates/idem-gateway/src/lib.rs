@@ -13,7 +13,7 @@ pub mod policy;
 pub mod problem;
 pub mod waiters;
 
-pub use body::{BodyError, read_limited};
+pub use body::{BodyError, declared_too_large, read_limited};
 pub use engine::{DEFAULT_MAX_BODY_BYTES, Engine, EngineConfig, ForwardError};
 pub use layer::{Idempotency, IdempotencyLayer};
 pub use policy::{RoutePolicy, Routes, ScopePart};

@@ -13,6 +13,7 @@
 pub mod api;
 pub mod cli;
 pub mod config;
+pub mod conn;
 pub mod proxy;
 pub mod telemetry;
 pub mod worker;
@@ -60,6 +61,11 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let handle = telemetry::metrics_handle();
+    let limits = conn::ConnLimits {
+        max_connections: conn::fit_connections(config.limits.max_connections),
+        header_read_timeout: config.limits.header_read_timeout.0,
+        idle_timeout: config.limits.idle_timeout.0,
+    };
     let (stop, stopped) = watch::channel(false);
     let sweeper = tokio::spawn(worker::sweeper::run(Arc::clone(&store), config.sweeper.clone(), stopped.clone()));
     let upkeep = tokio::spawn(metrics_upkeep(handle, stopped.clone()));
@@ -69,8 +75,8 @@ pub async fn run(
             let requests: Arc<dyn RequestStore> = store.clone();
             let proxy = proxy::Proxy::new(gateway, config.limits.max_body_bytes, requests, Arc::clone(&clock));
             let engine = proxy.engine();
-            let served = axum::serve(listener, proxy.router()).with_graceful_shutdown(until_stopped(stopped.clone()));
-            (Some(engine), Some(tokio::spawn(served.into_future())))
+            let served = conn::serve(listener, proxy.router(), limits, stopped.clone());
+            (Some(engine), Some(tokio::spawn(served)))
         }
         _ => (None, None),
     };
@@ -78,12 +84,12 @@ pub async fn run(
     forward_signals(store.as_ref(), Arc::clone(&wake), engine, Arc::clone(&waiters));
     let delivery = start_delivery(&config, &store, &clock, &wake, &stopped);
     let router = app(AppState::new(config, Arc::clone(&store), clock, wake, waiters));
-    let api = axum::serve(listeners.api, router).with_graceful_shutdown(until_stopped(stopped));
+    let api = conn::serve(listeners.api, router, limits, stopped);
     let trigger = tokio::spawn(async move {
         shutdown.await;
         let _ = stop.send(true);
     });
-    let served = api.await;
+    api.await;
     trigger.abort();
     if let Some(gateway) = gateway {
         let _ = gateway.await;
@@ -94,7 +100,7 @@ pub async fn run(
     let _ = tokio::join!(sweeper, upkeep);
     store.close().await;
     tracing::info!("idem stopped");
-    served
+    Ok(())
 }
 
 /// Changes other nodes make (a shared database) wake what waits here: no polling needed.
@@ -129,14 +135,6 @@ fn start_delivery(
     let events: Arc<dyn EventStore> = store.clone();
     let delivery = worker::delivery::Delivery::new(&config.sources, events, Arc::clone(clock), Arc::clone(wake));
     Some(tokio::spawn(Arc::new(delivery).run(stopped.clone())))
-}
-
-async fn until_stopped(mut stopped: watch::Receiver<bool>) {
-    while !*stopped.borrow() {
-        if stopped.changed().await.is_err() {
-            return;
-        }
-    }
 }
 
 /// Histograms kept by the recorder must be drained now and then when nothing scrapes them.

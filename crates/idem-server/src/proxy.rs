@@ -21,7 +21,7 @@ use idem_core::{Clock, RequestStore};
 use idem_gateway::engine::ForwardFuture;
 use idem_gateway::headers::strip_hop_by_hop;
 use idem_gateway::problem::problem;
-use idem_gateway::{Engine, ForwardError, GatewayBody, Routes, read_limited};
+use idem_gateway::{Engine, ForwardError, GatewayBody, Routes, declared_too_large, read_limited};
 
 use crate::config::GatewayConfig;
 
@@ -89,6 +89,9 @@ async fn proxy(State(proxy): State<Arc<Proxy>>, request: Request) -> Response {
         };
     };
     let (parts, body) = request.into_parts();
+    if let Some(e) = declared_too_large(&parts.headers, proxy.max_body_bytes) {
+        return e.into_response().into_response();
+    }
     let bytes = match read_limited(body, proxy.max_body_bytes).await {
         Ok(bytes) => bytes,
         Err(e) => return e.into_response().into_response(),

@@ -29,6 +29,10 @@ pub enum ApiError {
     Unauthorized,
     #[error("the request body is larger than limits.max_body_bytes ({0} bytes)")]
     PayloadTooLarge(usize),
+    #[error("the request headers are larger than limits.max_header_bytes ({0} bytes)")]
+    HeadersTooLarge(usize),
+    #[error("the only Expect this server supports is 100-continue")]
+    ExpectationFailed,
     #[error("the request body must be JSON (Content-Type: application/json)")]
     UnsupportedMediaType,
     #[error("this method is not allowed on this resource")]
@@ -64,6 +68,8 @@ impl ApiError {
             ApiError::BadSignature(_) => StatusCode::UNAUTHORIZED,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            ApiError::ExpectationFailed => StatusCode::EXPECTATION_FAILED,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -84,6 +90,8 @@ impl ApiError {
             ApiError::BadSignature(_) => "invalid-signature",
             ApiError::Unauthorized => "unauthorized",
             ApiError::PayloadTooLarge(_) => "payload-too-large",
+            ApiError::HeadersTooLarge(_) => "headers-too-large",
+            ApiError::ExpectationFailed => "expectation-failed",
             ApiError::UnsupportedMediaType => "unsupported-media-type",
             ApiError::MethodNotAllowed => "method-not-allowed",
             ApiError::Unavailable => "store-unavailable",
@@ -102,6 +110,8 @@ impl ApiError {
             ApiError::BadSignature(_) => "Invalid signature",
             ApiError::Unauthorized => "Unauthorized",
             ApiError::PayloadTooLarge(_) => "Payload too large",
+            ApiError::HeadersTooLarge(_) => "Request header fields too large",
+            ApiError::ExpectationFailed => "Expectation failed",
             ApiError::UnsupportedMediaType => "Unsupported media type",
             ApiError::MethodNotAllowed => "Method not allowed",
             ApiError::Unavailable => "Store unavailable",

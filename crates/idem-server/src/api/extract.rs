@@ -21,6 +21,9 @@ impl FromRequest<AppState> for RawBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        if let Some(e) = idem_gateway::declared_too_large(req.headers(), state.max_body_bytes) {
+            return Err(e.into());
+        }
         idem_gateway::read_limited(req.into_body(), state.max_body_bytes).await.map(RawBody).map_err(ApiError::from)
     }
 }
@@ -42,8 +45,12 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
     }
 }
 
-/// Deserializes JSON, naming the field at fault (`items[3].ttl_seconds`) when it does not fit.
+/// Deserializes a JSON object, naming the field at fault (`items[3].ttl_seconds`) when it does not
+/// fit. Anything but an object is refused: serde would read an array as a struct's fields in order.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()).is_some_and(|&b| b != b'{') {
+        return Err(ApiError::Invalid(Invalid::new("body", "must be a JSON object")));
+    }
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
@@ -96,5 +103,9 @@ mod tests {
         let ApiError::Invalid(invalid) = err else { panic!("expected invalid") };
         assert_eq!(invalid.field, "items[1].ttl_seconds");
         assert!(parse_json::<Body>(br#"{"items":[]} trailing"#).is_err());
+        let ApiError::Invalid(array) = parse_json::<Body>(br#"[[{"ttl_seconds":1}]]"#).unwrap_err() else {
+            panic!("expected invalid")
+        };
+        assert_eq!((array.field.as_str(), array.message.as_str()), ("body", "must be a JSON object"));
     }
 }

@@ -9,6 +9,7 @@ pub mod claim;
 pub mod error;
 pub mod event;
 pub mod extract;
+pub mod guard;
 pub mod health;
 pub mod openapi;
 pub mod operation;
@@ -50,6 +51,7 @@ pub fn app(state: AppState) -> Router {
         .merge(v1)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), guard::check_request))
         .layer(middleware::from_fn(record_request))
         // Bodies are read through `extract`, under `limits.max_body_bytes`; axum's own 2 MiB
         // default would answer first, in plain text.

@@ -90,11 +90,27 @@ pub struct AuthConfig {
 pub struct LimitsConfig {
     /// Largest request body accepted, in bytes; larger bodies get 413.
     pub max_body_bytes: usize,
+    /// Largest request header block on the API listener, in bytes; larger get 431.
+    pub max_header_bytes: usize,
+    /// How long a client may take to send a request's headers, from its first byte (or from
+    /// connecting, for the first request); then the connection is closed.
+    pub header_read_timeout: ConfigDuration,
+    /// How long a kept-alive connection may sit idle between requests before it is closed.
+    pub idle_timeout: ConfigDuration,
+    /// Open connections per listener at most; more wait to be accepted. At start-up it is lowered
+    /// to fit the process's open-file limit (raised to its hard limit first).
+    pub max_connections: usize,
 }
 
 impl Default for LimitsConfig {
     fn default() -> Self {
-        Self { max_body_bytes: idem_gateway::DEFAULT_MAX_BODY_BYTES }
+        Self {
+            max_body_bytes: idem_gateway::DEFAULT_MAX_BODY_BYTES,
+            max_header_bytes: 16 * 1024,
+            header_read_timeout: ConfigDuration(Duration::from_secs(10)),
+            idle_timeout: ConfigDuration(Duration::from_secs(60)),
+            max_connections: 10_000,
+        }
     }
 }
 
@@ -203,8 +219,17 @@ impl Config {
         if self.auth.tokens.iter().any(|t| t.expose().is_empty()) {
             return Err(key_error("auth.tokens".into(), "tokens must not be empty strings"));
         }
-        if self.limits.max_body_bytes == 0 {
-            return Err(key_error("limits.max_body_bytes".into(), "must be at least 1"));
+        let limits = &self.limits;
+        for (key, zero) in [
+            ("limits.max_body_bytes", limits.max_body_bytes == 0),
+            ("limits.max_header_bytes", limits.max_header_bytes == 0),
+            ("limits.max_connections", limits.max_connections == 0),
+            ("limits.header_read_timeout", limits.header_read_timeout.0.is_zero()),
+            ("limits.idle_timeout", limits.idle_timeout.0.is_zero()),
+        ] {
+            if zero {
+                return Err(key_error(key.into(), "must be greater than zero"));
+            }
         }
         if self.sweeper.batch == 0 || self.sweeper.interval.0.is_zero() {
             return Err(key_error("sweeper".into(), "interval and batch must be greater than zero"));

@@ -8,6 +8,7 @@ mod errors;
 mod events;
 mod examples;
 mod gateway;
+mod hostile;
 mod multinode;
 mod operations;
 mod ops;

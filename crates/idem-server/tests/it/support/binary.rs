@@ -23,9 +23,24 @@ pub fn free_port() -> u16 {
 impl Idem {
     /// Starts `idem serve` on `data_dir` and waits until it logs that it is listening.
     pub fn serve(data_dir: &Path, extra: &[&str]) -> Idem {
+        Self::serve_with(data_dir, extra, &[], None)
+    }
+
+    /// As [`Idem::serve`], with extra environment variables and, when given, the open-file limit
+    /// the process starts with (soft and hard, as `ulimit -n` sets them).
+    pub fn serve_with(data_dir: &Path, extra: &[&str], env: &[(&str, &str)], nofile: Option<u32>) -> Idem {
         let port = free_port();
         let listen = format!("127.0.0.1:{port}");
-        let mut child = Command::new(BIN)
+        let mut command = match nofile {
+            Some(n) => {
+                let mut sh = Command::new("sh");
+                sh.args(["-c", &format!("ulimit -n {n} && exec \"$0\" \"$@\""), BIN]);
+                sh
+            }
+            None => Command::new(BIN),
+        };
+        let mut child = command
+            .envs(env.iter().copied())
             .args(["serve", "--listen", &listen, "--data-dir"])
             .arg(data_dir)
             .args(extra)
