@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test of the project, as the README's quick start runs it: the Rust workspace, then the
-# TypeScript and Python clients against the `idem` binary that cargo built (target/debug/idem).
+# TypeScript and Python clients against the `idem` binary that cargo built (target/debug/idem), then
+# the OpenAPI document against an independent validator and Schemathesis.
 # Ends with one line summing every runner's counts: `tests: N passed, M failed`.
 #
 # Needs: a Rust toolchain, Node 18+ with npm, Python 3.9+ with pip. Tests that need PostgreSQL run
@@ -21,6 +22,10 @@ say "TypeScript client (clients/typescript): npm ci && npm test"
 say "Python client (clients/python): mypy --strict and pytest"
 python3 -m pip install --quiet --disable-pip-version-check -e './clients/python[test]' 2>&1 | tee -a "$LOG"
 (cd clients/python && python3 -m mypy --strict src tests && python3 -m pytest -q -p no:cacheprovider) 2>&1 | tee -a "$LOG"
+
+say "OpenAPI: openapi-spec-validator and a bounded Schemathesis run against a real idem"
+python3 -m pip install --quiet --disable-pip-version-check 'openapi-spec-validator==0.9.0' 'schemathesis==4.32.5' 2>&1 | tee -a "$LOG"
+scripts/check-openapi.sh 2>&1 | tee -a "$LOG"
 
 # cargo: "test result: ok. N passed; M failed"; node --test: "# pass N" / "# fail M";
 # pytest: "N passed[, M failed]".

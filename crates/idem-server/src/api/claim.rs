@@ -53,6 +53,7 @@ pub struct ClaimRequest {
     #[schema(value_type = Option<Object>)]
     pub data: Option<Box<RawValue>>,
     /// Seconds until the claim expires; default: the namespace's `default_ttl`, else never.
+    #[serde(default, deserialize_with = "super::extract::whole_seconds")]
     pub ttl_seconds: Option<u64>,
 }
 
@@ -179,7 +180,7 @@ fn check_item_count(len: usize) -> Result<(), Invalid> {
 }
 
 /// Claim a key: `201` when new, `200` with the existing record when it exists.
-#[utoipa::path(post, path = "/v1/claims/{ns}", tag = "claims",
+#[utoipa::path(post, path = "/v1/claims/{ns}", operation_id = "claim", tag = "claims",
     params(("ns" = String, Path, description = "Namespace: 1-64 of [a-z0-9_.-]")),
     request_body = ClaimRequest,
     responses(
@@ -203,7 +204,7 @@ pub async fn create(
 
 /// Claim up to 10,000 keys in one request; results come in request order and the first of two
 /// equal keys wins.
-#[utoipa::path(post, path = "/v1/claims/{ns}/batch", tag = "claims",
+#[utoipa::path(post, path = "/v1/claims/{ns}/batch", operation_id = "claimBatch", tag = "claims",
     params(("ns" = String, Path, description = "Namespace")),
     request_body = BatchRequest,
     responses(
@@ -229,7 +230,7 @@ pub async fn batch(
 }
 
 /// Look up keys by `items` (in request order), or ask whether any live claim begins with `prefix`.
-#[utoipa::path(post, path = "/v1/claims/{ns}/lookup", tag = "claims",
+#[utoipa::path(post, path = "/v1/claims/{ns}/lookup", operation_id = "lookupClaims", tag = "claims",
     params(("ns" = String, Path, description = "Namespace")),
     request_body = LookupRequest,
     responses(
@@ -274,7 +275,7 @@ pub async fn lookup(
 }
 
 /// Read one claim by id.
-#[utoipa::path(get, path = "/v1/claims/{ns}/{id}", tag = "claims",
+#[utoipa::path(get, path = "/v1/claims/{ns}/{id}", operation_id = "getClaim", tag = "claims",
     params(("ns" = String, Path, description = "Namespace"), ("id" = String, Path, description = "64 hex digits")),
     responses(
         (status = 200, description = "The live claim", body = Record),
@@ -290,7 +291,7 @@ pub async fn read(State(state): State<AppState>, path: ClaimPath) -> Result<Json
 }
 
 /// Delete one claim by id.
-#[utoipa::path(delete, path = "/v1/claims/{ns}/{id}", tag = "claims",
+#[utoipa::path(delete, path = "/v1/claims/{ns}/{id}", operation_id = "deleteClaim", tag = "claims",
     params(("ns" = String, Path, description = "Namespace"), ("id" = String, Path, description = "64 hex digits")),
     responses(
         (status = 204, description = "Deleted"),

@@ -31,7 +31,7 @@ fn count(source: &str, outcome: &'static str) {
 
 /// Accept an inbound event: `202` new, `200` a resend of the same event, `409` the same event id
 /// with another payload.
-#[utoipa::path(post, path = "/v1/sources/{name}/events", tag = "events",
+#[utoipa::path(post, path = "/v1/sources/{name}/events", operation_id = "acceptEvent", tag = "events",
     params(("name" = String, Path, description = "The source's name")),
     request_body(content = String, description = "The event, as the sender sent it"),
     responses(

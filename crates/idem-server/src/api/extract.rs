@@ -63,6 +63,23 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     Ok(value)
 }
 
+/// A whole number of seconds, written as JSON allows: `60`, or `60.0` (JSON Schema counts a number
+/// with no fraction as an integer, and some encoders write every number as a float). `null` is
+/// absent; `60.5`, negatives and strings are refused.
+pub fn whole_seconds<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    use serde::Deserialize;
+    match Option::<serde_json::Number>::deserialize(d)? {
+        None => Ok(None),
+        Some(n) => n
+            .as_u64()
+            .or_else(|| {
+                n.as_f64().filter(|f| f.fract() == 0.0 && (0.0..=u64::MAX as f64).contains(f)).map(|f| f as u64)
+            })
+            .map(Some)
+            .ok_or_else(|| serde::de::Error::custom(format!("must be a whole number of seconds, not {n}"))),
+    }
+}
+
 /// `{ns}` and, where the route has one, `{id}`, validated.
 pub struct ClaimPath {
     pub ns: Namespace,
@@ -103,6 +120,19 @@ mod tests {
         let ApiError::Invalid(invalid) = err else { panic!("expected invalid") };
         assert_eq!(invalid.field, "items[1].ttl_seconds");
         assert!(parse_json::<Body>(br#"{"items":[]} trailing"#).is_err());
+        #[derive(Debug, serde::Deserialize)]
+        struct Seconds {
+            #[serde(default, deserialize_with = "whole_seconds")]
+            s: Option<u64>,
+        }
+        let read = |json: &str| parse_json::<Seconds>(json.as_bytes()).map(|v| v.s).map_err(|_| ());
+        assert_eq!(read(r#"{"s":60}"#), Ok(Some(60)));
+        assert_eq!(read(r#"{"s":60.0}"#), Ok(Some(60)), "a float with no fraction is an integer");
+        assert_eq!(read(r#"{"s":null}"#), Ok(None));
+        assert_eq!(read(r#"{}"#), Ok(None));
+        for bad in [r#"{"s":60.5}"#, r#"{"s":-1}"#, r#"{"s":"60"}"#] {
+            assert_eq!(read(bad), Err(()), "{bad}");
+        }
         let ApiError::Invalid(array) = parse_json::<Body>(br#"[[{"ttl_seconds":1}]]"#).unwrap_err() else {
             panic!("expected invalid")
         };

@@ -8,7 +8,6 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use serde_json::json;
-use utoipa::OpenApi;
 
 use super::error::ApiError;
 use super::state::AppState;
@@ -32,5 +31,5 @@ pub async fn metrics() -> impl IntoResponse {
 }
 
 pub async fn openapi() -> impl IntoResponse {
-    Json(super::openapi::ApiDoc::openapi())
+    Json(super::openapi::document())
 }

@@ -50,10 +50,13 @@ pub struct BeginRequest {
     #[schema(value_type = Option<Object>)]
     pub request: Option<Box<RawValue>>,
     /// 1 to 3600; default 60. How long the key is held if the worker dies.
+    #[serde(default, deserialize_with = "super::extract::whole_seconds")]
     pub lease_seconds: Option<u64>,
     /// 1 to 31536000, counted from completion; default the namespace's `default_ttl`, else 24 h.
+    #[serde(default, deserialize_with = "super::extract::whole_seconds")]
     pub ttl_seconds: Option<u64>,
     /// 0 to 30; default 0. How long to wait for a running holder before answering 409.
+    #[serde(default, deserialize_with = "super::extract::whole_seconds")]
     pub wait_seconds: Option<u64>,
 }
 
@@ -78,6 +81,7 @@ pub struct TokenRequest {
 pub struct ExtendRequest {
     pub token: String,
     /// 1 to 3600; default 60: the lease ends this long from now.
+    #[serde(default, deserialize_with = "super::extract::whole_seconds")]
     pub lease_seconds: Option<u64>,
 }
 
@@ -191,7 +195,7 @@ fn decode(result: &[u8]) -> Result<Outcome, ApiError> {
 }
 
 /// Begin work: `201` started, `200` the stored result, `409` in progress, `422` another request.
-#[utoipa::path(post, path = "/v1/operations/{ns}/begin", tag = "operations",
+#[utoipa::path(post, path = "/v1/operations/{ns}/begin", operation_id = "beginOperation", tag = "operations",
     params(("ns" = String, Path, description = "Namespace: 1-64 of [a-z0-9_.-]")),
     request_body = BeginRequest,
     responses(
@@ -279,7 +283,7 @@ async fn same_request(
 
 /// Store the result of work this token holds. A second complete by the same token answers the
 /// same stored result.
-#[utoipa::path(post, path = "/v1/operations/{ns}/{id}/complete", tag = "operations",
+#[utoipa::path(post, path = "/v1/operations/{ns}/{id}/complete", operation_id = "completeOperation", tag = "operations",
     params(("ns" = String, Path, description = "Namespace"), ("id" = String, Path, description = "64 hex digits")),
     request_body = CompleteRequest,
     responses(
@@ -341,7 +345,7 @@ fn lease_lost(ns: &Namespace) -> ApiError {
 }
 
 /// The work failed: free the key so that it may run again.
-#[utoipa::path(post, path = "/v1/operations/{ns}/{id}/release", tag = "operations",
+#[utoipa::path(post, path = "/v1/operations/{ns}/{id}/release", operation_id = "releaseOperation", tag = "operations",
     params(("ns" = String, Path, description = "Namespace"), ("id" = String, Path, description = "64 hex digits")),
     request_body = TokenRequest,
     responses(
@@ -364,7 +368,7 @@ pub async fn release(
 }
 
 /// A heartbeat for long work: the lease ends `lease_seconds` from now.
-#[utoipa::path(post, path = "/v1/operations/{ns}/{id}/extend", tag = "operations",
+#[utoipa::path(post, path = "/v1/operations/{ns}/{id}/extend", operation_id = "extendOperation", tag = "operations",
     params(("ns" = String, Path, description = "Namespace"), ("id" = String, Path, description = "64 hex digits")),
     request_body = ExtendRequest,
     responses(
@@ -385,7 +389,7 @@ pub async fn extend(
 }
 
 /// Read an operation: in progress (never the token) or completed with its result.
-#[utoipa::path(get, path = "/v1/operations/{ns}/{id}", tag = "operations",
+#[utoipa::path(get, path = "/v1/operations/{ns}/{id}", operation_id = "getOperation", tag = "operations",
     params(("ns" = String, Path, description = "Namespace"), ("id" = String, Path, description = "64 hex digits")),
     responses(
         (status = 200, description = "`status` is `in_progress` or `completed`", body = OperationView),
@@ -407,7 +411,7 @@ pub async fn read(State(state): State<AppState>, path: ClaimPath) -> Result<Json
 }
 
 /// Forget a completed result, so that the work may run again.
-#[utoipa::path(delete, path = "/v1/operations/{ns}/{id}", tag = "operations",
+#[utoipa::path(delete, path = "/v1/operations/{ns}/{id}", operation_id = "deleteOperation", tag = "operations",
     params(("ns" = String, Path, description = "Namespace"), ("id" = String, Path, description = "64 hex digits")),
     responses(
         (status = 204, description = "Forgotten"),

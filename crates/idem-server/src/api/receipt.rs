@@ -88,7 +88,7 @@ fn parse_id(id: &str) -> Result<ReceiptId, ApiError> {
 }
 
 /// One receipt with its attempts.
-#[utoipa::path(get, path = "/v1/receipts/{id}", tag = "events",
+#[utoipa::path(get, path = "/v1/receipts/{id}", operation_id = "getReceipt", tag = "events",
     params(("id" = String, Path, description = "rcpt_…")),
     responses((status = 200, body = ReceiptView), (status = 404, body = crate::api::error::Problem)))]
 pub async fn read(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<ReceiptView>, ApiError> {
@@ -98,6 +98,7 @@ pub async fn read(State(state): State<AppState>, Path(id): Path<String>) -> Resu
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     pub source: Option<String>,
@@ -116,7 +117,7 @@ pub struct ReceiptPage {
 }
 
 /// Receipts, newest first, a page at a time.
-#[utoipa::path(get, path = "/v1/receipts", tag = "events", params(ListQuery),
+#[utoipa::path(get, path = "/v1/receipts", operation_id = "listReceipts", tag = "events", params(ListQuery),
     responses((status = 200, body = ReceiptPage), (status = 400, body = crate::api::error::Problem)))]
 pub async fn list(
     State(state): State<AppState>,
@@ -150,7 +151,7 @@ pub async fn list(
 }
 
 /// Deliver a `dead` or `completed` receipt again, from attempt 1, with the same `webhook-id`.
-#[utoipa::path(post, path = "/v1/receipts/{id}/replay", tag = "events",
+#[utoipa::path(post, path = "/v1/receipts/{id}/replay", operation_id = "replayReceipt", tag = "events",
     params(("id" = String, Path, description = "rcpt_…")),
     responses(
         (status = 202, body = IntakeResponse),
