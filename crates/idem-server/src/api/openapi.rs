@@ -109,6 +109,36 @@ fn set(root: &mut Value, path: &[&str], value: Value) {
     }
 }
 
+fn require(schema: &mut Value, field: &str) {
+    match schema.get_mut("required").and_then(Value::as_array_mut) {
+        Some(required) if !required.iter().any(|r| r == field) => required.push(json!(field)),
+        Some(_) => {}
+        None => schema["required"] = json!([field]),
+    }
+}
+
+/// A property the server leaves out rather than writing `null`.
+fn never_null(property: &mut Value) {
+    if let Some(types) = property.get("type").and_then(Value::as_array) {
+        let kept: Vec<Value> = types.iter().filter(|t| *t != "null").cloned().collect();
+        property["type"] = if kept.len() == 1 { kept[0].clone() } else { Value::Array(kept) };
+    }
+    let branches = property
+        .get("oneOf")
+        .and_then(Value::as_array)
+        .map(|b| b.iter().filter(|b| b.get("type").is_none_or(|t| t != "null")).cloned().collect::<Vec<_>>());
+    if let (Some(mut kept), Some(object)) = (branches, property.as_object_mut()) {
+        object.remove("oneOf");
+        if kept.len() == 1 {
+            if let Some(only) = kept.pop().and_then(|v| v.as_object().cloned()) {
+                object.extend(only);
+            }
+        } else {
+            object.insert("oneOf".into(), Value::Array(kept));
+        }
+    }
+}
+
 /// A field that takes any JSON value (`null` included), described as before.
 fn any_json(schema: &mut Value, field: &str) {
     if let Some(p) = schema.pointer_mut(&format!("/properties/{field}")).and_then(Value::as_object_mut) {
@@ -164,6 +194,38 @@ fn refine_schemas(doc: &mut Value) {
     }
     if let Some(s) = schemas.get_mut("ExtendRequest") {
         set(s, &["properties", "lease_seconds"], integer(1, operation::MAX_LEASE_SECONDS));
+    }
+    // Fields the server always writes (null when empty) are required; fields it leaves out when
+    // empty are optional but never null; status fields name their one value.
+    for (name, field) in [
+        ("Record", "data"),
+        ("Record", "expires_at"),
+        ("Completed", "result"),
+        ("ReceiptPage", "next_cursor"),
+        ("ReceiptView", "result_webhook"),
+        ("ResultView", "last_status_code"),
+        ("ResultView", "last_error"),
+    ] {
+        if let Some(s) = schemas.get_mut(name) {
+            require(s, field);
+        }
+    }
+    for (name, field) in [
+        ("LookupResult", "record"),
+        ("ReceiptView", "attempts"),
+        ("AttemptView", "status_code"),
+        ("AttemptView", "error"),
+        ("AttemptView", "response"),
+        ("Problem", "field"),
+    ] {
+        if let Some(p) = schemas.get_mut(name).and_then(|s| s.pointer_mut(&format!("/properties/{field}"))) {
+            never_null(p);
+        }
+    }
+    for (name, value) in [("Started", "started"), ("Completed", "completed"), ("InProgress", "in_progress")] {
+        if let Some(s) = schemas.get_mut(name) {
+            set(s, &["properties", "status"], json!({"type": "string", "enum": [value]}));
+        }
     }
     let token = json!({"type": "string", "pattern": "^[0-9a-fA-F]{32}$", "description": "The token begin answered"});
     for name in ["CompleteRequest", "TokenRequest", "ExtendRequest"] {
