@@ -40,11 +40,17 @@ pub struct Listeners {
 }
 
 impl Listeners {
-    /// Binds the addresses the config names.
+    /// Binds the addresses the config names; an error names the address ("cannot listen on
+    /// 127.0.0.1:7070: address already in use").
     pub async fn bind(config: &Config) -> std::io::Result<Self> {
-        let api = TcpListener::bind(config.listen).await?;
+        let bind = |addr: std::net::SocketAddr| async move {
+            TcpListener::bind(addr)
+                .await
+                .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))
+        };
+        let api = bind(config.listen).await?;
         let gateway = match &config.gateway {
-            Some(g) => Some(TcpListener::bind(g.listen).await?),
+            Some(g) => Some(bind(g.listen).await?),
             None => None,
         };
         Ok(Self { api, gateway })

@@ -94,6 +94,11 @@ impl FromRequestParts<AppState> for ClaimPath {
             .await
             .map_err(|_| Invalid::new("path", "the path is not valid UTF-8"))?;
         let ns = Namespace::new(params.get("ns").map_or("", String::as_str))?;
+        if !state.admits(&ns) {
+            return Err(ApiError::NotFound(format!(
+                "no namespace {ns}: [namespaces] strict = true refuses namespaces without a [namespaces.{ns}] table"
+            )));
+        }
         let id = params.get("id").map(|id| ClaimId::parse(id)).transpose()?;
         Ok(ClaimPath { ns, id })
     }

@@ -1,9 +1,10 @@
 //! What every `/v1` handler shares: the store, the clock it keeps time by, the parsed config, the
 //! accepted tokens, the delivery worker's wake-up, and the operations API's waiters.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 
-use idem_core::{Clock, Store};
+use idem_core::{Clock, Namespace, Store};
 use idem_gateway::waiters::Waiters;
 use tokio::sync::Notify;
 
@@ -23,6 +24,8 @@ pub struct AppState {
     pub delivery_wake: Arc<Notify>,
     /// Begins waiting on operations held by someone else, woken when they complete or release.
     pub waiters: Arc<Waiters>,
+    /// Unconfigured namespaces already logged (each is logged once).
+    unconfigured: Arc<Mutex<HashSet<String>>>,
 }
 
 impl AppState {
@@ -35,6 +38,27 @@ impl AppState {
     ) -> Self {
         let tokens = Arc::new(Tokens::new(config.auth.tokens.iter().map(|t| t.expose())));
         let max_body_bytes = config.limits.max_body_bytes;
-        Self { store, clock, config: Arc::new(config), tokens, max_body_bytes, delivery_wake, waiters }
+        let unconfigured = Arc::default();
+        Self { store, clock, config: Arc::new(config), tokens, max_body_bytes, delivery_wake, waiters, unconfigured }
+    }
+
+    /// Whether `ns` may be used: a configured namespace always; another one unless
+    /// `[namespaces] strict` is set, and then its first use is logged, once.
+    pub fn admits(&self, ns: &Namespace) -> bool {
+        if self.config.namespaces.contains_key(ns.as_str()) {
+            return true;
+        }
+        if self.config.namespaces.strict {
+            return false;
+        }
+        let mut seen = self.unconfigured.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Bounded: past this many, the log would say nothing new.
+        if seen.len() < 10_000 && seen.insert(ns.as_str().to_owned()) {
+            tracing::info!(
+                namespace = ns.as_str(),
+                "first use of a namespace with no [namespaces] table: its records get no default TTL"
+            );
+        }
+        true
     }
 }

@@ -17,7 +17,13 @@ use import::ImportArgs;
 pub use serve::{load_config, open_store};
 
 #[derive(Debug, Parser)]
-#[command(name = "idem", version, about = "Make side effects happen once: claims, idempotency keys, events.")]
+#[command(
+    name = "idem",
+    version,
+    about = "Make side effects happen once: claims, idempotency keys, operations, events.",
+    after_help = "Exit codes: 0 done; 1 not found, refused by the server, or a runtime failure; \
+                  2 bad usage or config; 3 `claims put` found the key already claimed."
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -189,6 +195,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::Serve(args) => serve::serve(args).await,
         Command::Config(ConfigCommand::Check(args)) => {
             let config = load_config(&args)?;
+            config.check_exposure(false).map_err(Failure::usage)?;
             print!("{}", config.to_redacted_toml());
             eprintln!("idem: config ok");
             Ok(())

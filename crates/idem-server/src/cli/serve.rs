@@ -45,15 +45,9 @@ pub async fn open_store(config: &Config) -> Result<(Arc<dyn Store>, Arc<dyn Cloc
 pub(super) async fn serve(args: ServeArgs) -> Result<(), Failure> {
     let config = load_config(&args.config)?;
     crate::telemetry::init_logging(&config.log);
-    if !config.listen.ip().is_loopback() && config.auth.tokens.is_empty() && !args.insecure_no_auth {
-        return Err(Failure::usage(format!(
-            "refusing to listen on {} with no [auth] tokens: anyone who can reach it could claim and delete keys. \
-             Set [auth] tokens, listen on a loopback address, or pass --insecure-no-auth",
-            config.listen
-        )));
-    }
+    config.check_exposure(args.insecure_no_auth).map_err(Failure::usage)?;
     let (store, clock) = open_store(&config).await?;
-    let listeners = Listeners::bind(&config).await.map_err(|e| Failure::runtime(format!("cannot listen: {e}")))?;
+    let listeners = Listeners::bind(&config).await.map_err(|e| Failure::runtime(e.to_string()))?;
     if let Some(gateway) = listeners.gateway.as_ref().and_then(|l| l.local_addr().ok()) {
         let upstream = config.gateway.as_ref().map(|g| g.upstream.to_string()).unwrap_or_default();
         tracing::info!(addr = %gateway, upstream, "idem gateway listening");

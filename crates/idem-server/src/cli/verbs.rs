@@ -54,6 +54,9 @@ pub(super) async fn claims(command: ClaimsCommand) -> Result<(), Failure> {
     if !reply.body.is_empty() {
         println!("{}", serde_json::to_string_pretty(&reply.json()).unwrap_or_default());
     }
+    if reply.json()["claimed"] == serde_json::Value::Bool(false) {
+        return Err(Failure { code: 3, message: "already claimed: the record printed is the existing one".into() });
+    }
     Ok(())
 }
 

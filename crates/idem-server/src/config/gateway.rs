@@ -16,6 +16,7 @@ use super::value::ConfigDuration;
 #[serde(deny_unknown_fields)]
 pub struct GatewayConfig {
     /// Where the proxy listens.
+    #[serde(deserialize_with = "super::value::listen_addr")]
     pub listen: SocketAddr,
     /// The API behind it: `http://HOST:PORT`, optionally with a base path.
     pub upstream: Upstream,
@@ -42,6 +43,19 @@ mod defaults {
 impl GatewayConfig {
     pub fn routes(&self) -> Routes {
         Routes::new(self.routes.iter().map(|r| r.0.clone()))
+    }
+
+    /// A route that can never match, because an earlier one takes the same requests (the same path
+    /// pattern and a common method): `(index, index of the earlier route)`.
+    pub fn duplicate_route(&self) -> Option<(usize, usize)> {
+        self.routes.iter().enumerate().find_map(|(i, route)| {
+            self.routes[..i]
+                .iter()
+                .position(|earlier| {
+                    earlier.0.path == route.0.path && earlier.0.methods.iter().any(|m| route.0.methods.contains(m))
+                })
+                .map(|other| (i, other))
+        })
     }
 
     /// What the engine runs with, given the server's request-body limit.

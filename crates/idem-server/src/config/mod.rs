@@ -25,6 +25,7 @@ pub use value::{ConfigDuration, HttpUrl, Secret};
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// Address of the `/v1` API, health and metrics.
+    #[serde(deserialize_with = "value::listen_addr")]
     pub listen: SocketAddr,
     /// Where the embedded store keeps its file.
     pub data_dir: PathBuf,
@@ -33,7 +34,7 @@ pub struct Config {
     pub limits: LimitsConfig,
     pub sweeper: SweeperConfig,
     pub log: LogConfig,
-    pub namespaces: BTreeMap<String, NamespaceConfig>,
+    pub namespaces: NamespacesConfig,
     /// The Idempotency-Key reverse proxy; absent: not started.
     pub gateway: Option<GatewayConfig>,
     /// Inbound event sources, each delivered to its handler.
@@ -50,7 +51,7 @@ impl Default for Config {
             limits: LimitsConfig::default(),
             sweeper: SweeperConfig::default(),
             log: LogConfig::default(),
-            namespaces: BTreeMap::new(),
+            namespaces: NamespacesConfig::default(),
             gateway: None,
             sources: Vec::new(),
         }
@@ -150,6 +151,59 @@ pub enum LogFormat {
     Json,
 }
 
+/// `[namespaces]`: `strict`, and a table per configured namespace (so no namespace can be named
+/// `strict`). Derefs to those tables.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct NamespacesConfig {
+    /// Refuse (404) claims and operations in a namespace that has no table here, so that a typo'd
+    /// namespace cannot silently create records that never expire.
+    pub strict: bool,
+    #[serde(flatten)]
+    pub named: BTreeMap<String, NamespaceConfig>,
+}
+
+/// Read key by key, so that an error inside a namespace's table names it (`namespaces.a.ttl`).
+impl<'de> Deserialize<'de> for NamespacesConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Tables;
+        impl<'de> serde::de::Visitor<'de> for Tables {
+            type Value = NamespacesConfig;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("`strict = true|false` and a table per namespace")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<NamespacesConfig, A::Error> {
+                let mut config = NamespacesConfig::default();
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "strict" {
+                        config.strict = map.next_value()?;
+                    } else {
+                        let table = map.next_value()?;
+                        config.named.insert(key, table);
+                    }
+                }
+                Ok(config)
+            }
+        }
+        d.deserialize_map(Tables)
+    }
+}
+
+impl std::ops::Deref for NamespacesConfig {
+    type Target = BTreeMap<String, NamespaceConfig>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.named
+    }
+}
+
+impl std::ops::DerefMut for NamespacesConfig {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.named
+    }
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct NamespaceConfig {
@@ -203,14 +257,14 @@ impl Config {
         }
         apply_overrides(&mut tree, overrides)?;
         let config: Config = serde_path_to_error::deserialize(toml::Value::Table(tree))
-            .map_err(|e| ConfigError::Key { key: e.path().to_string(), message: e.into_inner().to_string() })?;
+            .map_err(|e| ConfigError::Key { key: e.path().to_string(), message: plain(&e.into_inner().to_string()) })?;
         config.validate()?;
         Ok(config)
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
         let key_error = |key: String, message: &str| ConfigError::Key { key, message: message.to_owned() };
-        for (name, ns) in &self.namespaces {
+        for (name, ns) in self.namespaces.iter() {
             Namespace::new(name).map_err(|e| key_error(format!("namespaces.{name}"), &e.message))?;
             if ns.default_ttl.is_some_and(|t| t.0.is_zero()) {
                 return Err(key_error(format!("namespaces.{name}.default_ttl"), "must be longer than zero"));
@@ -234,8 +288,14 @@ impl Config {
         if self.sweeper.batch == 0 || self.sweeper.interval.0.is_zero() {
             return Err(key_error("sweeper".into(), "interval and batch must be greater than zero"));
         }
-        if self.gateway.as_ref().is_some_and(|g| g.listen == self.listen) {
-            return Err(key_error("gateway.listen".into(), "must differ from listen"));
+        if let Some(gateway) = &self.gateway {
+            if gateway.listen == self.listen {
+                return Err(key_error("gateway.listen".into(), "must differ from listen"));
+            }
+            if let Some((i, other)) = gateway.duplicate_route() {
+                let message = format!("matches the same requests as gateway.routes[{other}] (same path and method)");
+                return Err(key_error(format!("gateway.routes[{i}]"), &message));
+            }
         }
         for (i, source) in self.sources.iter().enumerate() {
             source.validate().map_err(|(field, message)| key_error(format!("sources[{i}].{field}"), message))?;
@@ -244,6 +304,19 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// Refuses a non-loopback `listen` with no `[auth] tokens` (anyone who can reach it could claim
+    /// and delete keys), unless the operator said `--insecure-no-auth`.
+    pub fn check_exposure(&self, insecure_no_auth: bool) -> Result<(), String> {
+        if self.listen.ip().is_loopback() || !self.auth.tokens.is_empty() || insecure_no_auth {
+            return Ok(());
+        }
+        Err(format!(
+            "refusing to listen on {} with no [auth] tokens: anyone who can reach it could claim and delete keys. \
+             Set [auth] tokens, listen on a loopback address, or pass --insecure-no-auth",
+            self.listen
+        ))
     }
 
     /// The effective config as TOML, secrets redacted: what `idem config check` prints.
@@ -260,6 +333,22 @@ impl Config {
     pub fn default_ttl(&self, ns: &str) -> Option<Duration> {
         self.namespaces.get(ns).and_then(|n| n.default_ttl).map(|d| d.0)
     }
+}
+
+/// The deserializer's words for types, in the words of someone writing a config file.
+fn plain(message: &str) -> String {
+    [
+        ("expected usize", "expected a whole number ≥ 0"),
+        ("expected u64", "expected a whole number ≥ 0"),
+        ("expected u32", "expected a whole number ≥ 0"),
+        ("expected u16", "expected a whole number ≥ 0"),
+        ("expected i64", "expected a whole number"),
+        ("expected f64", "expected a number"),
+        ("expected a boolean", "expected true or false"),
+        ("expected a string", "expected a string in quotes"),
+    ]
+    .iter()
+    .fold(message.to_owned(), |m, (rust, plain)| m.replace(rust, plain))
 }
 
 fn read_file(path: &Path) -> Result<toml::Table, ConfigError> {
@@ -438,6 +527,29 @@ mod tests {
         let err =
             load(&file.replace("http://127.0.0.1:9000/handle", "ftp://x"), &[], &Overrides::default()).unwrap_err();
         assert!(err.to_string().contains("sources[0].handler_url"), "{err}");
+    }
+
+    #[test]
+    fn mistakes_are_explained_in_plain_words() {
+        let err = load("[limits]\nmax_body_bytes = \"big\"\n", &[], &Overrides::default()).unwrap_err().to_string();
+        assert!(
+            err.contains("limits.max_body_bytes") && err.contains("a whole number ≥ 0") && !err.contains("usize"),
+            "{err}"
+        );
+        let c = load("listen = \"localhost:7272\"\n", &[], &Overrides::default()).expect("localhost works");
+        assert_eq!(c.listen.to_string(), "127.0.0.1:7272");
+        let err = load("listen = \"idem.internal:7070\"\n", &[], &Overrides::default()).unwrap_err().to_string();
+        assert!(err.contains("listen") && err.contains("IP address"), "{err}");
+        let routes = "[gateway]\nlisten = \"127.0.0.1:8080\"\nupstream = \"http://127.0.0.1:3000\"\n[[gateway.routes]]\npath = \"/orders\"\n[[gateway.routes]]\npath = \"/orders\"\nmethods = [\"PATCH\"]\n";
+        let err = load(routes, &[], &Overrides::default()).unwrap_err().to_string();
+        assert!(err.contains("gateway.routes[1]") && err.contains("gateway.routes[0]"), "{err}");
+        assert!(
+            load(&routes.replace("\"PATCH\"", "\"PUT\""), &[], &Overrides::default()).is_ok(),
+            "other methods are fine"
+        );
+        let public = load("listen = \"0.0.0.0:7070\"\n", &[], &Overrides::default()).expect("load");
+        assert!(public.check_exposure(false).is_err_and(|e| e.contains("--insecure-no-auth")));
+        assert!(public.check_exposure(true).is_ok());
     }
 
     #[test]

@@ -88,9 +88,35 @@ impl Serialize for HttpUrl {
     }
 }
 
+/// A listen address: `IP:PORT`, or `localhost:PORT` (read as 127.0.0.1). Host names are not
+/// resolved: the message says to use an IP address.
+pub fn listen_addr<'de, D: Deserializer<'de>>(d: D) -> Result<std::net::SocketAddr, D::Error> {
+    let text = String::deserialize(d)?;
+    parse_listen(&text).map_err(serde::de::Error::custom)
+}
+
+pub fn parse_listen(text: &str) -> Result<std::net::SocketAddr, String> {
+    let text = text.trim();
+    let spelled = match text.strip_prefix("localhost:") {
+        Some(port) => format!("127.0.0.1:{port}"),
+        None => text.to_owned(),
+    };
+    spelled.parse().map_err(|_| {
+        format!("{text:?} is not an address to listen on: give an IP address and a port, such as 127.0.0.1:7070 or 0.0.0.0:7070")
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn listen_addresses_are_ip_and_port_or_localhost() {
+        assert_eq!(parse_listen("localhost:7070").map(|a| a.to_string()), Ok("127.0.0.1:7070".into()));
+        assert_eq!(parse_listen("[::1]:7070").map(|a| a.to_string()), Ok("[::1]:7070".into()));
+        let err = parse_listen("example.com:7070").unwrap_err();
+        assert!(err.contains("give an IP address and a port"), "{err}");
+    }
 
     #[test]
     fn only_http_urls_with_a_host() {

@@ -214,3 +214,26 @@ async fn claims_survive_a_graceful_restart() {
     assert!(results.iter().all(|r| r["exists"] == true), "every acknowledged claim is still there");
     s.stop().await;
 }
+
+/// `[namespaces] strict = true`: a namespace without a table is refused (a typo cannot create
+/// records that never expire); configured namespaces work as ever, for claims and operations.
+#[tokio::test]
+async fn strict_namespaces_refuse_unknown_ones() {
+    let s = TestServer::start_with(
+        |c| {
+            c.namespaces.strict = true;
+            c.namespaces.insert("survey".into(), idem_server::config::NamespaceConfig::default());
+        },
+        Arc::new(SystemClock),
+    )
+    .await;
+    s.post("/v1/claims/survey", json!({"key": "k"}), 201).await;
+    let reply = s.client.send(Method::POST, "/v1/claims/surevy", Some(&json!({"key": "k"}))).await.expect("claim");
+    let problem = crate::support::assert_problem(&reply, 404, "a typo'd namespace");
+    assert!(problem["detail"].as_str().is_some_and(|d| d.contains("strict")), "{problem}");
+    let reply =
+        s.client.send(Method::POST, "/v1/operations/surevy/begin", Some(&json!({"key": "k"}))).await.expect("begin");
+    crate::support::assert_problem(&reply, 404, "operations too");
+    s.post("/v1/operations/survey/begin", json!({"key": "k"}), 201).await;
+    s.stop().await;
+}

@@ -35,6 +35,30 @@ fn config_check_prints_the_effective_config_with_secrets_redacted() {
     assert!(stdout.contains("[redacted]") && !stdout.contains("s3cret"), "{stdout}");
 }
 
+#[test]
+fn config_check_refuses_what_serve_would_and_names_the_field() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let check = |text: &str| {
+        let file = dir.path().join("idem.toml");
+        std::fs::write(&file, text).expect("write");
+        run(&["config", "check", "--config", file.to_str().expect("utf-8")], &[])
+    };
+    let (code, _, stderr) = check("listen = \"0.0.0.0:7070\"\n");
+    assert_eq!(code, 2, "a public listen without tokens fails the check as it fails serve: {stderr}");
+    assert!(stderr.contains("--insecure-no-auth"), "{stderr}");
+    let source = "[[sources]]\nname = \"p\"\nhandler_url = \"ftp://x\"\nevent_id = \"/id\"\nsigning_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n";
+    let (code, _, stderr) = check(source);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("sources[0].handler_url"), "{stderr}");
+    let (code, _, stderr) = check("[sweeper]\nbatch = -5\n");
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains("sweeper.batch") && stderr.contains("whole number") && !stderr.contains("usize"),
+        "{stderr}"
+    );
+    assert_eq!(check("listen = \"localhost:7171\"\n").0, 0, "localhost works");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_put_get_delete() {
     let s = TestServer::start().await;
@@ -48,7 +72,8 @@ async fn claims_put_get_delete() {
     assert_eq!(code, 0, "{stderr}");
     let first: serde_json::Value = serde_json::from_str(&stdout).expect("json out");
     assert_eq!(first["claimed"], true);
-    let (_, stdout, _) = idem(put(r#"{"answer":"B"}"#)).await;
+    let (code, stdout, stderr) = idem(put(r#"{"answer":"B"}"#)).await;
+    assert_eq!(code, 3, "a key already claimed exits 3: {stderr}");
     let second: serde_json::Value = serde_json::from_str(&stdout).expect("json out");
     assert_eq!(second["claimed"], false);
     assert_eq!(second["data"], json!({"answer": "A"}));
