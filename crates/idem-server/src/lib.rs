@@ -67,6 +67,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let handle = telemetry::metrics_handle();
+    telemetry::register_configured(&config);
     let limits = conn::ConnLimits {
         max_connections: conn::fit_connections(config.limits.max_connections),
         header_read_timeout: config.limits.header_read_timeout.0,

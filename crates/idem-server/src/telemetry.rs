@@ -25,8 +25,107 @@ pub fn metrics_handle() -> &'static PrometheusHandle {
         // Fails only if another recorder was installed first; then our handle renders nothing
         // from the facade, which is visible on /metrics and harmless.
         let _ = metrics::set_global_recorder(recorder);
+        describe();
+        metrics::gauge!("idem_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
         handle
     })
+}
+
+/// `# HELP` for every family idem records, so a dashboard or an alert can say what it watches.
+fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram};
+    describe_gauge!("idem_build_info", "Always 1; the version label says which idem is running.");
+    describe_counter!(
+        "idem_http_requests_total",
+        "HTTP requests on the API listener, by method, matched route and status."
+    );
+    describe_histogram!(
+        "idem_http_request_duration_seconds",
+        "Time to answer an API request, by method and matched route."
+    );
+    describe_counter!("idem_errors_total", "Problem answers given, by kind (the problem type's last segment).");
+    describe_counter!("idem_claims_total", "Claims by namespace and outcome: claimed (new) or existing.");
+    describe_counter!("idem_claims_deleted_total", "Claims deleted through the API, by namespace.");
+    describe_counter!("idem_lookups_total", "Keys looked up, by namespace and kind (ids, prefix, get).");
+    describe_counter!(
+        "idem_operations_total",
+        "Operations API calls by namespace and outcome (started, replayed, in_progress, mismatch, completed, released, extended, lease_lost, deleted)."
+    );
+    describe_counter!("idem_gateway_requests_total", "Gateway requests on guarded routes, by route and outcome.");
+    describe_histogram!(
+        "idem_gateway_upstream_duration_seconds",
+        "Time the upstream took for a request the gateway forwarded, by route."
+    );
+    describe_counter!(
+        "idem_gateway_lease_expiries_total",
+        "Gateway keys taken over after their holder's lease ran out, by route."
+    );
+    describe_counter!(
+        "idem_events_intake_total",
+        "Events received, by source and outcome (accepted, replay, mismatch, invalid, bad_signature)."
+    );
+    describe_counter!(
+        "idem_delivery_attempts_total",
+        "Delivery attempts by source, kind (delivery, result) and outcome (success, failure)."
+    );
+    describe_counter!("idem_deliveries_total", "Receipts that ended, by source and outcome (completed, dead).");
+    describe_counter!("idem_receipt_replays_total", "Receipts replayed through the API.");
+    describe_gauge!("idem_jobs_due", "Delivery and result jobs due now, leased or not (the backlog).");
+    describe_gauge!("idem_jobs_oldest_due_age_seconds", "How long the oldest due job has been waiting.");
+    describe_counter!("idem_sweeper_deleted_total", "Expired claims and finished keys deleted by the sweeper.");
+    describe_gauge!("idem_sweeper_last_run_timestamp_seconds", "When the sweeper last finished a pass (Unix seconds).");
+    describe_histogram!("idem_store_commit_batch_commands", "Commands per group commit of the embedded store.");
+    describe_histogram!(
+        "idem_store_commit_batch_items",
+        "Items (claims and others) per group commit of the embedded store."
+    );
+    describe_histogram!(
+        "idem_store_commit_seconds",
+        "Time one group commit of the embedded store took, fsync included."
+    );
+    describe_counter!(
+        "idem_store_commit_errors_total",
+        "Group commits of the embedded store that failed and were rolled back."
+    );
+}
+
+/// Counters present at zero from start-up for every configured namespace, source and route, so
+/// that alerts and `rate()` work before the first event.
+pub fn register_configured(config: &crate::config::Config) {
+    for ns in config.namespaces.keys() {
+        for outcome in ["claimed", "existing"] {
+            metrics::counter!("idem_claims_total", "namespace" => ns.clone(), "outcome" => outcome).increment(0);
+        }
+        for outcome in ["started", "replayed", "in_progress", "completed", "released", "lease_lost"] {
+            metrics::counter!("idem_operations_total", "namespace" => ns.clone(), "outcome" => outcome).increment(0);
+        }
+    }
+    for source in &config.sources {
+        let name = source.name.as_str().to_owned();
+        for outcome in ["accepted", "replay", "mismatch", "invalid", "bad_signature"] {
+            metrics::counter!("idem_events_intake_total", "source" => name.clone(), "outcome" => outcome).increment(0);
+        }
+        for outcome in ["completed", "dead"] {
+            metrics::counter!("idem_deliveries_total", "source" => name.clone(), "outcome" => outcome).increment(0);
+        }
+        for kind in ["delivery", "result"] {
+            for outcome in ["success", "failure"] {
+                metrics::counter!("idem_delivery_attempts_total", "source" => name.clone(), "kind" => kind, "outcome" => outcome)
+                    .increment(0);
+            }
+        }
+    }
+    for route in config.gateway.iter().flat_map(|g| g.routes.iter()) {
+        let path = route.0.path.as_str().to_owned();
+        for outcome in ["forwarded", "replayed", "conflict", "mismatch", "released", "upstream_error", "store_error"] {
+            metrics::counter!("idem_gateway_requests_total", "route" => path.clone(), "outcome" => outcome)
+                .increment(0);
+        }
+    }
+    metrics::counter!("idem_receipt_replays_total").increment(0);
+    metrics::counter!("idem_sweeper_deleted_total").increment(0);
+    metrics::gauge!("idem_jobs_due").set(0.0);
+    metrics::gauge!("idem_jobs_oldest_due_age_seconds").set(0.0);
 }
 
 /// Starts structured logging to stderr. Safe to call more than once (later calls do nothing).

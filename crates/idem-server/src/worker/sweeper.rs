@@ -25,6 +25,8 @@ pub async fn run(store: Arc<dyn Store>, config: SweeperConfig, mut stop: watch::
 pub async fn sweep_all(store: &dyn Store, batch: usize, stop: &watch::Receiver<bool>) -> usize {
     let claims = drain("claims", || store.sweep_expired(batch), batch, stop).await;
     let keys = drain("keys", || store.sweep_requests(batch), batch, stop).await;
+    let now = idem_core::Clock::now(&idem_core::SystemClock).millis() as f64 / 1000.0;
+    metrics::gauge!("idem_sweeper_last_run_timestamp_seconds").set(now);
     claims + keys
 }
 

@@ -86,3 +86,43 @@ async fn openapi_describes_the_whole_v1_api() {
     }
     s.stop().await;
 }
+
+/// Every family on /metrics says what it is (`# HELP`); counters of configured namespaces, sources
+/// and routes are there at zero before anything happened, so alerts and `rate()` work from the
+/// start; `idem_build_info` names the version.
+#[tokio::test]
+async fn metrics_describe_themselves_and_start_at_zero() {
+    let receiver = crate::support::receiver::Receiver::start(std::time::Duration::ZERO).await;
+    let handler = receiver.url.clone();
+    let s = TestServer::start_with(
+        move |c| {
+            c.namespaces.insert("zero_ns".into(), idem_server::config::NamespaceConfig::default());
+            c.sources = vec![
+                toml::from_str(&format!(
+                    "name = \"zero-src\"\nhandler_url = \"{handler}\"\nevent_id = \"/id\"\nsigning_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n"
+                ))
+                .expect("source"),
+            ];
+        },
+        std::sync::Arc::new(idem_core::SystemClock),
+    )
+    .await;
+    let reply = s.client.send(Method::GET, "/metrics", None).await.expect("metrics");
+    let text = String::from_utf8_lossy(&reply.body).into_owned();
+    for line in [
+        r#"idem_claims_total{namespace="zero_ns",outcome="claimed"} 0"#,
+        r#"idem_operations_total{namespace="zero_ns",outcome="started"} 0"#,
+        r#"idem_events_intake_total{source="zero-src",outcome="accepted"} 0"#,
+        r#"idem_deliveries_total{source="zero-src",outcome="dead"} 0"#,
+        &format!(r#"idem_build_info{{version="{}"}} 1"#, env!("CARGO_PKG_VERSION")),
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+    }
+    let families: Vec<&str> =
+        text.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split(' ').next()).collect();
+    assert!(families.len() > 10, "{families:?}");
+    for family in families {
+        assert!(text.contains(&format!("# HELP {family} ")), "{family} has no # HELP");
+    }
+    s.stop().await;
+}
