@@ -76,6 +76,8 @@ pub async fn run(
     let (stop, stopped) = watch::channel(false);
     let sweeper = tokio::spawn(worker::sweeper::run(Arc::clone(&store), config.sweeper.clone(), stopped.clone()));
     let upkeep = tokio::spawn(metrics_upkeep(handle, stopped.clone()));
+    let data_dir = matches!(config.store, config::StoreConfig::Sqlite {}).then(|| config.data_dir.clone());
+    let gauges = tokio::spawn(worker::gauges::run(data_dir, stopped.clone()));
     let wake = Arc::new(Notify::new());
     let (engine, gateway) = match (&config.gateway, listeners.gateway) {
         (Some(gateway), Some(listener)) => {
@@ -104,7 +106,7 @@ pub async fn run(
     if let Some(delivery) = delivery {
         let _ = delivery.await;
     }
-    let _ = tokio::join!(sweeper, upkeep);
+    let _ = tokio::join!(sweeper, upkeep, gauges);
     store.close().await;
     tracing::info!("idem stopped");
     Ok(())

@@ -74,6 +74,8 @@ fn describe() {
     describe_gauge!("idem_jobs_oldest_due_age_seconds", "How long the oldest due job has been waiting.");
     describe_counter!("idem_sweeper_deleted_total", "Expired claims and finished keys deleted by the sweeper.");
     describe_gauge!("idem_sweeper_last_run_timestamp_seconds", "When the sweeper last finished a pass (Unix seconds).");
+    describe_gauge!("idem_store_size_bytes", "Bytes the embedded store's files take on disk (idem.db, -wal, -shm).");
+    describe_gauge!("idem_data_dir_available_bytes", "Bytes still free for idem on the data dir's file system.");
     describe_histogram!("idem_store_commit_batch_commands", "Commands per group commit of the embedded store.");
     describe_histogram!(
         "idem_store_commit_batch_items",
@@ -123,6 +125,8 @@ pub fn register_configured(config: &crate::config::Config) {
         }
     }
     metrics::counter!("idem_receipt_replays_total").increment(0);
+    metrics::counter!("idem_store_commit_errors_total").increment(0);
+    metrics::counter!("idem_errors_total", "kind" => "store-unavailable").increment(0);
     metrics::counter!("idem_sweeper_deleted_total").increment(0);
     metrics::gauge!("idem_jobs_due").set(0.0);
     metrics::gauge!("idem_jobs_oldest_due_age_seconds").set(0.0);

@@ -4,6 +4,7 @@
 mod auth;
 mod claims;
 mod cli;
+mod deploy;
 mod errors;
 mod events;
 mod examples;
