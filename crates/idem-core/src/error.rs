@@ -44,3 +44,40 @@ pub enum StoreError {
     #[error("store internal error: {0}")]
     Internal(String),
 }
+
+/// An error and every cause under it, joined by `: `, each message once: `client error
+/// (SendRequest): connection closed before message completed`, not just `client error
+/// (SendRequest)`. (Libraries often repeat their cause in their own message; that is not repeated.)
+pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = cause.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("client error (SendRequest)")]
+    struct Outer(#[source] Inner);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("connection closed before message completed")]
+    struct Inner;
+
+    #[test]
+    fn the_whole_chain_is_told_once() {
+        assert_eq!(chain(&Outer(Inner)), "client error (SendRequest): connection closed before message completed");
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused");
+        assert_eq!(chain(&io), "Connection refused");
+    }
+}

@@ -87,8 +87,10 @@ impl ApiClient {
             builder = builder.header(header::AUTHORIZATION, format!("Bearer {token}"));
         }
         let request = builder.body(Full::new(body.unwrap_or_default())).map_err(|_| ClientError::Url(url.clone()))?;
-        let connect_error =
-            |e: &dyn std::fmt::Display| ClientError::Connect { url: url.clone(), message: e.to_string() };
+        let connect_error = |e: &(dyn std::error::Error + 'static)| ClientError::Connect {
+            url: url.clone(),
+            message: idem_core::error::chain(e),
+        };
         let response = self.http.request(request).await.map_err(|e| connect_error(&e))?;
         let (parts, body) = response.into_parts();
         let body = body.collect().await.map_err(|e| connect_error(&e))?.to_bytes();

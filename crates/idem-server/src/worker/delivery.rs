@@ -35,8 +35,27 @@ const EXCERPT: usize = 1024;
 /// Bytes of a handler's answer read at most.
 const READ_CAP: usize = 64 * 1024;
 
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// A client that keeps connections alive (`reuse`), or one that opens a connection per request.
+fn http_client(reuse: bool) -> HttpClient {
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(Duration::from_secs(10)));
+    let mut builder = Client::builder(TokioExecutor::new());
+    if !reuse {
+        builder.pool_max_idle_per_host(0);
+    }
+    builder.build(connector)
+}
+
 /// A source as the worker needs it, taken from its (already parsed) config.
 struct SourceRuntime {
+    /// Its own pool of kept-alive connections, used until its handler answers in a way that
+    /// leaves a connection unusable (a 204 or 304 with a body); from then on `fresh`, which opens
+    /// a connection per request, so that no corrupted connection is reused.
+    pooled: HttpClient,
+    fresh: HttpClient,
+    malformed: std::sync::atomic::AtomicBool,
     policy: DeliveryPolicy,
     secret: SigningSecret,
     handler: Uri,
@@ -48,6 +67,9 @@ struct SourceRuntime {
 impl SourceRuntime {
     fn new(config: &SourceConfig) -> Self {
         Self {
+            pooled: http_client(true),
+            fresh: http_client(false),
+            malformed: std::sync::atomic::AtomicBool::new(false),
             policy: config.policy(),
             secret: config.signing_secret.clone(),
             handler: config.handler_url.uri().clone(),
@@ -55,6 +77,15 @@ impl SourceRuntime {
             timeout: config.attempt_timeout.0,
             slots: Arc::new(Semaphore::new(config.concurrency)),
         }
+    }
+
+    fn client(&self) -> &HttpClient {
+        if self.malformed.load(std::sync::atomic::Ordering::Relaxed) { &self.fresh } else { &self.pooled }
+    }
+
+    /// From now on, a connection per request: returns whether this is news.
+    fn stop_reusing(&self) -> bool {
+        !self.malformed.swap(true, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Where a job goes and the `webhook-id` it carries: the receipt id for the event (the same
@@ -74,7 +105,6 @@ pub struct Delivery {
     store: Arc<dyn EventStore>,
     clock: Arc<dyn Clock>,
     sources: HashMap<String, SourceRuntime>,
-    client: Client<HttpConnector, Full<Bytes>>,
     lease: Duration,
     wake: Arc<Notify>,
 }
@@ -89,13 +119,10 @@ impl Delivery {
     pub fn new(sources: &[SourceConfig], store: Arc<dyn EventStore>, clock: Arc<dyn Clock>, wake: Arc<Notify>) -> Self {
         let runtimes = sources.iter().map(|s| (s.name.as_str().to_owned(), SourceRuntime::new(s))).collect();
         let longest = sources.iter().map(|s| s.attempt_timeout.0).max().unwrap_or_default();
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(Duration::from_secs(10)));
-        let client = Client::builder(TokioExecutor::new()).build(connector);
         // A lease outlasts the longest attempt, so a live worker never loses one mid-attempt; when
         // idem dies, its jobs are delivered again once the lease ends.
         let lease = longest + longest.min(Duration::from_secs(30));
-        Self { store, clock, sources: runtimes, client, lease, wake }
+        Self { store, clock, sources: runtimes, lease, wake }
     }
 
     /// Leases and delivers until `stop`, then lets running attempts finish for a while.
@@ -167,11 +194,10 @@ impl Delivery {
         let slot = source.slots.acquire().await;
         let started_at = self.clock.now();
         let clock_start = Instant::now();
-        let answer =
-            match tokio::time::timeout(source.timeout, self.post(&url, &webhook_id, &source.secret, &job)).await {
-                Ok(answer) => answer,
-                Err(_) => Answer::Error(format!("timed out after {}", idem_core::format_duration(source.timeout))),
-            };
+        let answer = match tokio::time::timeout(source.timeout, self.post(source, &url, &webhook_id, &job)).await {
+            Ok(answer) => answer,
+            Err(_) => Answer::Error(format!("timed out after {}", idem_core::format_duration(source.timeout))),
+        };
         drop(slot); // recording the attempt needs no slot of the handler's
         let (record, retry_after) = answer.into_record(job.attempt, started_at, clock_start.elapsed());
         let transition = after_attempt(&job, record, retry_after, &source.policy, self.clock.now());
@@ -187,7 +213,8 @@ impl Delivery {
         }
     }
 
-    async fn post(&self, url: &Uri, webhook_id: &str, secret: &SigningSecret, job: &Job) -> Answer {
+    async fn post(&self, source: &SourceRuntime, url: &Uri, webhook_id: &str, job: &Job) -> Answer {
+        let secret = &source.secret;
         let timestamp = self.clock.now().millis() / 1000;
         let content_type = job.content_type.as_deref().unwrap_or("application/json");
         let request = Request::builder()
@@ -204,11 +231,23 @@ impl Delivery {
             Ok(r) => r,
             Err(e) => return Answer::Error(format!("could not build the request: {e}")),
         };
-        let response = match self.client.request(request).await {
+        let response = match source.client().request(request).await {
             Ok(r) => r,
-            Err(e) => return Answer::Error(format!("{e}")),
+            Err(e) if e.is_connect() => {
+                let host = url.authority().map_or("the handler", |a| a.as_str());
+                return Answer::Error(format!("could not connect to {host}: {}", idem_core::error::chain(&e)));
+            }
+            Err(e) => return Answer::Error(idem_core::error::chain(&e)),
         };
         let code = response.status().as_u16();
+        if carries_forbidden_body(code, response.headers()) && source.stop_reusing() {
+            tracing::warn!(
+                url = %url,
+                status = code,
+                "the handler answered {code} with a body, which HTTP forbids and which corrupts a kept-alive \
+                 connection; from now on this source's deliveries open a connection each"
+            );
+        }
         let retry_after = response
             .headers()
             .get(header::RETRY_AFTER)
@@ -232,6 +271,18 @@ impl Answer {
             Answer::Error(error) => (AttemptRecord { error: Some(error), ..record }, None),
         }
     }
+}
+
+/// A 204 or 304 may not carry a body; one that announces one leaves bytes on the connection that
+/// would be read as the next answer on it.
+fn carries_forbidden_body(status: u16, headers: &http::HeaderMap) -> bool {
+    let announced = headers.contains_key(header::TRANSFER_ENCODING)
+        || headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .is_some_and(|n| n > 0);
+    matches!(status, 204 | 304) && announced
 }
 
 /// Reads up to `READ_CAP` bytes of a handler's answer and keeps the first `EXCERPT`.
