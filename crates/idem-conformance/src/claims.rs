@@ -222,3 +222,13 @@ pub async fn ready_when_open_and_closed_after_close<S: ClaimStore + StoreLifecyc
     let after = h.store.claim(&ns("c"), vec![new_claim(&["after"], None, None)]).await;
     assert!(matches!(after, Err(StoreError::Closed)), "a closed store refuses work: {after:?}");
 }
+
+pub async fn claims_are_counted_per_namespace<S: ClaimStore + ?Sized>(h: &Harness<S>) {
+    assert!(h.store.count_claims().await.expect("count").is_empty(), "an empty store counts nothing");
+    let a = (0..3).map(|i| new_claim(&[&format!("a{i}")], None, None)).collect();
+    h.store.claim(&ns("alpha"), a).await.expect("claim");
+    h.store.claim(&ns("beta"), vec![new_claim(&["b"], None, None)]).await.expect("claim");
+    let mut counts = h.store.count_claims().await.expect("count");
+    counts.sort();
+    assert_eq!(counts, vec![("alpha".to_owned(), 3), ("beta".to_owned(), 1)]);
+}

@@ -223,3 +223,21 @@ pub async fn race_of_100_intakes_of_one_event_accepts_once<S: EventStore + ?Size
     assert_eq!(accepted, 1);
     assert_eq!(h.store.lease_jobs(1000, LEASE, &[]).await.expect("lease").len(), 1, "one job queued");
 }
+
+pub async fn receipts_are_counted_by_source_and_status<S: EventStore + ?Sized>(h: &Harness<S>) {
+    accepted(h, event("a", "e1", "{}")).await;
+    accepted(h, event("a", "e2", "{}")).await;
+    accepted(h, event("b", "e1", "{}")).await;
+    let job = h.store.lease_jobs(1, LEASE, &["b".to_owned()]).await.expect("lease").remove(0);
+    h.store.finish_job(&job, delivered(attempt(1, 500), ReceiptStatus::Dead, None)).await.expect("finish");
+    let mut counts = h.store.count_receipts().await.expect("count");
+    counts.sort_by(|x, y| (&x.0, x.1.as_str()).cmp(&(&y.0, y.1.as_str())));
+    assert_eq!(
+        counts,
+        vec![
+            ("a".to_owned(), ReceiptStatus::Accepted, 1),
+            ("a".to_owned(), ReceiptStatus::Dead, 1),
+            ("b".to_owned(), ReceiptStatus::Accepted, 1),
+        ]
+    );
+}

@@ -84,6 +84,7 @@ macro_rules! claim_suite {
             delete_removes_and_reports_absence,
             race_of_500_has_exactly_one_winner,
             race_across_20_keys_has_one_winner_each,
+            claims_are_counted_per_namespace,
         );
     };
 }
@@ -118,6 +119,7 @@ macro_rules! event_suite {
             replay_starts_a_terminal_receipt_again_from_attempt_1,
             receipts_list_newest_first_with_filters_and_cursor,
             race_of_100_intakes_of_one_event_accepts_once,
+            receipts_are_counted_by_source_and_status,
         );
     };
 }

@@ -47,6 +47,11 @@ pub trait ClaimStore: Send + Sync + 'static {
     /// Deletes up to `limit` expired claims and says how many went.
     async fn sweep_expired(&self, limit: usize) -> Result<usize, StoreError>;
 
+    /// Stored claims per namespace, expired ones the sweeper has not deleted yet included (so an
+    /// estimate of what is live). A count over the whole table: call it now and then, not per
+    /// request.
+    async fn count_claims(&self) -> Result<Vec<(String, u64)>, StoreError>;
+
     /// One claim by id.
     async fn get(&self, ns: &Namespace, id: &ClaimId) -> Result<Option<ClaimRecord>, StoreError> {
         let mut found = self.lookup(ns, std::slice::from_ref(id)).await?;
@@ -117,6 +122,9 @@ pub trait EventStore: Send + Sync + 'static {
     async fn replay_receipt(&self, id: &ReceiptId) -> Result<Option<ReceiptStatus>, StoreError>;
 
     async fn queue_stats(&self) -> Result<QueueStats, StoreError>;
+
+    /// Receipts per (source, status). A count over the whole table: call it now and then.
+    async fn count_receipts(&self) -> Result<Vec<(String, ReceiptStatus, u64)>, StoreError>;
 }
 
 /// A change made through another node that this node may be waiting for.

@@ -378,3 +378,13 @@ pub async fn list(client: &Object, filter: &ReceiptFilter) -> Result<Vec<Receipt
         .map_err(store_error)?;
     rows.iter().map(to_receipt).collect()
 }
+
+pub async fn count_receipts(client: &Object) -> Result<Vec<(String, ReceiptStatus, u64)>, StoreError> {
+    let rows = client
+        .query("SELECT source, status, count(*) FROM receipts GROUP BY source, status", &[])
+        .await
+        .map_err(store_error)?;
+    rows.iter()
+        .map(|r| Ok((r.get::<_, String>(0), status_of(&r.get::<_, String>(1))?, r.get::<_, i64>(2) as u64)))
+        .collect()
+}

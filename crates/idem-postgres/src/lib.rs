@@ -176,6 +176,12 @@ impl ClaimStore for PgStore {
         Ok(row.is_some_and(|r| r.get::<_, Option<i64>>(0).is_none_or(|at| at > now)))
     }
 
+    async fn count_claims(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        let client = self.client().await?;
+        let rows = client.query("SELECT ns, count(*) FROM claims GROUP BY ns", &[]).await.map_err(store_error)?;
+        Ok(rows.iter().map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1) as u64)).collect())
+    }
+
     async fn sweep_expired(&self, limit: usize) -> Result<usize, StoreError> {
         let client = self.client().await?;
         let now = self.now().millis();
@@ -286,6 +292,11 @@ impl EventStore for PgStore {
     async fn replay_receipt(&self, id: &ReceiptId) -> Result<Option<ReceiptStatus>, StoreError> {
         let mut client = self.client().await?;
         event::replay(&mut client, id, self.now()).await
+    }
+
+    async fn count_receipts(&self) -> Result<Vec<(String, ReceiptStatus, u64)>, StoreError> {
+        let client = self.client().await?;
+        event::count_receipts(&client).await
     }
 
     async fn queue_stats(&self) -> Result<QueueStats, StoreError> {

@@ -77,7 +77,7 @@ pub async fn run(
     let sweeper = tokio::spawn(worker::sweeper::run(Arc::clone(&store), config.sweeper.clone(), stopped.clone()));
     let upkeep = tokio::spawn(metrics_upkeep(handle, stopped.clone()));
     let data_dir = matches!(config.store, config::StoreConfig::Sqlite {}).then(|| config.data_dir.clone());
-    let gauges = tokio::spawn(worker::gauges::run(data_dir, stopped.clone()));
+    let gauges = tokio::spawn(worker::gauges::run(Arc::clone(&store), data_dir, stopped.clone()));
     let wake = Arc::new(Notify::new());
     let (engine, gateway) = match (&config.gateway, listeners.gateway) {
         (Some(gateway), Some(listener)) => {

@@ -74,6 +74,14 @@ fn describe() {
     describe_gauge!("idem_jobs_oldest_due_age_seconds", "How long the oldest due job has been waiting.");
     describe_counter!("idem_sweeper_deleted_total", "Expired claims and finished keys deleted by the sweeper.");
     describe_gauge!("idem_sweeper_last_run_timestamp_seconds", "When the sweeper last finished a pass (Unix seconds).");
+    describe_gauge!(
+        "idem_receipts",
+        "Receipts by source and status, counted every minute (dead letters: status=\"dead\")."
+    );
+    describe_gauge!(
+        "idem_claims_stored",
+        "Stored claims per namespace, counted every 5 minutes; expired ones count until swept, so an estimate."
+    );
     describe_gauge!("idem_store_size_bytes", "Bytes the embedded store's files take on disk (idem.db, -wal, -shm).");
     describe_gauge!("idem_data_dir_available_bytes", "Bytes still free for idem on the data dir's file system.");
     describe_histogram!("idem_store_commit_batch_commands", "Commands per group commit of the embedded store.");
@@ -110,6 +118,8 @@ pub fn register_configured(config: &crate::config::Config) {
         for outcome in ["completed", "dead"] {
             metrics::counter!("idem_deliveries_total", "source" => name.clone(), "outcome" => outcome).increment(0);
         }
+        // Dead letters are there at zero until the first count says otherwise.
+        metrics::gauge!("idem_receipts", "source" => name.clone(), "status" => "dead").set(0.0);
         for kind in ["delivery", "result"] {
             for outcome in ["success", "failure"] {
                 metrics::counter!("idem_delivery_attempts_total", "source" => name.clone(), "kind" => kind, "outcome" => outcome)

@@ -365,3 +365,14 @@ pub fn queue_stats(conn: &Connection, now: Timestamp) -> Result<QueueStats, Stor
         })
         .map_err(store_error)
 }
+
+pub fn count_receipts(conn: &Connection) -> Result<Vec<(String, ReceiptStatus, u64)>, StoreError> {
+    let mut stmt = conn
+        .prepare_cached("SELECT source, status, count(*) FROM receipts GROUP BY source, status")
+        .map_err(store_error)?;
+    let rows: Vec<(String, String, i64)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .and_then(|rows| rows.collect())
+        .map_err(store_error)?;
+    rows.into_iter().map(|(source, status, n)| Ok((source, status_of(&status)?, n as u64))).collect()
+}

@@ -155,6 +155,10 @@ impl ClaimStore for SqliteStore {
     async fn sweep_expired(&self, limit: usize) -> Result<usize, StoreError> {
         self.send(|reply| Command::Sweep { limit, reply }).await
     }
+
+    async fn count_claims(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        self.readers.run(reader::count_claims).await
+    }
 }
 
 #[async_trait]
@@ -238,6 +242,10 @@ impl EventStore for SqliteStore {
     async fn queue_stats(&self) -> Result<QueueStats, StoreError> {
         let now = self.clock.now();
         self.readers.run(move |conn| event::queue_stats(conn, now)).await
+    }
+
+    async fn count_receipts(&self) -> Result<Vec<(String, ReceiptStatus, u64)>, StoreError> {
+        self.readers.run(event::count_receipts).await
     }
 }
 

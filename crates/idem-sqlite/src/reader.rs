@@ -110,3 +110,11 @@ pub fn prefix_exists(conn: &Connection, ns: &Namespace, prefix: &Parts, now: Tim
         .map_err(store_error)?;
     stmt.exists(params![ns.as_str(), prefix.encode(), prefix.prefix_upper_bound(), now.millis()]).map_err(store_error)
 }
+
+/// Claims per namespace, from the primary key's index.
+pub fn count_claims(conn: &Connection) -> Result<Vec<(String, u64)>, StoreError> {
+    let mut stmt = conn.prepare_cached("SELECT ns, count(*) FROM claims GROUP BY ns").map_err(store_error)?;
+    stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64)))
+        .and_then(|rows| rows.collect())
+        .map_err(store_error)
+}

@@ -114,6 +114,7 @@ async fn metrics_describe_themselves_and_start_at_zero() {
         r#"idem_operations_total{namespace="zero_ns",outcome="started"} 0"#,
         r#"idem_events_intake_total{source="zero-src",outcome="accepted"} 0"#,
         r#"idem_deliveries_total{source="zero-src",outcome="dead"} 0"#,
+        r#"idem_receipts{source="zero-src",status="dead"} 0"#,
         &format!(r#"idem_build_info{{version="{}"}} 1"#, env!("CARGO_PKG_VERSION")),
     ] {
         assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
