@@ -18,7 +18,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from idem_client import call, expect, require_server  # noqa: E402
+from support import call, expect, require_server  # noqa: E402
 
 BATCH = 500
 RUN = os.environ.get("RUN_ID") or datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d%H%M%S%f")
@@ -64,8 +64,25 @@ def run_once():
     return new, rejected, announced
 
 
+def require_namespace_ttls():
+    """The example needs idem started with examples/articles/idem.toml, which gives the two
+    namespaces their TTLs; without it claims never expire. Says so plainly, instead of failing
+    later on a missing expiry."""
+    probe = f"config-probe-{RUN}"
+    status, body = call("POST", "/v1/claims/notified_articles", {"key": probe})
+    expect(status in (200, 201), f"probe claim answered {status}: {body}")
+    call("DELETE", f"/v1/claims/notified_articles/{body['id']}")
+    if body.get("expires_at") is None:
+        raise SystemExit(
+            "idem is running without this example's config: the namespaces notified_articles and "
+            "rejected_articles have no default_ttl. Start it with "
+            "`idem serve --config examples/articles/idem.toml` and run this again."
+        )
+
+
 def main():
     require_server()
+    require_namespace_ttls()
     new, rejected, announced = run_once()
     print(f"first run: {len(new)} new, {len(rejected)} rejected, announced {len(announced)} new articles")
     expect(len(announced) == 540 and len(rejected) == 60, "first run decides every article")

@@ -36,7 +36,16 @@ def create_order(key, body, timeout):
         return None, None, None
 
 
+def order_count():
+    try:
+        with urllib.request.urlopen(UPSTREAM + "/orders", timeout=5) as response:
+            return len(json.loads(response.read())["orders"])
+    except (OSError, urllib.error.URLError):
+        raise SystemExit(f"the orders upstream is not reachable at {UPSTREAM}: start examples/orders/upstream.py")
+
+
 def main():
+    before = order_count()
     key = uuid.uuid4()  # one key per order the user means to place
     body = {"item": "book", "qty": 1}
     delay, answers = 0.1, []
@@ -54,11 +63,10 @@ def main():
         time.sleep(delay)
         delay = min(delay * 2, 0.5)
 
-    with urllib.request.urlopen(UPSTREAM + "/orders") as response:
-        orders = json.loads(response.read())["orders"]
-    print(f"the upstream holds {len(orders)} order(s)")
-    if len(orders) != 1 or any(a != answers[0] for a in answers):
-        raise SystemExit("FAILED: expected exactly one order and the same answer every time")
+    created = order_count() - before
+    print(f"the upstream holds {created} new order(s)")
+    if created != 1 or not answers or any(a != answers[0] for a in answers):
+        raise SystemExit("FAILED: expected exactly one new order and the same answer every time")
     print("ok")
 
 

@@ -2,8 +2,8 @@
 """Seed 001's upstream: a tiny orders API that knows nothing about idempotency.
 
 POST /orders creates an order every time it is called (that is the problem); GET /orders lists
-them. The first POST is slow, as a busy payment step would be, so that a client with a short
-timeout gives up and retries while it is still running.
+them. Every POST is slow, as a busy payment step would be, so that a client with a short timeout
+gives up and retries while it is still running.
 
 Run:  python3 examples/orders/upstream.py [PORT]        (default 3000)
 """
@@ -30,20 +30,20 @@ class Orders(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if self.path != "/orders":
             return self.reply(404, {"error": "not found"})
         with lock:
             self.reply(200, {"orders": list(orders)})
 
     def do_POST(self):
+        # Read the body on every path: left unread, it would be taken for the next request on this
+        # kept-alive connection.
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if self.path != "/orders":
             return self.reply(404, {"error": "not found"})
-        length = int(self.headers.get("Content-Length") or 0)
-        request = json.loads(self.rfile.read(length) or b"{}")
-        with lock:
-            first = not orders
-        if first:
-            time.sleep(1.0)  # the slow first order: the client will time out and retry meanwhile
+        request = json.loads(raw or b"{}")
+        time.sleep(1.0)  # a slow order step: a client with a short timeout gives up and retries meanwhile
         with lock:
             order = {"order_id": len(orders) + 1, "item": request.get("item"), "qty": request.get("qty", 1)}
             orders.append(order)

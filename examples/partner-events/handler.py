@@ -25,6 +25,12 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def reply(self, status, body=None):
+        if status == 204:
+            # No body, and no Content-Length: HTTP forbids a body on 204, and bytes sent after
+            # it would be read as the next answer on this kept-alive connection.
+            self.send_response(204)
+            self.end_headers()
+            return
         data = json.dumps(body or {}).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -47,6 +53,10 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/heal":
             with lock:
                 state["healed"] = True
+            return self.reply(200)
+        if self.path == "/reset":  # a new run of partner.py starts from nothing
+            with lock:
+                state.update({"processed": {}, "attempts": {}, "duplicates": 0, "bad_signatures": 0, "results": {}, "healed": False})
             return self.reply(200)
         try:
             WEBHOOK.verify(body, dict(self.headers.items()))

@@ -20,6 +20,8 @@ IDEM = os.environ.get("IDEM_URL", "http://127.0.0.1:7070")
 HANDLER = os.environ.get("HANDLER_URL", "http://127.0.0.1:9000")
 EVENTS = int(os.environ.get("EVENTS", "1000"))
 SOURCE = os.environ.get("SOURCE", "partner")
+# Event ids are unique per run, so the example can run again against the same idem and handler.
+RUN = os.environ.get("RUN_ID") or time.strftime("%Y%m%d%H%M%S") + f"{time.time_ns() % 1_000_000:06d}"
 
 
 def call(method, url, body=None):
@@ -37,7 +39,7 @@ def call(method, url, body=None):
 
 
 def send(number, variant=""):
-    event = {"external_event_id": f"evt-{number}", "amount": number * 100, "note": variant}
+    event = {"external_event_id": f"evt-{RUN}-{number}", "amount": number * 100, "note": variant}
     return call("POST", f"{IDEM}/v1/sources/{SOURCE}/events", event)
 
 
@@ -47,6 +49,8 @@ def expect(condition, message):
 
 
 def main():
+    status, _ = call("POST", f"{HANDLER}/reset")
+    expect(status == 200, f"the handler at {HANDLER} answers (start examples/partner-events/handler.py)")
     plan = [(n, "") for n in range(1, EVENTS + 1)]
     plan += [(n, "") for n in range(1, EVENTS + 1) if n % 5 == 1]            # 20 % resent as is
     plan += [(n, "changed") for n in range(1, EVENTS + 1) if n % 20 == 2]    # 5 % reused for another payload
@@ -63,9 +67,9 @@ def main():
 
     dead = wait_until_all_end()
     poison = {n for n in range(1, EVENTS + 1) if n % 50 == 0}
-    dead_numbers = {int(r["event_id"].split("-")[1]) for r in dead}
+    dead_numbers = {int(r["event_id"].rsplit("-", 1)[1]) for r in dead}
     for r in dead:
-        if int(r["event_id"].split("-")[1]) not in poison:
+        if int(r["event_id"].rsplit("-", 1)[1]) not in poison:
             print("unexpected dead letter:", call("GET", f"{IDEM}/v1/receipts/{r['id']}")[1])
             break
     expect(dead_numbers == poison, f"dead letters are exactly the poison events: extra {sorted(dead_numbers - poison)}, missing {sorted(poison - dead_numbers)}")
@@ -108,7 +112,7 @@ def page(status):
     while True:
         url = f"{IDEM}/v1/receipts?source={SOURCE}&status={status}&limit=1000" + (f"&cursor={cursor}" if cursor else "")
         body = call("GET", url)[1]
-        found += body["receipts"]
+        found += [r for r in body["receipts"] if r["event_id"].startswith(f"evt-{RUN}-")]
         cursor = body.get("next_cursor")
         if not cursor:
             return found
