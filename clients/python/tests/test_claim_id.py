@@ -1,4 +1,5 @@
-"""claim_id against ids recorded from a real `idem serve` (tests/vectors.json)."""
+"""claim_id against ids recorded from a real `idem serve` (clients/testdata/claim_ids.json, shared with
+the server's tests and the TypeScript client's)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from idem_client import claim_id
 
-VECTORS: List[Dict[str, Any]] = json.loads((Path(__file__).parent / "vectors.json").read_text("utf-8"))["vectors"]
+VECTORS: List[Dict[str, Any]] = json.loads((Path(__file__).parents[2] / "testdata" / "claim_ids.json").read_text("utf-8"))["vectors"]
 
 
 @pytest.mark.parametrize("vector", VECTORS, ids=lambda v: v["id"][:12])

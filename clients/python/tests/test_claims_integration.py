@@ -13,7 +13,7 @@ import pytest
 from conftest import IdemServer
 from idem_client import AsyncIdem, Idem, IdemError, claim_id
 
-VECTORS: List[Dict[str, Any]] = json.loads((Path(__file__).parent / "vectors.json").read_text("utf-8"))["vectors"]
+VECTORS: List[Dict[str, Any]] = json.loads((Path(__file__).parents[2] / "testdata" / "claim_ids.json").read_text("utf-8"))["vectors"]
 
 
 @pytest.fixture

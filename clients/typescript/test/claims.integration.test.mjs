@@ -8,7 +8,8 @@ import { after, before, describe, test } from "node:test";
 import { ConnectionError, Idem, IdemError, claimId } from "../dist/index.js";
 import { freePort, startIdem } from "./helpers.mjs";
 
-const vectors = JSON.parse(await readFile(new URL("./vectors.json", import.meta.url), "utf8"));
+// The id vectors shared by the server's tests and both clients'.
+const vectors = JSON.parse(await readFile(new URL("../../testdata/claim_ids.json", import.meta.url), "utf8")).vectors;
 
 describe("claims against a real idem", () => {
   let server;

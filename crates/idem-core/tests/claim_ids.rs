@@ -1,0 +1,20 @@
+//! The claim ids the server computes, against the vectors both clients are tested with
+//! (`clients/testdata/claim_ids.json`, recorded from a real `idem serve`): one file, three
+//! implementations, the same ids.
+
+use idem_core::Parts;
+
+#[test]
+fn ids_match_the_shared_vectors() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../clients/testdata/claim_ids.json");
+    let text = std::fs::read_to_string(path).expect("the shared vectors");
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let vectors = doc["vectors"].as_array().expect("vectors");
+    assert!(vectors.len() >= 20, "{} vectors", vectors.len());
+    for v in vectors {
+        let parts: Vec<String> =
+            v["parts"].as_array().expect("parts").iter().map(|p| p.as_str().expect("a string").to_owned()).collect();
+        let id = Parts::new(parts.clone()).expect("valid parts").id().to_string();
+        assert_eq!(id, v["id"].as_str().expect("id"), "{parts:?}");
+    }
+}
