@@ -307,7 +307,7 @@ def test_receipts_get_and_replay() -> None:
     rec = Recorder(
         httpx.Response(200, json={"id": "r1", "status": "dead"}),
         problem(404, "not-found"),
-        httpx.Response(202, json={"receipt_id": "r1", "status": "accepted", "replay": False}),
+        httpx.Response(202, json={"receipt_id": "r1", "status": "accepted", "replayed": True}),
     )
     idem = make(rec, FakeClock())
     got = idem.receipts.get("r1")

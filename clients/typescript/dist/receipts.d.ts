@@ -50,11 +50,17 @@ export interface ReceiptPage {
     /** Pass as `cursor` for the next page; `null` on the last page. */
     nextCursor: string | null;
 }
-/** What intake and replay answer. */
+/** What intake answers: `replay` is true when the event was seen before (a resend). */
 export interface ReceiptAck {
     receipt_id: string;
     status: string;
     replay: boolean;
+}
+/** What `replay` answers: the receipt is `accepted` again, and this call replayed it. */
+export interface ReplayAck {
+    receipt_id: string;
+    status: "accepted";
+    replayed: true;
 }
 export declare class Receipts {
     #private;
@@ -70,5 +76,5 @@ export declare class Receipts {
      * Deliver a `dead` or `completed` receipt again from attempt 1, with the same `webhook-id`.
      * A 409 `IdemError` while it is still being delivered; a 404 `IdemError` when there is none.
      */
-    replay(id: string): Promise<ReceiptAck>;
+    replay(id: string): Promise<ReplayAck>;
 }

@@ -38,6 +38,7 @@ export type {
   Attempt,
   Receipt,
   ReceiptAck,
+  ReplayAck,
   ReceiptFilter,
   ReceiptPage,
   ReceiptStatus,

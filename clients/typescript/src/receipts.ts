@@ -59,11 +59,18 @@ export interface ReceiptPage {
   nextCursor: string | null;
 }
 
-/** What intake and replay answer. */
+/** What intake answers: `replay` is true when the event was seen before (a resend). */
 export interface ReceiptAck {
   receipt_id: string;
   status: string;
   replay: boolean;
+}
+
+/** What `replay` answers: the receipt is `accepted` again, and this call replayed it. */
+export interface ReplayAck {
+  receipt_id: string;
+  status: "accepted";
+  replayed: true;
 }
 
 export class Receipts {
@@ -104,8 +111,8 @@ export class Receipts {
    * Deliver a `dead` or `completed` receipt again from attempt 1, with the same `webhook-id`.
    * A 409 `IdemError` while it is still being delivered; a 404 `IdemError` when there is none.
    */
-  async replay(id: string): Promise<ReceiptAck> {
+  async replay(id: string): Promise<ReplayAck> {
     const res = await this.#http.call("POST", `/v1/receipts/${segment(id, "id")}/replay`);
-    return res?.body as ReceiptAck;
+    return res?.body as ReplayAck;
   }
 }

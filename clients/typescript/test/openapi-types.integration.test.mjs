@@ -19,7 +19,7 @@ const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const CHECKS = `
 import type { components } from "./api.js";
 import type {
-  ClaimRecord, LookupResult, StartedOperation, CompletedOperation, OperationRecord, Receipt, ReceiptAck, Problem,
+  ClaimRecord, LookupResult, StartedOperation, CompletedOperation, OperationRecord, Receipt, ReceiptAck, ReplayAck, Problem,
 } from "${join(root, "dist", "index.js")}";
 
 type S = components["schemas"];
@@ -38,6 +38,7 @@ export type Checks = [
   Accepts<Receipt, S["ReceiptView"]>,
   Accepts<Receipt[], S["ReceiptPage"]["receipts"]>,
   Accepts<ReceiptAck, S["IntakeResponse"]>,
+  Accepts<ReplayAck, S["ReplayResponse"]>,
   Accepts<Problem, S["Problem"]>,
 ];
 `;

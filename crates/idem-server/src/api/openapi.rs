@@ -222,10 +222,18 @@ fn refine_schemas(doc: &mut Value) {
             never_null(p);
         }
     }
-    for (name, value) in [("Started", "started"), ("Completed", "completed"), ("InProgress", "in_progress")] {
+    for (name, value) in [
+        ("Started", "started"),
+        ("Completed", "completed"),
+        ("InProgress", "in_progress"),
+        ("ReplayResponse", "accepted"),
+    ] {
         if let Some(s) = schemas.get_mut(name) {
             set(s, &["properties", "status"], json!({"type": "string", "enum": [value]}));
         }
+    }
+    if let Some(s) = schemas.get_mut("ReplayResponse") {
+        set(s, &["properties", "replayed"], json!({"type": "boolean", "enum": [true]}));
     }
     let token = json!({"type": "string", "pattern": "^[0-9a-fA-F]{32}$", "description": "The token begin answered"});
     for name in ["CompleteRequest", "TokenRequest", "ExtendRequest"] {

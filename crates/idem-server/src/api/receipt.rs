@@ -11,8 +11,17 @@ use idem_core::{Invalid, Namespace};
 use serde::{Deserialize, Serialize};
 
 use super::error::ApiError;
-use super::event::IntakeResponse;
 use super::state::AppState;
+
+/// What a replay answers: the receipt, now `accepted` again, and that this call replayed it.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ReplayResponse {
+    pub receipt_id: String,
+    /// Always `accepted`: delivery starts again from attempt 1.
+    pub status: &'static str,
+    /// Always `true`: this call queued the receipt for delivery again.
+    pub replayed: bool,
+}
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct AttemptView {
@@ -154,7 +163,7 @@ pub async fn list(
 #[utoipa::path(post, path = "/v1/receipts/{id}/replay", operation_id = "replayReceipt", tag = "events",
     params(("id" = String, Path, description = "rcpt_…")),
     responses(
-        (status = 202, body = IntakeResponse),
+        (status = 202, description = "Queued again from attempt 1", body = ReplayResponse),
         (status = 404, body = crate::api::error::Problem),
         (status = 409, description = "The receipt is still being delivered", body = crate::api::error::Problem),
     ))]
@@ -169,7 +178,7 @@ pub async fn replay(State(state): State<AppState>, Path(id): Path<String>) -> Re
         Replay::Restart => {
             metrics::counter!("idem_receipt_replays_total").increment(1);
             state.delivery_wake.notify_one();
-            let body = IntakeResponse { receipt_id: id.to_string(), status: "accepted".into(), replay: false };
+            let body = ReplayResponse { receipt_id: id.to_string(), status: "accepted", replayed: true };
             Ok((StatusCode::ACCEPTED, Json(body)).into_response())
         }
     }

@@ -136,10 +136,17 @@ async fn intake_answers_202_then_200_then_409_and_receipts_tell_the_story() {
         std::slice::from_ref(&receipt),
         "delivered once, webhook-id = receipt id"
     );
+    let replayed = s.expect(Method::POST, &format!("/v1/receipts/{receipt}/replay"), None, 202).await;
     assert_eq!(
-        s.expect(Method::POST, &format!("/v1/receipts/{receipt}/replay"), None, 202).await["status"],
-        "accepted"
+        replayed,
+        json!({"receipt_id": receipt, "status": "accepted", "replayed": true}),
+        "named for what it did"
     );
+    let again = s.client.send(Method::POST, &format!("/v1/receipts/{receipt}/replay"), None).await.expect("replay");
+    if again.status == 409 {
+        let detail = assert_problem(&again, 409, "a replay while it is being delivered")["detail"].clone();
+        assert!(detail.as_str().is_some_and(|d| d.contains("still being delivered") && !d.contains(" ;")), "{detail}");
+    }
     s.expect(Method::GET, "/v1/receipts/rcpt_000000000000000000000000000000000000", None, 404).await;
     assert_problem(
         &s.client.send(Method::GET, "/v1/receipts?status=lost", None).await.expect("request"),
