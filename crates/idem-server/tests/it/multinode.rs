@@ -166,7 +166,7 @@ async fn three_nodes_one_database() {
     }
 }
 
-/// The operations API across three nodes on one database: of 300 begins of one key spread over the
+/// The operations API across three nodes on one database: of 500 begins of one key spread over the
 /// nodes exactly one starts, and a begin waiting on node 2 is woken by node 0's completion through
 /// the database's notification, not by the lease running out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -174,7 +174,7 @@ async fn operations_across_three_nodes() {
     let upstream = Upstream::start().await;
     let receiver = Receiver::start(Duration::ZERO).await;
     let Some(c) = cluster(&upstream.url, &receiver.url).await else { return };
-    let tasks: Vec<_> = (0..300)
+    let tasks: Vec<_> = (0..500)
         .map(|i| {
             let client = c.api(i % 3);
             tokio::spawn(async move {
@@ -193,7 +193,7 @@ async fn operations_across_three_nodes() {
             (other, answer) => panic!("unexpected {other}: {answer}"),
         }
     }
-    assert_eq!(started.len(), 1, "exactly one of 300 begins across 3 nodes starts");
+    assert_eq!(started.len(), 1, "exactly one of 500 begins across 3 nodes starts");
 
     let token = started[0]["token"].clone();
     let path = format!("/v1/operations/payments/{}", started[0]["id"].as_str().expect("id"));
