@@ -45,12 +45,13 @@ def expect(condition, message):
         raise SystemExit(f"FAILED: {message}")
 
 
-def require_server():
-    """Exits with a plain message when idem is not reachable at IDEM_URL."""
+def require_server(start="idem serve"):
+    """Exits with a plain message when idem is not reachable at IDEM_URL; `start` is the command
+    that starts idem the way the example needs it."""
     try:
         with urllib.request.urlopen(BASE + "/healthz", timeout=5) as response:
             if response.status == 200:
                 return
     except (OSError, urllib.error.URLError):
         pass
-    raise SystemExit(f"idem is not reachable at {BASE}: start it with `idem serve` (or set IDEM_URL)")
+    raise SystemExit(f"idem is not reachable at {BASE}: start it with `{start}` (or set IDEM_URL)")

@@ -81,7 +81,7 @@ def require_namespace_ttls():
 
 
 def main():
-    require_server()
+    require_server("idem serve --config examples/articles/idem.toml")
     require_namespace_ttls()
     new, rejected, announced = run_once()
     print(f"first run: {len(new)} new, {len(rejected)} rejected, announced {len(announced)} new articles")

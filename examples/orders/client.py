@@ -5,6 +5,8 @@ running (409), and a few more times for good measure. The upstream must end with
 
 Run (with upstream.py and `idem serve --config examples/orders/idem.toml` running):
     python3 examples/orders/client.py
+It can run again against the same gateway and upstream: each run uses a new key and counts only the
+orders created during the run.
 Environment: GATEWAY_URL (default http://127.0.0.1:8080), UPSTREAM_URL (default http://127.0.0.1:3000).
 """
 
@@ -44,8 +46,23 @@ def order_count():
         raise SystemExit(f"the orders upstream is not reachable at {UPSTREAM}: start examples/orders/upstream.py")
 
 
+def require_gateway():
+    """Exits with a plain message when nothing answers at GATEWAY_URL."""
+    try:
+        with urllib.request.urlopen(GATEWAY + "/orders", timeout=5):
+            return
+    except urllib.error.HTTPError:
+        return  # the gateway answered (whatever the upstream made of a GET)
+    except (OSError, urllib.error.URLError):
+        raise SystemExit(
+            f"idem's gateway is not reachable at {GATEWAY}: start idem with "
+            "`idem serve --config examples/orders/idem.toml` (or set GATEWAY_URL)"
+        )
+
+
 def main():
     before = order_count()
+    require_gateway()
     key = uuid.uuid4()  # one key per order the user means to place
     body = {"item": "book", "qty": 1}
     delay, answers = 0.1, []

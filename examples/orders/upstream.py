@@ -55,6 +55,9 @@ class Orders(BaseHTTPRequestHandler):
 
 if __name__ == "__main__":
     port = int(sys.argv[1]) if len(sys.argv) > 1 else 3000
-    server = ThreadingHTTPServer(("127.0.0.1", port), Orders)
+    try:
+        server = ThreadingHTTPServer(("127.0.0.1", port), Orders)
+    except OSError as error:
+        raise SystemExit(f"cannot listen on 127.0.0.1:{port}: {error} (pass another port: upstream.py PORT)")
     print(f"orders upstream on http://127.0.0.1:{port}", flush=True)
     server.serve_forever()

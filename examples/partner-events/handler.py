@@ -8,6 +8,7 @@ multiple of 4, and "poison" events (numbers that are multiples of 50) fail every
 `POST /heal`. `POST /results` receives idem's signed result webhooks. `GET /stats` reports.
 
 Run:  python3 examples/partner-events/handler.py PORT SECRET
+      (with examples/partner-events/idem.toml: PORT 9000, SECRET that file's signing_secret)
 """
 
 import json
@@ -15,7 +16,10 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+try:
+    from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+except ImportError:
+    raise SystemExit("this handler needs the Python package standardwebhooks: pip install standardwebhooks")
 
 lock = threading.Lock()
 state = {"processed": {}, "attempts": {}, "duplicates": 0, "bad_signatures": 0, "results": {}, "healed": False}
@@ -88,9 +92,14 @@ class Handler(BaseHTTPRequestHandler):
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        raise SystemExit("usage: handler.py PORT SECRET   (the source's signing_secret in examples/partner-events/idem.toml)")
     port, secret = int(sys.argv[1]), sys.argv[2]
     WEBHOOK = Webhook(secret)
     ThreadingHTTPServer.request_queue_size = 256  # idem delivers many at once; the default backlog is 5
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    try:
+        server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    except OSError as error:
+        raise SystemExit(f"cannot listen on 127.0.0.1:{port}: {error}")
     print(f"handler on http://127.0.0.1:{port}", flush=True)
     server.serve_forever()

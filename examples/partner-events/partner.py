@@ -5,6 +5,13 @@ must refuse. Then it waits until every receipt has ended and checks, from the ha
 every distinct event was processed exactly once, that dead letters are exactly the events the
 handler never accepted, and that replaying them after the handler is fixed completes them.
 
+Run (three terminals; pip install standardwebhooks first):
+    idem serve --config examples/partner-events/idem.toml
+    python3 examples/partner-events/handler.py 9000 whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
+    python3 examples/partner-events/partner.py
+It can run again against the same idem and handler: its event ids are unique per run, it resets the
+handler's counts first, and it counts only its own receipts.
+
 Environment: IDEM_URL (default http://127.0.0.1:7070), HANDLER_URL (default http://127.0.0.1:9000),
 EVENTS (default 1000), SOURCE (default partner).
 """
@@ -48,9 +55,43 @@ def expect(condition, message):
         raise SystemExit(f"FAILED: {message}")
 
 
+def reachable(url):
+    """Whether anything answers HTTP at `url` (one try, no retries)."""
+    try:
+        with urllib.request.urlopen(url, timeout=5):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except OSError:
+        return False
+
+
+def require_setup():
+    """Exits with a plain message when idem, its `partner` source or the handler is missing."""
+    if not reachable(f"{IDEM}/healthz"):
+        raise SystemExit(
+            f"idem is not reachable at {IDEM}: start it with "
+            "`idem serve --config examples/partner-events/idem.toml` (or set IDEM_URL)"
+        )
+    # An event without an id: a configured source refuses it with 400, an unknown one with 404.
+    status, body = call("POST", f"{IDEM}/v1/sources/{SOURCE}/events", {})
+    if status == 404:
+        raise SystemExit(
+            f"idem at {IDEM} has no source named {SOURCE!r}: start it with "
+            f"`idem serve --config examples/partner-events/idem.toml` ({body.get('detail')})"
+        )
+    if not reachable(f"{HANDLER}/stats"):
+        raise SystemExit(
+            f"the handler is not reachable at {HANDLER}: start it with "
+            "`python3 examples/partner-events/handler.py 9000 whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw` "
+            "(it needs `pip install standardwebhooks`), or set HANDLER_URL"
+        )
+
+
 def main():
+    require_setup()
     status, _ = call("POST", f"{HANDLER}/reset")
-    expect(status == 200, f"the handler at {HANDLER} answers (start examples/partner-events/handler.py)")
+    expect(status == 200, f"the handler at {HANDLER} resets")
     plan = [(n, "") for n in range(1, EVENTS + 1)]
     plan += [(n, "") for n in range(1, EVENTS + 1) if n % 5 == 1]            # 20 % resent as is
     plan += [(n, "changed") for n in range(1, EVENTS + 1) if n % 20 == 2]    # 5 % reused for another payload

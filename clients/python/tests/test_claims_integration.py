@@ -37,11 +37,14 @@ def test_claim_new_then_existing(idem: Idem, ns: str) -> None:
 
 
 def test_claim_id_equals_the_servers_id(idem: Idem, ns: str) -> None:
-    items = [{"parts": v["parts"]} if "parts" in v else {"key": v["key"]} for v in VECTORS]
+    keyed = [v for v in VECTORS if "key" in v]
+    assert keyed, "no single-key vectors"
+    # Every vector in its parts form, then the one-part ones again in their key form.
+    items = [{"parts": v["parts"]} for v in VECTORS] + [{"key": v["key"]} for v in keyed]
     results = idem.claims.claim_batch(ns, items)
-    for vector, result in zip(VECTORS, results):
-        parts = vector.get("parts") or [vector["key"]]
-        assert result.record["id"] == vector["id"] == claim_id(parts)
+    assert len(results) == len(items)
+    for vector, result in zip([*VECTORS, *keyed], results):
+        assert result.record["id"] == vector["id"] == claim_id(vector["parts"])
 
 
 def test_batch_in_request_order_first_of_equal_keys_wins(idem: Idem, ns: str) -> None:

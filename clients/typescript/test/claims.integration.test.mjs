@@ -107,13 +107,21 @@ describe("claims against a real idem", () => {
 
   test("claimId equals the server's id for every test vector", async () => {
     assert.ok(vectors.length >= 10);
-    const out = await idem.claims.claimBatch(
-      "vectors",
-      vectors.map((v) => ({ parts: v.parts })),
-    );
+    // A one-part entry also has its `key` form, which names the same id.
+    const keyed = vectors.filter((v) => v.key !== undefined);
+    assert.ok(keyed.length > 0, "no single-key vectors");
+    const out = await idem.claims.claimBatch("vectors", [
+      ...vectors.map((v) => ({ parts: v.parts })),
+      ...keyed.map((v) => ({ key: v.key })),
+    ]);
+    assert.equal(out.length, vectors.length + keyed.length);
     vectors.forEach((v, i) => {
       assert.equal(claimId(v.parts), v.id, `local ${JSON.stringify(v.parts)}`);
       assert.equal(out[i].record.id, v.id, `server ${JSON.stringify(v.parts)}`);
+    });
+    keyed.forEach((v, i) => {
+      assert.equal(claimId(v.key), v.id, `local key ${JSON.stringify(v.key)}`);
+      assert.equal(out[vectors.length + i].record.id, v.id, `server key ${JSON.stringify(v.key)}`);
     });
   });
 

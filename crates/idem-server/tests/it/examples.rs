@@ -1,6 +1,7 @@
 //! The runnable Python examples in `examples/` (seeds 001, 002, 003), each run twice in a row
 //! against one real server: each checks its own expectations, exits non-zero when one fails, and
-//! must pass again. (Seed 000's survey is a TypeScript bot now, on the TypeScript client; it is run
+//! must pass again; and each says plainly what it needs when it is missing (idem, its config, a
+//! package). (Seed 000's survey is a TypeScript bot now, on the TypeScript client; it is run
 //! twice by `clients/typescript/test/examples.integration.test.mjs`.)
 
 use std::path::PathBuf;
@@ -49,20 +50,73 @@ async fn articles_are_announced_once() {
     s.stop().await;
 }
 
+/// Runs a Python example that must fail for want of something, and returns what it said on
+/// stderr: a plain message (no traceback) and a non-zero exit.
+async fn run_failing(args: Vec<String>, env: Vec<(&'static str, String)>) -> String {
+    tokio::task::spawn_blocking(move || {
+        let output = std::process::Command::new("python3")
+            .args(&args)
+            .envs(env)
+            .env_remove("PYTHONPATH")
+            .output()
+            .expect("python3 runs");
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(!output.status.success(), "{args:?} should have failed:\n{stderr}");
+        assert!(!stderr.contains("Traceback"), "{args:?} says what it needs, not a traceback:\n{stderr}");
+        stderr
+    })
+    .await
+    .expect("example ran")
+}
+
+fn arg(path: &str) -> String {
+    example(path).display().to_string()
+}
+
 /// Without its config (the namespaces' TTLs), the articles example says so and how to fix it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn articles_without_their_config_say_what_they_need() {
     let s = TestServer::start().await;
-    let (script, url) = (example("articles/articles.py"), s.url.clone());
-    let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("python3").arg(&script).env("IDEM_URL", url).output().expect("python3 runs")
-    })
-    .await
-    .expect("example ran");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success());
-    assert!(stderr.contains("--config examples/articles/idem.toml") && !stderr.contains("Traceback"), "{stderr}");
+    let stderr = run_failing(vec![arg("articles/articles.py")], vec![("IDEM_URL", s.url.clone())]).await;
+    assert!(stderr.contains("--config examples/articles/idem.toml"), "{stderr}");
     s.stop().await;
+}
+
+/// Each example says plainly what it needs when it is missing: idem not running, idem without the
+/// example's config, the `standardwebhooks` package not installed. (The orders client's missing
+/// gateway is checked in its own test, where its upstream runs.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn examples_say_what_they_need_when_it_is_missing() {
+    let nobody = format!("http://127.0.0.1:{}", crate::support::binary::free_port());
+    let not_running = "idem is not reachable at";
+    let stderr = run_failing(vec![arg("articles/articles.py")], vec![("IDEM_URL", nobody.clone())]).await;
+    assert!(stderr.contains(not_running) && stderr.contains("--config examples/articles/idem.toml"), "{stderr}");
+    let stderr = run_failing(vec![arg("partner-events/partner.py")], vec![("IDEM_URL", nobody.clone())]).await;
+    assert!(stderr.contains(not_running) && stderr.contains("--config examples/partner-events/idem.toml"), "{stderr}");
+    let stderr = run_failing(
+        vec![arg("orders/client.py")],
+        vec![("GATEWAY_URL", nobody.clone()), ("UPSTREAM_URL", nobody.clone())],
+    )
+    .await;
+    assert!(stderr.contains("the orders upstream is not reachable") && stderr.contains("upstream.py"), "{stderr}");
+
+    // idem runs, but without the partner example's source.
+    let s = TestServer::start().await;
+    let stderr = run_failing(
+        vec![arg("partner-events/partner.py")],
+        vec![("IDEM_URL", s.url.clone()), ("HANDLER_URL", nobody.clone())],
+    )
+    .await;
+    assert!(
+        stderr.contains("no source named 'partner'") && stderr.contains("examples/partner-events/idem.toml"),
+        "{stderr}"
+    );
+    s.stop().await;
+
+    // The handler without `standardwebhooks`: `python3 -S` leaves out site-packages, where pip puts it.
+    let stderr =
+        run_failing(vec!["-S".into(), arg("partner-events/handler.py"), "0".into(), "whsec_x".into()], vec![]).await;
+    assert!(stderr.contains("pip install standardwebhooks"), "{stderr}");
 }
 
 /// Seed 001: the orders upstream behind the gateway, and a client that times out and retries with
@@ -92,9 +146,20 @@ async fn orders_are_created_once_however_often_the_client_retries() {
             ..idem_gateway::RoutePolicy::new(idem_core::gateway::PathPattern::parse("/orders").expect("valid"))
         })],
     };
+    let client = example("orders/client.py");
+    // Without idem's gateway the client says how to start it.
+    let nobody = format!("http://127.0.0.1:{}", crate::support::binary::free_port());
+    let stderr = run_failing(
+        vec![client.display().to_string()],
+        vec![("GATEWAY_URL", nobody), ("UPSTREAM_URL", upstream_url.clone())],
+    )
+    .await;
+    assert!(
+        stderr.contains("gateway is not reachable") && stderr.contains("--config examples/orders/idem.toml"),
+        "{stderr}"
+    );
     let s = TestServer::start_with(|c| c.gateway = Some(gateway), Arc::new(SystemClock)).await;
     let gateway_url = s.gateway_url.clone().expect("gateway url");
-    let client = example("orders/client.py");
     for round in 1..=2 {
         let (client, gateway_url, upstream_url) = (client.clone(), gateway_url.clone(), upstream_url.clone());
         let out = tokio::task::spawn_blocking(move || {
