@@ -2,7 +2,7 @@
 //! accepted tokens, the delivery worker's wake-up, and the operations API's waiters.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, RwLock};
 
 use idem_core::{Clock, Namespace, Store};
 use idem_gateway::waiters::Waiters;
@@ -24,8 +24,9 @@ pub struct AppState {
     pub delivery_wake: Arc<Notify>,
     /// Begins waiting on operations held by someone else, woken when they complete or release.
     pub waiters: Arc<Waiters>,
-    /// Unconfigured namespaces already logged (each is logged once).
-    unconfigured: Arc<Mutex<HashSet<String>>>,
+    /// Unconfigured namespaces already logged (each is logged once). Read on every request in
+    /// such a namespace, written once per namespace.
+    unconfigured: Arc<RwLock<HashSet<String>>>,
 }
 
 impl AppState {
@@ -51,9 +52,14 @@ impl AppState {
         if self.config.namespaces.strict {
             return false;
         }
-        let mut seen = self.unconfigured.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let seen = self.unconfigured.read().unwrap_or_else(|poisoned| poisoned.into_inner());
         // Bounded: past this many, the log would say nothing new.
-        if seen.len() < 10_000 && seen.insert(ns.as_str().to_owned()) {
+        if seen.contains(ns.as_str()) || seen.len() >= 10_000 {
+            return true;
+        }
+        drop(seen);
+        let mut seen = self.unconfigured.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if seen.insert(ns.as_str().to_owned()) {
             tracing::info!(
                 namespace = ns.as_str(),
                 "first use of a namespace with no [namespaces] table: its records get no default TTL"

@@ -42,35 +42,43 @@ pub async fn run(store: Arc<dyn Store>, data_dir: Option<PathBuf>, mut stop: wat
     }
 }
 
-/// Sets the receipt gauges; a pair counted before and absent now (all its receipts replayed or
-/// deleted) goes back to zero rather than keeping its last value.
-async fn count_receipts(store: &dyn Store, reported: &mut HashSet<(String, &'static str)>) {
-    let counts = match store.count_receipts().await {
-        Ok(counts) => counts,
-        Err(e) => return tracing::debug!(error = %e, "could not count receipts"),
-    };
-    let now: HashSet<(String, &'static str)> =
-        counts.iter().map(|(s, status, _)| (s.clone(), status.as_str())).collect();
-    for (source, status) in reported.difference(&now) {
-        metrics::gauge!("idem_receipts", "source" => source.clone(), "status" => *status).set(0.0);
+type Labels = Vec<(&'static str, String)>;
+
+/// Receipts per (source, status).
+async fn count_receipts(store: &dyn Store, reported: &mut HashSet<Labels>) {
+    match store.count_receipts().await {
+        Ok(counts) => publish(
+            "idem_receipts",
+            counts
+                .into_iter()
+                .map(|(source, status, n)| (vec![("source", source), ("status", status.as_str().to_owned())], n)),
+            reported,
+        ),
+        Err(e) => tracing::debug!(error = %e, "could not count receipts"),
     }
-    for (source, status, n) in counts {
-        metrics::gauge!("idem_receipts", "source" => source, "status" => status.as_str()).set(n as f64);
-    }
-    *reported = now;
 }
 
-async fn count_claims(store: &dyn Store, reported: &mut HashSet<String>) {
-    let counts = match store.count_claims().await {
-        Ok(counts) => counts,
-        Err(e) => return tracing::debug!(error = %e, "could not count claims"),
-    };
-    let now: HashSet<String> = counts.iter().map(|(ns, _)| ns.clone()).collect();
-    for ns in reported.difference(&now) {
-        metrics::gauge!("idem_claims_stored", "namespace" => ns.clone()).set(0.0);
+/// Stored claims per namespace.
+async fn count_claims(store: &dyn Store, reported: &mut HashSet<Labels>) {
+    match store.count_claims().await {
+        Ok(counts) => {
+            publish("idem_claims_stored", counts.into_iter().map(|(ns, n)| (vec![("namespace", ns)], n)), reported)
+        }
+        Err(e) => tracing::debug!(error = %e, "could not count claims"),
     }
-    for (ns, n) in counts {
-        metrics::gauge!("idem_claims_stored", "namespace" => ns).set(n as f64);
+}
+
+/// Sets a gauge per label set counted now; a label set counted before and absent now (all its
+/// records replayed or deleted: `GROUP BY` has no row for it) goes back to zero rather than keeping
+/// its last value.
+fn publish(name: &'static str, counts: impl Iterator<Item = (Labels, u64)>, reported: &mut HashSet<Labels>) {
+    let mut now = HashSet::new();
+    for (labels, n) in counts {
+        metrics::gauge!(name, &labels).set(n as f64);
+        now.insert(labels);
+    }
+    for gone in reported.difference(&now) {
+        metrics::gauge!(name, gone).set(0.0);
     }
     *reported = now;
 }
