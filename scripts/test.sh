@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every test of the project, as the README's quick start runs it: the Rust workspace, then the
 # TypeScript and Python clients against the `idem` binary that cargo built (target/debug/idem), then
-# the OpenAPI document against an independent validator and Schemathesis.
+# the OpenAPI document against an independent validator and Schemathesis, then the deploy/ pack.
 # Ends with one line summing every runner's counts: `tests: N passed, M failed`.
 #
 # Needs: a Rust toolchain, Node 18+ with npm, Python 3.9+ with pip. Tests that need PostgreSQL run
@@ -26,6 +26,13 @@ python3 -m pip install --quiet --disable-pip-version-check -e './clients/python[
 say "OpenAPI: openapi-spec-validator and a bounded Schemathesis run against a real idem"
 python3 -m pip install --quiet --disable-pip-version-check 'openapi-spec-validator==0.9.0' 'schemathesis==4.32.5' 2>&1 | tee -a "$LOG"
 scripts/check-openapi.sh 2>&1 | tee -a "$LOG"
+
+say "Operator's pack (deploy/): promtool check rules, systemd-analyze verify"
+if command -v promtool >/dev/null 2>&1 && command -v systemd-analyze >/dev/null 2>&1; then
+    scripts/check-deploy.sh 2>&1 | tee -a "$LOG"
+else
+    say "SKIPPED: promtool (Debian package prometheus) or systemd-analyze (systemd) is not installed; .ci/run installs them"
+fi
 
 # cargo: "test result: ok. N passed; M failed"; node --test: "# pass N" / "# fail M";
 # pytest: "N passed[, M failed]".
