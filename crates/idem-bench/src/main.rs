@@ -35,9 +35,9 @@ struct Cli {
     /// Also write the results as JSON.
     #[arg(long, global = true)]
     json: Option<PathBuf>,
-    /// The store of the idem under test: the embedded `sqlite`, or `postgres` (a fresh schema in
-    /// the --database-url database, dropped afterwards).
-    #[arg(long, global = true, value_enum, default_value_t = StoreKind::Sqlite)]
+    /// The store of the idem under test: `embedded` (the log engine, events in SQLite), or
+    /// `postgres` (a fresh schema in the --database-url database, dropped afterwards).
+    #[arg(long, global = true, value_enum, default_value_t = StoreKind::Embedded)]
     store: StoreKind,
     /// PostgreSQL for the INSERT … ON CONFLICT anchor (and for idem with --store postgres).
     #[arg(
@@ -51,7 +51,8 @@ struct Cli {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum StoreKind {
-    Sqlite,
+    #[value(alias = "sqlite")]
+    Embedded,
     Postgres,
 }
 
@@ -100,7 +101,7 @@ async fn main() -> std::process::ExitCode {
         duration: Duration::from_secs(seconds),
     };
     let backend = match cli.store {
-        StoreKind::Sqlite => target::Backend::Sqlite,
+        StoreKind::Embedded => target::Backend::Embedded,
         StoreKind::Postgres => target::Backend::Postgres(cli.database_url.clone()),
     };
     let ctx = scenario::Context {

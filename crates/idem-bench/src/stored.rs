@@ -197,18 +197,29 @@ pub async fn scale(ctx: &Context, mut stages: Vec<u64>) -> Result<Table, String>
     } else if stages.is_empty() {
         stages = vec![0, 1_000_000, 10_000_000];
     }
-    let idem = Idem::start(&ctx.backend, CONFIG).await?;
+    let mut idem = Idem::start(&ctx.backend, CONFIG).await?;
+    let base_heap = idem.heap_mib();
     let run = unique_name("s");
-    let (mut rows, mut ratios) = (Vec::new(), Vec::new());
+    let (mut rows, mut ratios, mut notes) = (Vec::new(), Vec::new(), Vec::new());
     let (mut stored, mut first_claims, mut first_lookups) = (0u64, None::<usize>, None::<usize>);
+    let mut claimed = 0u64;
     for stage in stages {
         if stage > stored {
             load(&idem, &run, stored, stage).await?;
             stored = stage;
             settle(ctx).await;
+            if let (Some(base), Some(heap)) = (base_heap, idem.heap_mib()) {
+                let claims = stored + claimed;
+                let per_claim = (heap - base) * 1024.0 * 1024.0 / claims as f64;
+                notes.push(format!(
+                    "heap at {} stored claims: {heap:.0} MiB, {per_claim:.0} bytes per claim above the {base:.0} MiB at start",
+                    millions(claims)
+                ));
+            }
         }
         let label = millions(stored);
         rows.push(measure_claims(ctx, &format!("idem single claims, {label} stored"), &idem).await);
+        claimed += rows[rows.len() - 1].total;
         match first_claims {
             Some(i) => ratios.push(Ratio::of(&rows[rows.len() - 1], &rows[i])),
             None => first_claims = Some(rows.len() - 1),
@@ -224,9 +235,24 @@ pub async fn scale(ctx: &Context, mut stages: Vec<u64>) -> Result<Table, String>
         }
     }
     let memory = idem.memory();
+    if stored > 0 {
+        let took = idem.kill9_and_restart().await?;
+        let mut conn = HttpConn::connect(&idem.url).await?;
+        let answer = conn
+            .post("/v1/claims/bench/lookup", lookup_body(&picks(&run, stored, 0, 0)), &[])
+            .await
+            .map_err(|e| format!("lookup after restart: {e}"))?;
+        all_found(&answer).map_err(|e| format!("after kill -9 and restart: {e}"))?;
+        notes.push(format!(
+            "restart after kill -9 with {} stored claims: ready in {:.1} s; {LOOKUP} stored keys picked at random all found",
+            millions(stored + claimed),
+            took.as_secs_f64()
+        ));
+    }
     drop(idem);
     let mut table = Table::new("scale", rows, Vec::new()).memory(memory).skipped(skipped);
     table.ratios = ratios;
+    table.notes = notes;
     Ok(table)
 }
 

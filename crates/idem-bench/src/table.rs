@@ -17,6 +17,8 @@ pub struct Table {
     /// Anchors that could not be measured here, and why.
     pub skipped: Vec<String>,
     pub memory: Option<Memory>,
+    /// Other findings of the scenario, as sentences (memory per claim, restart time).
+    pub notes: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -43,7 +45,7 @@ impl Table {
     /// A table whose ratios compare every row with every anchor.
     pub fn new(scenario: &'static str, rows: Vec<Measured>, anchors: Vec<Measured>) -> Self {
         let ratios = rows.iter().flat_map(|r| anchors.iter().map(move |a| Ratio::of(r, a))).collect();
-        Self { scenario, rows, anchors, ratios, skipped: Vec::new(), memory: None }
+        Self { scenario, rows, anchors, ratios, skipped: Vec::new(), memory: None, notes: Vec::new() }
     }
 
     pub fn skipped(mut self, skipped: Vec<String>) -> Self {
@@ -81,6 +83,9 @@ impl Table {
         }
         for note in &self.skipped {
             println!("  (skipped: {note})");
+        }
+        for note in &self.notes {
+            println!("  {note}");
         }
         if let Some(m) = self.memory {
             println!(

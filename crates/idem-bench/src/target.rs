@@ -162,7 +162,7 @@ pub fn free_port() -> u16 {
 #[derive(Debug, Clone)]
 pub enum Backend {
     /// The embedded store, in a fresh data dir.
-    Sqlite,
+    Embedded,
     /// PostgreSQL at this URL, in a fresh schema dropped afterwards.
     Postgres(String),
 }
@@ -170,6 +170,9 @@ pub enum Backend {
 /// An `idem serve` started for one scenario, stopped when dropped.
 pub struct Idem {
     child: Child,
+    /// How it was started, to start it again on the same data.
+    args: Vec<std::ffi::OsString>,
+    envs: Vec<(String, String)>,
     pub url: String,
     schema: Option<(String, String)>,
     peaks: Arc<std::sync::Mutex<(f64, f64)>>,
@@ -216,24 +219,55 @@ impl Idem {
                 .env("IDEM_DATABASE_URL", format!("{base}{sep}options=-c%20search_path%3D{name}"));
             schema = Some((base.clone(), name));
         }
+        let args: Vec<std::ffi::OsString> = command.get_args().map(|a| a.to_owned()).collect();
+        let envs: Vec<(String, String)> =
+            command.get_envs().filter_map(|(k, v)| Some((k.to_str()?.to_owned(), v?.to_str()?.to_owned()))).collect();
         let child = command.spawn().map_err(|e| {
             format!("cannot start {}: {e} (build it: cargo build --release -p idem-server)", Self::binary().display())
         })?;
         let peaks = Arc::new(std::sync::Mutex::new((0.0, 0.0)));
         let stop_sampler = Arc::new(AtomicBool::new(false));
         sample_memory(child.id(), Arc::clone(&peaks), Arc::clone(&stop_sampler));
-        let idem = Self { child, url: format!("http://127.0.0.1:{port}"), schema, peaks, stop_sampler, _dir: dir };
+        let idem =
+            Self { child, args, envs, url: format!("http://127.0.0.1:{port}"), schema, peaks, stop_sampler, _dir: dir };
+        idem.wait_ready().await?;
+        Ok(idem)
+    }
+
+    async fn wait_ready(&self) -> Result<(), String> {
         let client = http();
-        for _ in 0..200 {
-            let ready = Request::get(format!("{}/readyz", idem.url))
+        for _ in 0..1200 {
+            let ready = Request::get(format!("{}/readyz", self.url))
                 .body(Full::new(Bytes::new()))
                 .map_err(|e| e.to_string())?;
             if client.request(ready).await.is_ok_and(|r| r.status().is_success()) {
-                return Ok(idem);
+                return Ok(());
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(Duration::from_millis(25)).await;
         }
         Err("idem did not become ready".into())
+    }
+
+    /// Kills idem with SIGKILL and starts it again on the same data; answers how long it took
+    /// from the start of the new process until it answered `/readyz`.
+    pub async fn kill9_and_restart(&mut self) -> Result<Duration, String> {
+        self.child.kill().map_err(|e| e.to_string())?;
+        self.child.wait().map_err(|e| e.to_string())?;
+        self.stop_sampler.store(true, Ordering::Relaxed);
+        let started = std::time::Instant::now();
+        let mut command = Command::new(Self::binary());
+        command.args(&self.args).envs(self.envs.iter().cloned()).stdout(Stdio::null()).stderr(Stdio::null());
+        self.child = command.spawn().map_err(|e| e.to_string())?;
+        self.stop_sampler = Arc::new(AtomicBool::new(false));
+        sample_memory(self.child.id(), Arc::clone(&self.peaks), Arc::clone(&self.stop_sampler));
+        self.wait_ready().await?;
+        Ok(started.elapsed())
+    }
+
+    /// The process's anonymous resident memory (its heap) right now, in MiB.
+    pub fn heap_mib(&self) -> Option<f64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        field_mib(&status, "RssAnon:")
     }
 
     /// The process's memory: the kernel's peak RSS, and the peaks of what the sampler saw.

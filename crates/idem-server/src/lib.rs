@@ -14,6 +14,7 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod conn;
+pub mod embedded;
 pub mod proxy;
 pub mod telemetry;
 pub mod worker;

@@ -82,8 +82,15 @@ fn describe() {
         "idem_claims_stored",
         "Stored claims per namespace, counted every 5 minutes; expired ones count until swept, so an estimate."
     );
-    describe_gauge!("idem_store_size_bytes", "Bytes the embedded store's files take on disk (idem.db, -wal, -shm).");
+    describe_gauge!(
+        "idem_store_size_bytes",
+        "Bytes the embedded store's files take on disk (log segments, idem.db, -wal, -shm)."
+    );
     describe_gauge!("idem_data_dir_available_bytes", "Bytes still free for idem on the data dir's file system.");
+    describe_counter!(
+        "idem_store_compactions_total",
+        "Log segments compacted (their live records rewritten, the file deleted)."
+    );
     describe_histogram!("idem_store_commit_batch_commands", "Commands per group commit of the embedded store.");
     describe_histogram!(
         "idem_store_commit_batch_items",
@@ -136,6 +143,7 @@ pub fn register_configured(config: &crate::config::Config) {
     }
     metrics::counter!("idem_receipt_replays_total").increment(0);
     metrics::counter!("idem_store_commit_errors_total").increment(0);
+    metrics::counter!("idem_store_compactions_total").increment(0);
     metrics::counter!("idem_errors_total", "kind" => "store-unavailable").increment(0);
     metrics::counter!("idem_sweeper_deleted_total").increment(0);
     metrics::gauge!("idem_jobs_due").set(0.0);

@@ -12,6 +12,7 @@
 
 mod checkpoint;
 mod event;
+mod legacy;
 mod reader;
 mod request;
 mod row;
@@ -36,6 +37,7 @@ use idem_core::{
 };
 use tokio::sync::{mpsc, oneshot};
 
+pub use crate::legacy::LegacyResult;
 use crate::reader::ReaderPool;
 use crate::writer::Command;
 
@@ -105,6 +107,25 @@ impl SqliteStore {
         })
     }
 
+    /// Claims and stored keys kept in this file by an idem from before the log engine.
+    pub async fn legacy_counts(&self) -> Result<(u64, u64), StoreError> {
+        self.readers.run(legacy::counts).await
+    }
+
+    /// A page of those claims, in (namespace, id) order after `after`.
+    pub async fn legacy_claims(
+        &self,
+        after: Option<(String, ClaimId)>,
+        limit: usize,
+    ) -> Result<Vec<ClaimRecord>, StoreError> {
+        self.readers.run(move |conn| legacy::claims(conn, after, limit)).await
+    }
+
+    /// A page of those completed keys' results, in id order after `after`.
+    pub async fn legacy_results(&self, after: Option<ClaimId>, limit: usize) -> Result<Vec<LegacyResult>, StoreError> {
+        self.readers.run(move |conn| legacy::results(conn, after, limit)).await
+    }
+
     async fn send<T>(
         &self,
         make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Command,
@@ -113,6 +134,28 @@ impl SqliteStore {
         self.commands.send(make(tx)).await.map_err(|_| StoreError::Closed)?;
         rx.await.map_err(|_| StoreError::Closed)?
     }
+}
+
+/// SQLite's `quick_check` of a store file, read-only (safe while idem runs).
+pub fn quick_check(path: &Path) -> Result<(), String> {
+    let conn = schema::open_reader(path).map_err(|e| e.to_string())?;
+    let verdict: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0)).map_err(|e| e.to_string())?;
+    if verdict == "ok" { Ok(()) } else { Err(verdict) }
+}
+
+/// A consistent copy of a store file while it is in use (`VACUUM INTO`, one read transaction).
+pub fn backup(from: &Path, to: &Path) -> Result<(), String> {
+    if to.exists() {
+        return Err(format!("{} exists already; back up into an empty directory", to.display()));
+    }
+    if let Some(parent) = to.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+    }
+    // A plain connection: `VACUUM INTO` reads in one transaction and writes only the new file.
+    let conn = rusqlite::Connection::open(from).map_err(|e| e.to_string())?;
+    conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(|e| e.to_string())?;
+    let target = to.to_str().ok_or("the backup path is not UTF-8")?;
+    conn.execute("VACUUM INTO ?1", [target]).map(drop).map_err(|e| e.to_string())
 }
 
 fn lock_data_dir(dir: &Path) -> Result<File, OpenError> {

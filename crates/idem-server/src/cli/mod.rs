@@ -47,6 +47,17 @@ pub enum Command {
     /// Operations (idempotent work) on a running server.
     #[command(subcommand)]
     Operations(OperationsCommand),
+    /// Verify the embedded store's files without starting (safe while idem runs): every log
+    /// record's checksum, and SQLite's integrity check of the events (exit 1 on damage).
+    Check(ConfigArgs),
+    /// Copy the embedded store into DIR while idem keeps serving: a consistent copy to restore
+    /// from (start idem with `--data-dir DIR`).
+    Backup {
+        /// An empty or new directory.
+        dir: PathBuf,
+        #[command(flatten)]
+        config: ConfigArgs,
+    },
     /// Prepare a PostgreSQL database for idem (apply pending migrations).
     Migrate {
         /// The database (or IDEM_DATABASE_URL).
@@ -200,6 +211,8 @@ pub async fn dispatch(cli: Cli) -> Result<(), Failure> {
             eprintln!("idem: config ok");
             Ok(())
         }
+        Command::Check(args) => serve::check(&load_config(&args)?),
+        Command::Backup { dir, config } => serve::backup(&load_config(&config)?, &dir).await,
         Command::Import(args) => import::run(args).await,
         Command::Claims(command) => verbs::claims(command).await,
         Command::Receipts(command) => verbs::receipts(command).await,

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use idem_core::{Clock, Store, SystemClock};
-use idem_sqlite::{SqliteOptions, SqliteStore};
+use idem_sqlite::SqliteStore;
 
 use super::client::Failure;
 use super::{ConfigArgs, ServeArgs};
@@ -27,8 +27,9 @@ pub async fn open_store(config: &Config) -> Result<(Arc<dyn Store>, Arc<dyn Cloc
     match &config.store {
         StoreConfig::Sqlite {} => {
             let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-            let store = SqliteStore::open(&config.data_dir, Arc::clone(&clock), SqliteOptions::default())
-                .map_err(|e| Failure::runtime(e.to_string()))?;
+            let store = crate::embedded::EmbeddedStore::open(&config.data_dir, Arc::clone(&clock))
+                .await
+                .map_err(Failure::runtime)?;
             Ok((Arc::new(store), clock))
         }
         StoreConfig::Postgres { url, pool_size } => {
@@ -40,6 +41,65 @@ pub async fn open_store(config: &Config) -> Result<(Arc<dyn Store>, Arc<dyn Cloc
             Ok((Arc::new(store), clock))
         }
     }
+}
+
+/// `idem check`: every log segment read and verified, and SQLite's `quick_check` of the events.
+pub(super) fn check(config: &Config) -> Result<(), Failure> {
+    if !matches!(config.store, StoreConfig::Sqlite {}) {
+        return Err(Failure::usage("idem check verifies the embedded store; this config uses PostgreSQL"));
+    }
+    let dir = crate::embedded::log_dir(&config.data_dir);
+    if dir.exists() {
+        let report = idem_log::check(&dir).map_err(|e| Failure::runtime(format!("the log is damaged: {e}")))?;
+        println!(
+            "log: {} segments, {} bytes, {} records, every checksum good",
+            report.segments, report.bytes, report.records
+        );
+        if let Some(torn) = report.torn {
+            println!(
+                "log: the last {} bytes of segment {} (from byte {}) are a group cut short (dropped at start-up; never acknowledged), or the group idem is writing right now",
+                torn.bytes, torn.segment, torn.offset
+            );
+        }
+    } else {
+        println!("log: none yet in {}", dir.display());
+    }
+    let db = config.data_dir.join(SqliteStore::FILE_NAME);
+    if db.exists() {
+        idem_sqlite::quick_check(&db).map_err(|e| Failure::runtime(format!("{}: {e}", db.display())))?;
+        println!("events: {} passes SQLite's quick_check", db.display());
+    }
+    Ok(())
+}
+
+/// `idem backup DIR`: the log copied at one instant (compaction pauses meanwhile), and the events
+/// through SQLite's `VACUUM INTO`, while idem serves.
+pub(super) async fn backup(config: &Config, to: &std::path::Path) -> Result<(), Failure> {
+    if !matches!(config.store, StoreConfig::Sqlite {}) {
+        return Err(Failure::usage("idem backup copies the embedded store; back PostgreSQL up with its own tools"));
+    }
+    let from = config.data_dir.clone();
+    let target = to.to_owned();
+    let to = target.clone();
+    tokio::task::spawn_blocking(move || {
+        let log_from = crate::embedded::log_dir(&from);
+        if log_from.exists() {
+            let report =
+                idem_log::backup(&log_from, &crate::embedded::log_dir(&to)).map_err(|e| format!("log: {e}"))?;
+            println!("log: {} segments, {} bytes", report.segments, report.bytes);
+        }
+        let db = from.join(SqliteStore::FILE_NAME);
+        if db.exists() {
+            idem_sqlite::backup(&db, &to.join(SqliteStore::FILE_NAME)).map_err(|e| format!("events: {e}"))?;
+            println!("events: {}", to.join(SqliteStore::FILE_NAME).display());
+        }
+        Ok::<(), String>(())
+    })
+    .await
+    .map_err(|e| Failure::runtime(e.to_string()))?
+    .map_err(Failure::runtime)?;
+    eprintln!("idem: backup written to {}", target.display());
+    Ok(())
 }
 
 pub(super) async fn serve(args: ServeArgs) -> Result<(), Failure> {
@@ -54,7 +114,7 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), Failure> {
     }
     let addr = listeners.api.local_addr().map_err(|e| Failure::runtime(e.to_string()))?;
     let store_kind = match &config.store {
-        StoreConfig::Sqlite {} => format!("sqlite in {}", config.data_dir.display()),
+        StoreConfig::Sqlite {} => format!("embedded in {}", config.data_dir.display()),
         StoreConfig::Postgres { .. } => "postgres".to_owned(),
     };
     tracing::info!(%addr, store = store_kind, "idem listening");

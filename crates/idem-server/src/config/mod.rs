@@ -63,7 +63,9 @@ impl Default for Config {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
 pub enum StoreConfig {
-    /// One SQLite file under `data_dir`.
+    /// The embedded store under `data_dir`: claims and keys in the log engine (`log/`), events in
+    /// SQLite (`idem.db`). `type = "embedded"` is the same.
+    #[serde(alias = "embedded")]
     Sqlite {},
     /// A PostgreSQL database shared by several nodes.
     Postgres {

@@ -83,17 +83,21 @@ fn publish(name: &'static str, counts: impl Iterator<Item = (Labels, u64)>, repo
     *reported = now;
 }
 
-/// The store's files (`idem.db` and its `-wal`, `-shm`) in bytes, and the bytes an unprivileged
-/// writer may still use on their file system.
+/// The embedded store's files (the log's segments, `idem.db` and its `-wal`, `-shm`) in bytes, and
+/// the bytes an unprivileged writer may still use on their file system.
 fn sample(dir: &std::path::Path) -> (u64, Option<u64>) {
-    let size = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("idem.db"))
-        .filter_map(|e| e.metadata().ok())
-        .map(|m| m.len())
-        .sum();
+    let sizes = |dir: &std::path::Path, wanted: fn(&str) -> bool| -> u64 {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| wanted(&e.file_name().to_string_lossy()))
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| m.len())
+            .sum()
+    };
+    let size = sizes(dir, |name| name.starts_with("idem.db"))
+        + sizes(&crate::embedded::log_dir(dir), |name| name.ends_with(".log"));
     #[cfg(unix)]
     let available = rustix::fs::statvfs(dir).ok().map(|s| s.f_bavail.saturating_mul(s.f_frsize));
     #[cfg(not(unix))]

@@ -25,7 +25,9 @@ fn address(url: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_and_slow_clients_cannot_lock_others_out() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let env = [("IDEM_LIMITS__HEADER_READ_TIMEOUT", "2s"), ("IDEM_LIMITS__IDLE_TIMEOUT", "3s")];
+    // Long enough that the flood's 1,100 connections are all open at once even while other tests
+    // load the machine (with 2 s, a slow flood's first sockets timed out before the cap was hit).
+    let env = [("IDEM_LIMITS__HEADER_READ_TIMEOUT", "5s"), ("IDEM_LIMITS__IDLE_TIMEOUT", "6s")];
     let idem = Idem::serve_with(dir.path(), &[], &env, Some(1024));
     let addr = address(&idem.url);
     let claimant = ApiClient::new(&idem.url, None).expect("client");
@@ -81,7 +83,7 @@ async fn idle_and_slow_clients_cannot_lock_others_out() {
     });
     let cut_off_after = slow.await.expect("slowloris");
     assert!(
-        cut_off_after < Duration::from_secs(5),
+        cut_off_after < Duration::from_secs(8),
         "a byte-at-a-time client is closed within the timeout: {cut_off_after:?}"
     );
 }

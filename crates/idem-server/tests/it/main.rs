@@ -5,6 +5,7 @@ mod auth;
 mod claims;
 mod cli;
 mod deploy;
+mod embedded;
 mod errors;
 mod events;
 mod examples;

@@ -71,6 +71,72 @@ async fn kill_9_under_write_load_loses_no_acknowledged_claim() {
     }
 }
 
+/// Clients send gateway requests with new `Idempotency-Key`s as fast as they can; idem is killed
+/// with SIGKILL mid-stream. After a restart every key whose response came back is replayed from
+/// the store (the upstream is not called again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_under_gateway_load_loses_no_completed_key() {
+    let upstream = crate::support::upstream::Upstream::start().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let gateway_port = crate::support::binary::free_port();
+    let config = dir.path().join("idem.toml");
+    let text = format!(
+        "[gateway]\nlisten = \"127.0.0.1:{gateway_port}\"\nupstream = \"{}\"\n\n[[gateway.routes]]\npath = \"/orders\"\nkey = \"required\"\n",
+        upstream.url
+    );
+    std::fs::write(&config, text).expect("write config");
+    let data = dir.path().join("data");
+    let args = ["--config", config.to_str().expect("utf-8")];
+    let mut idem = Idem::serve(&data, &args);
+    let gateway = ApiClient::new(&format!("http://127.0.0.1:{gateway_port}"), None).expect("client");
+    let completed = Arc::new(Mutex::new(Vec::<String>::new()));
+    let stop_at = Instant::now() + Duration::from_secs(10);
+    let clients: Vec<_> = (0..32)
+        .map(|w| {
+            let (gateway, completed) = (gateway.clone(), Arc::clone(&completed));
+            tokio::spawn(async move {
+                for n in 0.. {
+                    let key = format!("g{w}-{n}");
+                    let headers = [("content-type", "application/json"), ("idempotency-key", key.as_str())];
+                    let body = Some(bytes::Bytes::from(format!("{{\"order\":\"{key}\"}}")));
+                    let Ok(reply) = gateway.send_with(Method::POST, "/orders", body, &headers).await else {
+                        return; // the server is gone
+                    };
+                    if reply.status == 201 {
+                        completed.lock().expect("lock").push(key);
+                    }
+                    if Instant::now() > stop_at {
+                        return;
+                    }
+                }
+            })
+        })
+        .collect();
+    while completed.lock().expect("lock").len() < 1_000 && Instant::now() < stop_at {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    idem.kill9();
+    for client in clients {
+        client.await.expect("client");
+    }
+    let completed = completed.lock().expect("lock").clone();
+    assert!(completed.len() >= 500, "the load ran: {} completed", completed.len());
+    let calls = upstream.count("/orders");
+
+    let _idem = Idem::serve(&data, &args);
+    let mut lost = Vec::new();
+    for key in &completed {
+        let headers = [("content-type", "application/json"), ("idempotency-key", key.as_str())];
+        let body = Some(bytes::Bytes::from(format!("{{\"order\":\"{key}\"}}")));
+        let reply = gateway.send_with(Method::POST, "/orders", body, &headers).await.expect("retry");
+        if reply.status != 201 || reply.headers.get("idempotent-replayed").is_none_or(|v| v != "true") {
+            lost.push(key.clone());
+        }
+    }
+    assert!(lost.is_empty(), "completed keys not replayed after kill -9: {lost:?}");
+    assert_eq!(upstream.count("/orders"), calls, "no completed request reached the upstream again");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_finishes_and_exits_cleanly() {
     let dir = tempfile::tempdir().expect("temp dir");

@@ -1,0 +1,486 @@
+//! The embedded engine for claims and leased keys: an append-only log with an in-memory index.
+//!
+//! - **Writes** go to one writer thread ([`writer`]) that gathers every waiting command into one
+//!   group, appends the group's records and a commit frame to the newest segment file with one
+//!   `pwrite`, and makes them durable with one `fdatasync` before anyone is answered.
+//! - **Reads** find a record's place in the index ([`index`]) and read it with `pread` (from the OS
+//!   page cache, usually); they never wait for the writer.
+//! - **Start-up** replays every segment ([`segment::scan`]); a group cut short by a crash is
+//!   dropped, damage anywhere else stops start-up naming the file and the offset.
+//! - **Compaction** ([`compact`]) rewrites the live records of a segment that is more than half
+//!   garbage at the head of the log, then deletes it, without holding the writer for more than one
+//!   group at a time.
+//!
+//! A lock file keeps a second process out of the directory. Events stay in SQLite; the server
+//! combines the two.
+
+mod backup;
+mod compact;
+mod index;
+mod record;
+mod recover;
+mod segment;
+mod writer;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use idem_core::request::{Begin, Forget, LeaseToken, NewRequest, RequestState};
+use idem_core::{
+    ClaimId, ClaimOutcome, ClaimRecord, ClaimStore, Clock, Namespace, NewClaim, Parts, RequestStore, StoreError,
+    StoreLifecycle, Timestamp,
+};
+use serde_json::value::RawValue;
+use tokio::sync::{mpsc, oneshot};
+
+pub use backup::{BackupReport, backup};
+pub use recover::{CheckReport, check};
+pub use segment::{Damage, Torn};
+
+use index::{ClaimEntry, Index, Slot, claim_tag, prefix_tag};
+use record::{ClaimRec, NEVER, Record};
+use writer::Command;
+
+/// How the engine is tuned; the defaults suit a small server.
+#[derive(Clone)]
+pub struct LogOptions {
+    /// A segment is closed and a new one started once it is this long.
+    pub segment_bytes: u64,
+    /// Commands' items gathered into one group at most.
+    pub max_group_items: usize,
+    /// How often the compactor looks for a segment worth compacting.
+    pub compact_every: Duration,
+    /// Failures to inject, for tests of what a failed write leaves behind.
+    pub faults: Arc<Faults>,
+}
+
+impl Default for LogOptions {
+    fn default() -> Self {
+        Self {
+            segment_bytes: 64 << 20,
+            max_group_items: 20_000,
+            compact_every: Duration::from_secs(1),
+            faults: Arc::default(),
+        }
+    }
+}
+
+/// Write failures injected on purpose: `fail_write_after(n)` lets `n` more group writes succeed,
+/// then makes the next one write half its bytes and fail, as a disk that fills up mid-write would.
+#[derive(Debug)]
+pub struct Faults {
+    writes_left: AtomicI64,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Self { writes_left: AtomicI64::new(-1) }
+    }
+}
+
+impl Faults {
+    pub fn fail_write_after(&self, writes: i64) {
+        self.writes_left.store(writes, Ordering::SeqCst);
+    }
+
+    fn before_write(&self, file: &File, at: u64, buf: &[u8]) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let left = self.writes_left.load(Ordering::SeqCst);
+        if left < 0 {
+            return Ok(());
+        }
+        self.writes_left.store(left - 1, Ordering::SeqCst);
+        if left > 0 {
+            return Ok(());
+        }
+        file.write_all_at(&buf[..buf.len() / 2], at)?;
+        Err(std::io::Error::other("injected write failure"))
+    }
+}
+
+/// Why the engine could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("cannot use log dir {dir}: {source}")]
+    Dir { dir: PathBuf, source: std::io::Error },
+    #[error(
+        "log dir {0} is in use by another idem process (its lock file is held); stop that process or choose another --data-dir"
+    )]
+    Locked(PathBuf),
+    #[error(
+        "the log cannot be read, so idem will not start: {0}. `idem check` reports every segment; restore the data dir from a backup, or move the damaged file aside to start without it"
+    )]
+    Damaged(#[from] Damage),
+}
+
+/// A segment's bytes, and how many of them are dead (superseded, deleted or expired records,
+/// tombstones and commit frames).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Space {
+    pub size: u64,
+    pub garbage: u64,
+}
+
+/// What the writer, the compactor and readers share.
+pub struct Shared {
+    index: Index,
+    segments: segment::Segments,
+    clock: Arc<dyn Clock>,
+    space: Mutex<BTreeMap<u32, Space>>,
+    /// The segment being appended to; older ones are sealed.
+    head: AtomicU32,
+    fault: Arc<Faults>,
+    namespaces: Mutex<HashMap<String, i64>>,
+}
+
+/// What looking a claim up found.
+pub struct Found {
+    hit: Option<(Slot, ClaimEntry, ClaimRec)>,
+    /// The tag's place in the main map belongs to another key (a new claim goes to the overflow).
+    main_taken: bool,
+}
+
+impl Shared {
+    fn read_claim(&self, entry: ClaimEntry) -> Result<ClaimRec, StoreError> {
+        match self.segments.read(entry.loc())? {
+            (Record::Claim(rec), _) => Ok(rec),
+            _ => Err(StoreError::Internal("a claim entry points at another kind of record".into())),
+        }
+    }
+
+    /// The index's entry for a claim, live or not, with its record.
+    fn find_claim(&self, ns: &str, id: &ClaimId) -> Result<Found, StoreError> {
+        let mut main_taken = false;
+        if let Some(entry) = self.index.claim_by_tag(claim_tag(ns, id)) {
+            let rec = self.read_claim(entry)?;
+            if rec.ns == ns && rec.id == *id {
+                return Ok(Found { hit: Some((Slot::Main, entry, rec)), main_taken: true });
+            }
+            main_taken = true;
+        }
+        let hit = match self.index.claim_in_overflow(ns, id) {
+            Some(entry) => Some((Slot::Overflow, entry, self.read_claim(entry)?)),
+            None => None,
+        };
+        Ok(Found { hit, main_taken })
+    }
+
+    /// A live claim's record. An expired entry is not even read.
+    fn live_claim(&self, ns: &str, id: &ClaimId, now: i64) -> Result<Option<ClaimRec>, StoreError> {
+        if let Some(entry) = self.index.claim_by_tag(claim_tag(ns, id)).filter(|e| e.is_live(now)) {
+            let rec = self.read_claim(entry)?;
+            if rec.ns == ns && rec.id == *id {
+                return Ok(Some(rec));
+            }
+        }
+        match self.index.claim_in_overflow(ns, id).filter(|e| e.is_live(now)) {
+            Some(entry) => Ok(Some(self.read_claim(entry)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn prefix_exists(&self, ns: &str, prefix: &Parts, now: i64) -> Result<bool, StoreError> {
+        if self.live_claim(ns, &prefix.id(), now)?.is_some() {
+            return Ok(true);
+        }
+        let encoded = prefix.encode();
+        let under = |rec: &ClaimRec| rec.ns == ns && rec.parts.starts_with(&encoded);
+        let tag = prefix_tag(ns, &encoded);
+        // The first few live members nearly always settle it; all of them only if tags collided.
+        for want in [16, usize::MAX] {
+            let members = match self.index.prefix(tag, now, want) {
+                index::PrefixAnswer::Yes => return Ok(true),
+                index::PrefixAnswer::Candidates(members) => members,
+            };
+            for entry in &members {
+                if under(&self.read_claim(*entry)?) {
+                    return Ok(true);
+                }
+            }
+            if members.len() < want {
+                break;
+            }
+        }
+        for entry in self.index.live_overflow(now) {
+            if under(&self.read_claim(entry)?) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    fn count_namespace(&self, ns: &str, delta: i64) {
+        let mut namespaces = self.namespaces.lock().unwrap_or_else(|e| e.into_inner());
+        match namespaces.get_mut(ns) {
+            Some(n) => *n += delta,
+            None => {
+                namespaces.insert(ns.to_owned(), delta);
+            }
+        }
+    }
+}
+
+/// A stored claim as the domain has it.
+fn claim_record(ns: &Namespace, rec: &ClaimRec) -> Result<ClaimRecord, StoreError> {
+    let parts =
+        Parts::decode(&rec.parts).map_err(|e| StoreError::Internal(format!("claim {}: bad parts: {e}", rec.id)))?;
+    let data = rec
+        .data
+        .clone()
+        .map(RawValue::from_string)
+        .transpose()
+        .map_err(|e| StoreError::Internal(format!("claim {}: bad data: {e}", rec.id)))?;
+    Ok(ClaimRecord {
+        namespace: ns.clone(),
+        id: rec.id,
+        parts,
+        data,
+        created_at: Timestamp(rec.created_at),
+        expires_at: (rec.expires_at != NEVER).then_some(Timestamp(rec.expires_at)),
+    })
+}
+
+/// A failed write or sync: the store cannot write right now (disk full, read-only, I/O error);
+/// nothing was changed, and the caller may retry.
+fn io_error(e: &std::io::Error) -> StoreError {
+    StoreError::Unavailable(format!("log write failed: {e}"))
+}
+
+pub struct LogStore {
+    commands: mpsc::Sender<Command>,
+    shared: Arc<Shared>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    compactor: Mutex<Option<compact::Compactor>>,
+    _lock: File,
+}
+
+impl LogStore {
+    /// The directory's lock file.
+    pub const LOCK_FILE: &'static str = "lock";
+
+    /// Opens (creating if needed) the log in `dir`: replays it, then starts the writer and the
+    /// compactor.
+    pub fn open(dir: &Path, clock: Arc<dyn Clock>, options: LogOptions) -> Result<Self, OpenError> {
+        let dir_error = |source| OpenError::Dir { dir: dir.to_owned(), source };
+        std::fs::create_dir_all(dir).map_err(dir_error)?;
+        let lock = lock(dir)?;
+        let started = std::time::Instant::now();
+        let (shared, active) = recover::open(dir, clock, &options)?;
+        let shared = Arc::new(shared);
+        let (claims, keys) = shared.index.counts();
+        tracing::info!(
+            dir = %dir.display(), claims, keys, seconds = started.elapsed().as_secs_f64(),
+            "log replayed"
+        );
+        let (commands, queue) = mpsc::channel(8192);
+        let writer = writer::Writer {
+            shared: Arc::clone(&shared),
+            queue,
+            active,
+            max_group_items: options.max_group_items,
+            segment_bytes: options.segment_bytes,
+            sweep_cursor: 0,
+            buf: Vec::new(),
+        };
+        let writer = std::thread::Builder::new().name("idem-log-writer".into()).spawn(move || writer.run());
+        let writer = writer.map_err(dir_error)?;
+        let compactor = compact::Compactor::spawn(Arc::clone(&shared), commands.clone(), options.compact_every);
+        let compactor = compactor.map_err(dir_error)?;
+        Ok(Self {
+            commands,
+            shared,
+            writer: Mutex::new(Some(writer)),
+            compactor: Mutex::new(Some(compactor)),
+            _lock: lock,
+        })
+    }
+
+    async fn send<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Command,
+    ) -> Result<T, StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.commands.send(make(tx)).await.map_err(|_| StoreError::Closed)?;
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Writes claims and completed keys' results as they are, keeping their times: how the claims
+    /// and keys of an older store move into the log. Results are `(id, fingerprint, result,
+    /// expires_at)`.
+    pub async fn import(
+        &self,
+        claims: Vec<ClaimRecord>,
+        results: Vec<(ClaimId, [u8; 32], Vec<u8>, Timestamp)>,
+    ) -> Result<(), StoreError> {
+        let mut records: Vec<Record> = claims
+            .into_iter()
+            .map(|c| {
+                Record::Claim(ClaimRec {
+                    ns: c.namespace.as_str().to_owned(),
+                    id: c.id,
+                    parts: c.parts.encode(),
+                    data: c.data.map(|d| d.get().to_owned()),
+                    created_at: c.created_at.millis(),
+                    expires_at: c.expires_at.map_or(NEVER, Timestamp::millis),
+                })
+            })
+            .collect();
+        records.extend(results.into_iter().map(|(id, fingerprint, body, until)| {
+            Record::Request(record::RequestRec {
+                id,
+                fingerprint,
+                completed: true,
+                token: [0; 16],
+                until: until.millis(),
+                body,
+            })
+        }));
+        self.send(|reply| Command::Import { records, reply }).await
+    }
+
+    /// Each segment's size and dead bytes.
+    pub fn space(&self) -> BTreeMap<u32, Space> {
+        self.shared.space.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Compacts every sealed segment that is more than half dead now, instead of waiting for the
+    /// compactor's next look.
+    pub async fn compact_now(&self) -> Result<usize, StoreError> {
+        let shared = Arc::clone(&self.shared);
+        let commands = self.commands.clone();
+        tokio::task::spawn_blocking(move || compact::compact_all(&shared, &commands))
+            .await
+            .map_err(|e| StoreError::Internal(e.to_string()))?
+    }
+}
+
+fn lock(dir: &Path) -> Result<File, OpenError> {
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(LogStore::LOCK_FILE))
+        .map_err(|source| OpenError::Dir { dir: dir.to_owned(), source })?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(OpenError::Locked(dir.to_owned())),
+        Err(std::fs::TryLockError::Error(source)) => Err(OpenError::Dir { dir: dir.to_owned(), source }),
+    }
+}
+
+#[async_trait]
+impl ClaimStore for LogStore {
+    async fn claim(&self, ns: &Namespace, items: Vec<NewClaim>) -> Result<Vec<ClaimOutcome>, StoreError> {
+        let ns = ns.clone();
+        self.send(|reply| Command::Claim { ns, items, reply }).await
+    }
+
+    async fn lookup(&self, ns: &Namespace, ids: &[ClaimId]) -> Result<Vec<Option<ClaimRecord>>, StoreError> {
+        let now = self.shared.clock.now().millis();
+        ids.iter()
+            .map(|id| self.shared.live_claim(ns.as_str(), id, now)?.map(|rec| claim_record(ns, &rec)).transpose())
+            .collect()
+    }
+
+    async fn prefix_exists(&self, ns: &Namespace, prefix: &Parts) -> Result<bool, StoreError> {
+        self.shared.prefix_exists(ns.as_str(), prefix, self.shared.clock.now().millis())
+    }
+
+    async fn delete(&self, ns: &Namespace, id: &ClaimId) -> Result<bool, StoreError> {
+        let (ns, id) = (ns.clone(), *id);
+        self.send(|reply| Command::Delete { ns, id, reply }).await
+    }
+
+    async fn sweep_expired(&self, limit: usize) -> Result<usize, StoreError> {
+        self.send(|reply| Command::SweepClaims { limit, reply }).await
+    }
+
+    async fn count_claims(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        let namespaces = self.shared.namespaces.lock().unwrap_or_else(|e| e.into_inner());
+        let mut counts: Vec<(String, u64)> =
+            namespaces.iter().filter(|(_, n)| **n > 0).map(|(ns, n)| (ns.clone(), *n as u64)).collect();
+        counts.sort();
+        Ok(counts)
+    }
+}
+
+#[async_trait]
+impl RequestStore for LogStore {
+    async fn begin_request(&self, request: NewRequest) -> Result<Begin, StoreError> {
+        self.send(|reply| Command::Begin { request, reply }).await
+    }
+
+    async fn complete_request(
+        &self,
+        id: &ClaimId,
+        token: LeaseToken,
+        result: &[u8],
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let (id, result) = (*id, result.to_vec());
+        self.send(|reply| Command::Complete { id, token, result, ttl, reply }).await
+    }
+
+    async fn release_request(&self, id: &ClaimId, token: LeaseToken) -> Result<bool, StoreError> {
+        let id = *id;
+        self.send(|reply| Command::Release { id, token, reply }).await
+    }
+
+    async fn extend_request(
+        &self,
+        id: &ClaimId,
+        token: LeaseToken,
+        lease: Duration,
+    ) -> Result<Option<Timestamp>, StoreError> {
+        let id = *id;
+        self.send(|reply| Command::Extend { id, token, lease, reply }).await
+    }
+
+    async fn peek_request(&self, id: &ClaimId) -> Result<Option<RequestState>, StoreError> {
+        let now = self.shared.clock.now().millis();
+        let Some(entry) = self.shared.index.request(id).filter(|e| e.until > now) else { return Ok(None) };
+        let rec = match self.shared.segments.read(entry.loc)? {
+            (Record::Request(rec), _) => rec,
+            _ => return Err(StoreError::Internal(format!("request {id}: its entry points at another record"))),
+        };
+        Ok(Some(if entry.completed {
+            RequestState::Completed { fingerprint: rec.fingerprint, result: rec.body, expires_at: Timestamp(rec.until) }
+        } else {
+            RequestState::InFlight { fingerprint: rec.fingerprint, lease_until: Timestamp(rec.until), held: rec.body }
+        }))
+    }
+
+    async fn forget_request(&self, id: &ClaimId) -> Result<Forget, StoreError> {
+        let id = *id;
+        self.send(|reply| Command::Forget { id, reply }).await
+    }
+
+    async fn sweep_requests(&self, limit: usize) -> Result<usize, StoreError> {
+        self.send(|reply| Command::SweepRequests { limit, reply }).await
+    }
+}
+
+#[async_trait]
+impl StoreLifecycle for LogStore {
+    async fn check_ready(&self) -> Result<(), StoreError> {
+        self.send(|reply| Command::Probe { reply }).await
+    }
+
+    async fn close(&self) {
+        let compactor = self.compactor.lock().ok().and_then(|mut c| c.take());
+        let _ = tokio::task::spawn_blocking(move || drop(compactor)).await;
+        let handle = self.writer.lock().ok().and_then(|mut w| w.take());
+        let Some(handle) = handle else { return };
+        let (tx, rx) = oneshot::channel();
+        if self.commands.send(Command::Close { reply: tx }).await.is_ok() {
+            let _ = rx.await;
+        }
+        let _ = tokio::task::spawn_blocking(move || handle.join()).await;
+    }
+}
