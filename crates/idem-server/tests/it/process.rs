@@ -270,3 +270,168 @@ fn config_check_never_prints_the_database_password() {
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("type = \"postgres\"") && !stdout.contains("hunter2"), "{stdout}");
 }
+
+/// A small file system of its own (tmpfs), unmounted when dropped; `None` where this process may
+/// not mount (the test is then skipped, loudly).
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount(bytes: u64) -> Option<Self> {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(dir.path())
+            .stderr(std::process::Stdio::null())
+            .status();
+        status.is_ok_and(|s| s.success()).then_some(Self { dir })
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+/// The data dir's disk fills up under claims: writes answer 503 problem+json with `Retry-After`
+/// and `/readyz` fails, while reads go on; once space is freed, writes resume by themselves; after
+/// a restart every acknowledged claim is there and none of the refused ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_refuses_writes_keeps_reads_and_recovers_by_itself() {
+    let Some(disk) = SmallDisk::mount(3 << 20) else {
+        eprintln!("SKIPPED: cannot mount a tmpfs here (needs root); the full-disk test did not run");
+        return;
+    };
+    let data = disk.dir.path().join("data");
+    let ballast = disk.dir.path().join("ballast");
+    std::fs::write(&ballast, vec![0u8; 1 << 20]).expect("ballast");
+    let mut idem = Idem::serve(&data, &[]);
+    let client = ApiClient::new(&idem.url, None).expect("client");
+    let (mut acknowledged, mut refused) = (Vec::new(), Vec::new());
+    let pad = "x".repeat(4000);
+    for n in 0..2_000 {
+        let key = format!("k{n}");
+        let reply = client
+            .send(Method::POST, "/v1/claims/full", Some(&json!({ "key": key, "data": { "pad": pad } })))
+            .await
+            .expect("answered");
+        match reply.status.as_u16() {
+            201 => acknowledged.push(key),
+            503 => {
+                assert!(reply.headers.contains_key("retry-after"), "a 503 says when to retry");
+                assert_eq!(
+                    reply.headers.get("content-type").map(|v| v.to_str().unwrap_or("")),
+                    Some("application/problem+json")
+                );
+                refused.push(key);
+                if refused.len() == 3 {
+                    break;
+                }
+            }
+            other => panic!("claim {n}: unexpected {other}"),
+        }
+    }
+    assert!(
+        refused.len() == 3 && acknowledged.len() > 100,
+        "the disk filled: {} stored, {} refused",
+        acknowledged.len(),
+        refused.len()
+    );
+    assert_eq!(client.send(Method::GET, "/readyz", None).await.expect("readyz").status, 503, "not ready while full");
+    let read = client.send(Method::POST, "/v1/claims/full/lookup", Some(&json!({"items": [{"key": "k0"}]}))).await;
+    assert_eq!(read.expect("lookup").json()["results"][0]["exists"], true, "reads go on");
+
+    std::fs::remove_file(&ballast).expect("free space");
+    let again = client.send(Method::POST, "/v1/claims/full", Some(&json!({ "key": "after" }))).await.expect("claim");
+    assert_eq!(again.status, 201, "writes resume by themselves once there is space");
+    acknowledged.push("after".into());
+    assert_eq!(client.send(Method::GET, "/readyz", None).await.expect("readyz").status, 200);
+
+    idem.kill9();
+    let idem = Idem::serve(&data, &[]);
+    let client = ApiClient::new(&idem.url, None).expect("client");
+    for (keys, exists) in [(&acknowledged, true), (&refused, false)] {
+        let items: Vec<_> = keys.iter().map(|k| json!({ "key": k })).collect();
+        let reply = client.send(Method::POST, "/v1/claims/full/lookup", Some(&json!({ "items": items }))).await;
+        let body = reply.expect("lookup").json();
+        for (result, key) in body["results"].as_array().expect("results").iter().zip(keys.iter()) {
+            assert_eq!(result["exists"], exists, "{key} after the restart");
+        }
+    }
+    drop(idem);
+}
+
+/// `idem backup` while claims keep coming: the copy passes `idem check`, and idem started on it
+/// has every claim acknowledged before the backup began. Damage to the copy is then reported by
+/// `idem check` (exit 1, naming the file and byte) and stops `idem serve` on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_while_serving_is_consistent_and_check_finds_damage() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (data, copy) = (dir.path().join("data"), dir.path().join("copy"));
+    let idem = Idem::serve(&data, &[]);
+    let client = ApiClient::new(&idem.url, None).expect("client");
+    let acknowledged = Arc::new(Mutex::new(Vec::<String>::new()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers: Vec<_> = (0..8)
+        .map(|w| {
+            let (client, acknowledged, stop) = (client.clone(), Arc::clone(&acknowledged), Arc::clone(&stop));
+            tokio::spawn(async move {
+                for n in 0.. {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        return;
+                    }
+                    let key = format!("b{w}-{n}");
+                    let reply = client.send(Method::POST, "/v1/claims/backup", Some(&json!({ "key": key }))).await;
+                    if reply.expect("claim").status == 201 {
+                        acknowledged.lock().expect("lock").push(key);
+                    }
+                }
+            })
+        })
+        .collect();
+    while acknowledged.lock().expect("lock").len() < 2_000 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let before = acknowledged.lock().expect("lock").clone();
+    let args: Vec<String> = ["backup", copy.to_str().expect("utf-8"), "--data-dir", data.to_str().expect("utf-8")]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    let backup = move || run(&args.iter().map(String::as_str).collect::<Vec<_>>(), &[]);
+    let (code, out, err) = tokio::task::spawn_blocking(backup).await.expect("backup");
+    assert_eq!(code, 0, "backup: {out}{err}");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for writer in writers {
+        writer.await.expect("writer");
+    }
+    drop(idem);
+
+    let (code, out, err) = run(&["check", "--data-dir", copy.to_str().expect("utf-8")], &[]);
+    assert_eq!(code, 0, "check of the copy: {out}{err}");
+    assert!(out.contains("every checksum good"), "{out}");
+    let restored = Idem::serve(&copy, &[]);
+    let client = ApiClient::new(&restored.url, None).expect("client");
+    for chunk in before.chunks(5_000) {
+        let items: Vec<_> = chunk.iter().map(|k| json!({ "key": k })).collect();
+        let reply = client.send(Method::POST, "/v1/claims/backup/lookup", Some(&json!({ "items": items }))).await;
+        let body = reply.expect("lookup").json();
+        let missing = body["results"].as_array().expect("results").iter().filter(|r| r["exists"] != true).count();
+        assert_eq!(missing, 0, "claims acknowledged before the backup are in it");
+    }
+    drop(restored);
+
+    let segment = copy.join("log").join("00000001.log");
+    let mut bytes = std::fs::read(&segment).expect("segment");
+    bytes[100] ^= 0x40;
+    std::fs::write(&segment, &bytes).expect("damage");
+    let (code, out, err) = run(&["check", "--data-dir", copy.to_str().expect("utf-8")], &[]);
+    assert_eq!(code, 1, "check finds the damage: {out}{err}");
+    assert!(err.contains("00000001.log") && err.contains("byte"), "names the file and offset: {err}");
+    let port = crate::support::binary::free_port().to_string();
+    let serve = ["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir", copy.to_str().expect("utf-8")];
+    let (code, _, err) = run(&serve, &[]);
+    assert_ne!(code, 0, "serve refuses a damaged log");
+    assert!(err.contains("00000001.log") && err.contains("idem check"), "{err}");
+}
