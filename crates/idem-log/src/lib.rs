@@ -20,6 +20,7 @@ mod index;
 mod record;
 mod recover;
 mod segment;
+mod sync;
 mod writer;
 
 use std::collections::{BTreeMap, HashMap};
@@ -76,12 +77,23 @@ impl Default for LogOptions {
 #[derive(Debug)]
 pub struct Faults {
     writes_left: AtomicI64,
+    syncs_left: AtomicI64,
 }
 
 impl Default for Faults {
     fn default() -> Self {
-        Self { writes_left: AtomicI64::new(-1) }
+        Self { writes_left: AtomicI64::new(-1), syncs_left: AtomicI64::new(-1) }
     }
+}
+
+/// Counts a budget down; answers whether this call is the one that fails.
+fn spend(left: &AtomicI64) -> bool {
+    let now = left.load(Ordering::SeqCst);
+    if now < 0 {
+        return false;
+    }
+    left.store(now - 1, Ordering::SeqCst);
+    now == 0
 }
 
 impl Faults {
@@ -89,14 +101,18 @@ impl Faults {
         self.writes_left.store(writes, Ordering::SeqCst);
     }
 
+    /// Lets `syncs` more `fdatasync`s succeed, then fails the next one (as an I/O error would).
+    pub fn fail_sync_after(&self, syncs: i64) {
+        self.syncs_left.store(syncs, Ordering::SeqCst);
+    }
+
+    fn before_sync(&self) -> std::io::Result<()> {
+        if spend(&self.syncs_left) { Err(std::io::Error::other("injected sync failure")) } else { Ok(()) }
+    }
+
     fn before_write(&self, file: &File, at: u64, buf: &[u8]) -> std::io::Result<()> {
         use std::os::unix::fs::FileExt;
-        let left = self.writes_left.load(Ordering::SeqCst);
-        if left < 0 {
-            return Ok(());
-        }
-        self.writes_left.store(left - 1, Ordering::SeqCst);
-        if left > 0 {
+        if !spend(&self.writes_left) {
             return Ok(());
         }
         file.write_all_at(&buf[..buf.len() / 2], at)?;
@@ -316,6 +332,15 @@ impl LogStore {
             "log replayed"
         );
         let (commands, queue) = mpsc::channel(8192);
+        let state = Arc::new(sync::SyncState::default());
+        let (to_syncer, syncer_queue) = std::sync::mpsc::channel();
+        let syncer = {
+            let (shared, state, wake) = (Arc::clone(&shared), Arc::clone(&state), commands.downgrade());
+            std::thread::Builder::new()
+                .name("idem-log-syncer".into())
+                .spawn(move || sync::run(&shared, &state, &syncer_queue, &wake))
+                .map_err(dir_error)?
+        };
         let writer = writer::Writer {
             shared: Arc::clone(&shared),
             queue,
@@ -324,6 +349,10 @@ impl LogStore {
             segment_bytes: options.segment_bytes,
             sweep_cursor: 0,
             buf: Vec::new(),
+            state,
+            syncer: Some((to_syncer, syncer)),
+            pending: writer::PendingKeys::default(),
+            next_seq: 1,
         };
         let writer = std::thread::Builder::new().name("idem-log-writer".into()).spawn(move || writer.run());
         let writer = writer.map_err(dir_error)?;

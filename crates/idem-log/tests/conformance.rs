@@ -113,6 +113,44 @@ async fn a_write_failing_mid_group_fails_the_group_whole_and_nothing_of_it_survi
 }
 
 #[tokio::test]
+async fn a_failed_sync_fails_its_groups_whole_and_nothing_of_them_survives() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let clock = Arc::new(ManualClock::new(START));
+    let options = LogOptions::default();
+    let faults = Arc::clone(&options.faults);
+    let store = Arc::new(open(dir.path(), clock.clone(), options));
+    let n = ns("n");
+    store.claim(&n, vec![new_claim(&["before"], None, None)]).await.expect("claim");
+    faults.fail_sync_after(0);
+    let items = (0..50).map(|i| new_claim(&["synced", &i.to_string()], None, None)).collect();
+    let failed = store.claim(&n, items).await;
+    assert!(matches!(failed, Err(StoreError::Unavailable(_))), "the group failed: {failed:?}");
+    assert!(!store.prefix_exists(&n, &parts(&["synced"])).await.expect("prefix"), "nothing of it is visible");
+    // Writes go on; the failed group never counts as claimed.
+    let mut after = None;
+    for _ in 0..50 {
+        match store.claim(&n, vec![new_claim(&["synced", "0"], None, None)]).await {
+            Ok(outcome) => {
+                after = Some(outcome[0].claimed);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+    assert_eq!(after, Some(true), "the failed claim can be made again, and is new");
+    store.close().await;
+    drop(store);
+
+    let store = open(dir.path(), clock, LogOptions::default());
+    assert!(store.get(&n, &parts(&["before"]).id()).await.expect("get").is_some());
+    assert!(store.get(&n, &parts(&["synced", "0"]).id()).await.expect("get").is_some());
+    assert!(
+        store.get(&n, &parts(&["synced", "1"]).id()).await.expect("get").is_none(),
+        "the failed group never comes back"
+    );
+}
+
+#[tokio::test]
 async fn compaction_reclaims_dead_records_and_keeps_every_live_one() {
     let dir = tempfile::tempdir().expect("temp dir");
     let clock = Arc::new(ManualClock::new(START));
