@@ -20,7 +20,6 @@ mod index;
 mod record;
 mod recover;
 mod segment;
-mod sync;
 mod writer;
 
 use std::collections::{BTreeMap, HashMap};
@@ -332,15 +331,6 @@ impl LogStore {
             "log replayed"
         );
         let (commands, queue) = mpsc::channel(8192);
-        let state = Arc::new(sync::SyncState::default());
-        let (to_syncer, syncer_queue) = std::sync::mpsc::channel();
-        let syncer = {
-            let (shared, state, wake) = (Arc::clone(&shared), Arc::clone(&state), commands.downgrade());
-            std::thread::Builder::new()
-                .name("idem-log-syncer".into())
-                .spawn(move || sync::run(&shared, &state, &syncer_queue, &wake))
-                .map_err(dir_error)?
-        };
         let writer = writer::Writer {
             shared: Arc::clone(&shared),
             queue,
@@ -349,10 +339,6 @@ impl LogStore {
             segment_bytes: options.segment_bytes,
             sweep_cursor: 0,
             buf: Vec::new(),
-            state,
-            syncer: Some((to_syncer, syncer)),
-            pending: writer::PendingKeys::default(),
-            next_seq: 1,
         };
         let writer = std::thread::Builder::new().name("idem-log-writer".into()).spawn(move || writer.run());
         let writer = writer.map_err(dir_error)?;

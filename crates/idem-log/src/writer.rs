@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::hash::BuildHasherDefault;
 use std::os::unix::fs::FileExt;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -24,7 +25,6 @@ use tokio::sync::{mpsc, oneshot};
 use crate::index::{ClaimEntry, Expired, RequestEntry, SHARDS, Slot, TagHasher, claim_tag};
 use crate::record::{self, ClaimFields, Gone, Loc, NEVER, Record, RequestRec};
 use crate::segment;
-use crate::sync::{SyncState, Written};
 use crate::{Shared, io_error};
 
 type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
@@ -126,27 +126,6 @@ pub struct Writer {
     pub sweep_cursor: usize,
     /// The group buffer, kept between groups so that it is not grown afresh each time.
     pub buf: Vec<u8>,
-    pub state: Arc<SyncState>,
-    pub syncer: Option<(std::sync::mpsc::Sender<Written>, std::thread::JoinHandle<()>)>,
-    /// The keys of groups written but perhaps not yet applied, with the group's number.
-    pub pending: PendingKeys,
-    /// The next group's number (the first is 1).
-    pub next_seq: u64,
-}
-
-/// Keys touched by groups not yet applied: a command touching one waits for its group.
-#[derive(Default)]
-pub struct PendingKeys {
-    claims: TagMap<u64>,
-    requests: HashMap<ClaimId, u64>,
-}
-
-/// What an applied group changes in the index and the space accounting.
-pub struct Effects {
-    claims: TagMap<TouchedClaim>,
-    collided: HashMap<(String, ClaimId), TouchedClaim>,
-    requests: HashMap<ClaimId, TouchedRequest>,
-    garbage: Vec<(u32, u64)>,
 }
 
 /// What the group knows of a claim's current record.
@@ -158,7 +137,7 @@ struct Current {
 
 /// A claim key the group has touched: how the index had it, and how the group leaves it.
 struct TouchedClaim {
-    ns: Arc<str>,
+    ns: Rc<str>,
     id: ClaimId,
     before: Option<ClaimEntry>,
     slot: Slot,
@@ -192,8 +171,7 @@ struct TouchedRequest {
     record: Option<RequestRec>,
 }
 
-/// A command's answer, given once its group is durable (`None`) or has failed.
-pub type Pending = Box<dyn FnOnce(Option<&StoreError>) + Send>;
+type Pending = Box<dyn FnOnce(Option<&StoreError>) + Send>;
 
 fn pending<T: Send + 'static>(reply: Reply<T>, result: Result<T, StoreError>) -> Pending {
     Box::new(move |failure| {
@@ -207,8 +185,6 @@ fn pending<T: Send + 'static>(reply: Reply<T>, result: Result<T, StoreError>) ->
 /// One group being decided: its buffer and overlay.
 struct Group<'a> {
     shared: &'a Shared,
-    pending: &'a PendingKeys,
-    state: &'a SyncState,
     now: i64,
     segment: u32,
     base: u64,
@@ -244,16 +220,12 @@ impl Writer {
     }
 
     fn commit_group(&mut self, commands: &mut Vec<Command>) -> Option<oneshot::Sender<()>> {
-        self.clean_up_after_failure();
         let started = Instant::now();
         let count = commands.len();
         let shared = Arc::clone(&self.shared);
-        let state = Arc::clone(&self.state);
         let now = shared.clock.now().millis();
         let mut group = Group {
             shared: &shared,
-            pending: &self.pending,
-            state: &state,
             now,
             segment: self.active.number,
             base: self.active.len,
@@ -281,97 +253,33 @@ impl Writer {
                 }
             }
         }
-        // A sync that failed meanwhile dooms what follows it in the file, this group included.
-        let failure = failure.or_else(|| state.failure());
-        let start = self.active.len;
         let failure = failure.or_else(|| write(&mut self.active, &shared, &mut group).err());
-        let (items, wrote) = (group.records, !group.buf.is_empty());
+        let items = group.records;
         let mut buf = std::mem::take(&mut group.buf);
         buf.clear();
         if buf.capacity() <= 64 << 20 {
             self.buf = buf;
         }
-        match failure {
+        match &failure {
+            None => group.apply(),
             Some(e) => {
                 tracing::warn!(error = %e, commands = count, "store write failed; the group was dropped whole");
                 metrics::counter!("idem_store_commit_errors_total").increment(1);
-                done.into_iter().for_each(|p| p(Some(&e)));
-            }
-            None => {
-                let effects = group.into_effects();
-                self.hand_off(effects, done, start, wrote, started);
             }
         }
+        done.into_iter().for_each(|p| p(failure.as_ref()));
         for (segment, reply) in retire {
             self.shared.segments.remove(segment);
             self.shared.space.lock().unwrap_or_else(|e| e.into_inner()).remove(&segment);
             let _ = reply.send(Ok(()));
         }
-        if self.active.len >= self.segment_bytes && self.drain().is_ok() {
-            // Every group of this segment is synced before the next segment takes any: recovery
-            // may find a torn tail only in the newest segment.
+        if failure.is_none() && self.active.len >= self.segment_bytes {
             self.roll();
         }
         metrics::histogram!("idem_store_commit_batch_commands").record(count as f64);
         metrics::histogram!("idem_store_commit_batch_items").record(f64::from(items));
-        if close.is_some() {
-            let _ = self.drain();
-            if let Some((sender, syncer)) = self.syncer.take() {
-                drop(sender);
-                let _ = syncer.join();
-            }
-        }
+        metrics::histogram!("idem_store_commit_seconds").record(started.elapsed().as_secs_f64());
         close
-    }
-
-    /// Sends a written group to the syncer, and remembers its keys as pending.
-    fn hand_off(&mut self, effects: Effects, done: Vec<Pending>, start: u64, wrote: bool, started: Instant) {
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        if self.state.applied() + 1 >= seq {
-            // Nothing is pending any more: forget the older groups' keys at once.
-            self.pending.claims.clear();
-            self.pending.requests.clear();
-        }
-        self.pending.claims.extend(effects.claims.keys().map(|tag| (*tag, seq)));
-        self.pending.claims.extend(effects.collided.keys().map(|(ns, id)| (claim_tag(ns, id), seq)));
-        self.pending.requests.extend(effects.requests.keys().map(|id| (*id, seq)));
-        let written = Written {
-            seq,
-            file: Arc::clone(&self.active.file),
-            segment: self.active.number,
-            start,
-            end: self.active.len,
-            wrote,
-            effects,
-            done,
-            started,
-        };
-        if let Some((sender, _)) = &self.syncer
-            && let Err(returned) = sender.send(written)
-        {
-            returned.0.done.into_iter().for_each(|p| p(Some(&StoreError::Closed)));
-        }
-    }
-
-    /// Waits until every group handed off is synced and applied.
-    fn drain(&self) -> Result<(), StoreError> {
-        self.state.wait_applied(self.next_seq - 1)
-    }
-
-    /// After a failed sync: cuts the file back to where the first failed group began, and forgets
-    /// the pending keys (their groups all failed).
-    fn clean_up_after_failure(&mut self) {
-        let Some((segment, offset)) = self.state.take_failure(self.next_seq) else { return };
-        self.pending.claims.clear();
-        self.pending.requests.clear();
-        let Some(file) = self.shared.segments.file(segment) else { return };
-        if let Err(e) = file.set_len(offset) {
-            tracing::error!(error = %e, "could not cut failed groups off the log");
-        }
-        if segment == self.active.number {
-            self.active.len = offset;
-        }
     }
 
     /// Starts the next segment once this one is full. On failure (disk full) the current one keeps
@@ -392,21 +300,23 @@ impl Writer {
     }
 }
 
-/// Writes the group's records and its commit frame (the syncer makes them durable); on failure
-/// cuts the file back.
+/// Writes the group's records and its commit frame, and syncs; on failure cuts the file back.
 fn write(active: &mut Active, shared: &Shared, group: &mut Group<'_>) -> Result<(), StoreError> {
     if group.buf.is_empty() && !group.force {
         return Ok(());
     }
     let commit = Record::Commit { count: group.records }.encode_into(&mut group.buf);
     group.garbage.push((active.number, commit as u64));
-    let result = shared
-        .fault
-        .before_write(&active.file, active.len, &group.buf)
-        .and_then(|()| active.file.write_all_at(&group.buf, active.len));
+    let result = shared.fault.before_write(&active.file, active.len, &group.buf).and_then(|()| {
+        active.file.write_all_at(&group.buf, active.len)?;
+        shared.fault.before_sync()?;
+        active.file.sync_data()
+    });
     match result {
         Ok(()) => {
             active.len += group.buf.len() as u64;
+            let mut space = shared.space.lock().unwrap_or_else(|e| e.into_inner());
+            space.entry(active.number).or_default().size = active.len;
             Ok(())
         }
         Err(e) => {
@@ -428,11 +338,11 @@ impl Group<'_> {
         }
         match command {
             Command::Claim { ns, items, reply } => {
-                let shared_ns: Arc<str> = Arc::from(ns.as_str());
+                let shared_ns: Rc<str> = Rc::from(ns.as_str());
                 let result = items.into_iter().map(|item| self.claim(&ns, &shared_ns, item)).collect();
                 ran(reply, result)
             }
-            Command::Delete { ns, id, reply } => ran(reply, self.delete(&Arc::from(ns.as_str()), &id)),
+            Command::Delete { ns, id, reply } => ran(reply, self.delete(&Rc::from(ns.as_str()), &id)),
             Command::SweepClaims { limit, reply } => ran(reply, self.sweep_claims(limit, sweep_cursor)),
             Command::Begin { request, reply } => ran(reply, self.begin(request)),
             Command::Complete { id, token, result, ttl, reply } => ran(reply, self.complete(&id, token, result, ttl)),
@@ -463,12 +373,11 @@ impl Group<'_> {
         self.garbage.push((loc.segment, u64::from(len)));
     }
 
-    fn touch_claim(&mut self, ns: &Arc<str>, id: &ClaimId) -> Result<&mut TouchedClaim, StoreError> {
+    fn touch_claim(&mut self, ns: &Rc<str>, id: &ClaimId) -> Result<&mut TouchedClaim, StoreError> {
         let tag = claim_tag(ns, id);
         let collided = match self.claims.get(&tag) {
             Some(t) => !(t.id == *id && *t.ns == **ns),
             None => {
-                self.wait_for_claim(tag)?;
                 let loaded = load_claim(self.shared, ns, id)?;
                 self.claims.insert(tag, loaded);
                 false
@@ -479,14 +388,13 @@ impl Group<'_> {
         }
         let key = (ns.to_string(), *id);
         if !self.collided.contains_key(&key) {
-            self.wait_for_claim(tag)?;
             let loaded = load_claim(self.shared, ns, id)?;
             self.collided.insert(key.clone(), loaded);
         }
         self.collided.get_mut(&key).ok_or_else(|| StoreError::Internal("claim overlay lost a key".into()))
     }
 
-    fn claim(&mut self, ns: &Namespace, shared_ns: &Arc<str>, item: NewClaim) -> Result<ClaimOutcome, StoreError> {
+    fn claim(&mut self, ns: &Namespace, shared_ns: &Rc<str>, item: NewClaim) -> Result<ClaimOutcome, StoreError> {
         let now = self.now;
         let id = item.parts.id();
         let touched = self.touch_claim(shared_ns, &id)?;
@@ -528,7 +436,7 @@ impl Group<'_> {
         Ok(ClaimOutcome { claimed: true, record })
     }
 
-    fn delete(&mut self, ns: &Arc<str>, id: &ClaimId) -> Result<bool, StoreError> {
+    fn delete(&mut self, ns: &Rc<str>, id: &ClaimId) -> Result<bool, StoreError> {
         let now = self.now;
         let touched = self.touch_claim(ns, id)?;
         let Some(Current { entry, .. }) = touched.current.take() else { return Ok(false) };
@@ -560,7 +468,7 @@ impl Group<'_> {
                     },
                 };
                 let now = self.now;
-                let touched = self.touch_claim(&Arc::from(ns), &id)?;
+                let touched = self.touch_claim(&Rc::from(ns), &id)?;
                 if touched.current.as_ref().is_some_and(|c| c.entry == entry && !entry.is_live(now)) {
                     touched.current = None;
                     self.dead(entry.loc(), entry.len());
@@ -574,19 +482,8 @@ impl Group<'_> {
         Ok(swept)
     }
 
-    /// Waits for the group not yet applied that last touched a claim tag, if any.
-    fn wait_for_claim(&self, tag: u64) -> Result<(), StoreError> {
-        match self.pending.claims.get(&tag) {
-            Some(seq) => self.state.wait_applied(*seq),
-            None => Ok(()),
-        }
-    }
-
     fn touch_request(&mut self, id: &ClaimId) -> Result<&mut TouchedRequest, StoreError> {
         if !self.requests.contains_key(id) {
-            if let Some(seq) = self.pending.requests.get(id) {
-                self.state.wait_applied(*seq)?;
-            }
             let before = self.shared.index.request(id);
             self.requests.insert(*id, TouchedRequest { before, current: before, record: None });
         }
@@ -732,7 +629,7 @@ impl Group<'_> {
             match record {
                 Record::Claim(rec) => {
                     let now = self.now;
-                    let ns: Arc<str> = Arc::from(rec.ns.as_str());
+                    let ns: Rc<str> = Rc::from(rec.ns.as_str());
                     let touched = self.touch_claim(&ns, &rec.id)?;
                     let Some(entry) =
                         touched.current.as_ref().map(|c| c.entry).filter(|e| e.loc() == old && e.is_live(now))
@@ -771,7 +668,7 @@ impl Group<'_> {
         for record in records {
             match record {
                 Record::Claim(rec) => {
-                    let ns: Arc<str> = Arc::from(rec.ns.as_str());
+                    let ns: Rc<str> = Rc::from(rec.ns.as_str());
                     let old = self.touch_claim(&ns, &rec.id)?.current.take();
                     if let Some(old) = old {
                         self.dead(old.entry.loc(), old.entry.len());
@@ -793,21 +690,15 @@ impl Group<'_> {
         Ok(())
     }
 
-    fn into_effects(self) -> Effects {
-        Effects { claims: self.claims, collided: self.collided, requests: self.requests, garbage: self.garbage }
-    }
-}
-
-impl Effects {
     /// After the group is durable: the index and the space accounting take its changes.
-    pub fn apply(self, shared: &Shared) {
-        let index = &shared.index;
+    fn apply(self) {
+        let index = &self.shared.index;
         for touched in self.claims.into_values().chain(self.collided.into_values()) {
             let after = touched.current.map(|c| c.entry);
             index.update_claim(touched.slot, &touched.ns, &touched.id, &touched.parts, touched.before, after);
             match (touched.before, after) {
-                (None, Some(_)) => shared.count_namespace(&touched.ns, 1),
-                (Some(_), None) => shared.count_namespace(&touched.ns, -1),
+                (None, Some(_)) => self.shared.count_namespace(&touched.ns, 1),
+                (Some(_), None) => self.shared.count_namespace(&touched.ns, -1),
                 _ => {}
             }
         }
@@ -818,7 +709,7 @@ impl Effects {
                 _ => {}
             }
         }
-        let mut space = shared.space.lock().unwrap_or_else(|e| e.into_inner());
+        let mut space = self.shared.space.lock().unwrap_or_else(|e| e.into_inner());
         for (segment, bytes) in self.garbage {
             space.entry(segment).or_default().garbage += bytes;
         }
@@ -826,14 +717,14 @@ impl Effects {
 }
 
 /// A claim as the index and the disk have it, for the overlay.
-fn load_claim(shared: &Shared, ns: &Arc<str>, id: &ClaimId) -> Result<TouchedClaim, StoreError> {
+fn load_claim(shared: &Shared, ns: &Rc<str>, id: &ClaimId) -> Result<TouchedClaim, StoreError> {
     let found = shared.find_claim(ns, id)?;
     Ok(match found.hit {
         Some((slot, entry, rec)) => {
             let data = rec.data.map(RawValue::from_string).transpose();
             let data = data.map_err(|e| StoreError::Internal(format!("claim {id}: bad data: {e}")))?;
             TouchedClaim {
-                ns: Arc::clone(ns),
+                ns: Rc::clone(ns),
                 id: *id,
                 before: Some(entry),
                 slot,
@@ -842,7 +733,7 @@ fn load_claim(shared: &Shared, ns: &Arc<str>, id: &ClaimId) -> Result<TouchedCla
             }
         }
         None => TouchedClaim {
-            ns: Arc::clone(ns),
+            ns: Rc::clone(ns),
             id: *id,
             before: None,
             slot: if found.main_taken { Slot::Overflow } else { Slot::Main },
