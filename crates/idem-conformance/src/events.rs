@@ -4,34 +4,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::EventStore;
 use idem_core::event::{
-    Accept, AttemptRecord, Change, Job, JobKind, JobNext, NewEvent, QueueStats, ReceiptFilter, ReceiptStatus,
-    ResultWebhookState, Transition,
+    Accept, AttemptRecord, Change, Job, JobKind, JobNext, NewEvent, QueueStats, ReceiptFilter, ReceiptId,
+    ReceiptStatus, ResultWebhookState, Transition,
 };
+use idem_core::{Clock, EventStore};
 
 use crate::Harness;
 
 const LEASE: Duration = Duration::from_secs(150);
 
 fn event(source: &str, id: &str, body: &str) -> NewEvent {
-    NewEvent {
-        source: source.into(),
-        event_id: id.into(),
-        payload_hash: payload_hash(body),
-        body: body.into(),
-        content_type: Some("application/json".into()),
-    }
-}
-
-/// A stand-in payload hash (the server uses SHA-256): equal bodies, equal hashes.
-fn payload_hash(body: &str) -> [u8; 32] {
-    let mut out = [0u8; 32];
-    for (i, b) in body.bytes().enumerate() {
-        out[i % 32] = out[i % 32].wrapping_mul(31).wrapping_add(b);
-    }
-    out[31] ^= body.len() as u8;
-    out
+    NewEvent::new(source.into(), id.into(), body.into(), Some("application/json".into()))
 }
 
 fn attempt(n: u32, status: u16) -> AttemptRecord {
@@ -55,6 +39,45 @@ async fn accepted<S: EventStore + ?Sized>(h: &Harness<S>, e: NewEvent) -> idem_c
     match h.store.accept_event(e).await.expect("accept") {
         Accept::Accepted { receipt_id } => receipt_id,
         other => panic!("expected accepted, got {other:?}"),
+    }
+}
+
+/// Accepts `n` events of `source` and lets every delivery fail for good: `n` dead letters.
+async fn dead_letters<S: EventStore + ?Sized>(h: &Harness<S>, source: &str, n: usize) -> Vec<ReceiptId> {
+    let mut ids = Vec::with_capacity(n);
+    for i in 0..n {
+        h.clock.advance(Duration::from_millis(1));
+        let event_id = format!("{source}-dead-{i}-{}", h.clock.now().millis());
+        ids.push(accepted(h, event(source, &event_id, "{}")).await);
+    }
+    finish_all(h, ReceiptStatus::Dead).await;
+    ids
+}
+
+/// Leases every due delivery and ends it with `status`.
+async fn finish_all<S: EventStore + ?Sized>(h: &Harness<S>, status: ReceiptStatus) -> usize {
+    let jobs = h.store.lease_jobs(100_000, LEASE, &[]).await.expect("lease");
+    for job in &jobs {
+        let code = if status == ReceiptStatus::Completed { 200 } else { 500 };
+        assert!(h.store.finish_job(job, delivered(attempt(1, code), status, None)).await.expect("finish"));
+    }
+    jobs.len()
+}
+
+async fn status_of<S: EventStore + ?Sized>(h: &Harness<S>, id: &ReceiptId) -> ReceiptStatus {
+    h.store.get_receipt(id).await.expect("get").expect("receipt").status
+}
+
+/// Every step of a bulk replay of `filter`, `limit` receipts per step; the total replayed.
+async fn replay_all<S: EventStore + ?Sized>(h: &Harness<S>, mut filter: ReceiptFilter) -> u64 {
+    let mut total = 0;
+    loop {
+        let step = h.store.replay_matching(&filter).await.expect("replay step");
+        total += step.replayed;
+        match step.next {
+            Some(next) => filter.before = Some(next),
+            None => return total,
+        }
     }
 }
 
@@ -239,5 +262,154 @@ pub async fn receipts_are_counted_by_source_and_status<S: EventStore + ?Sized>(h
             ("a".to_owned(), ReceiptStatus::Dead, 1),
             ("b".to_owned(), ReceiptStatus::Accepted, 1),
         ]
+    );
+}
+
+pub async fn a_receipt_holds_its_event<S: EventStore + ?Sized>(h: &Harness<S>) {
+    let id = accepted(h, event("partner", "evt-1", r#"{"amount": 5}"#)).await;
+    let receipt = h.store.get_receipt(&id).await.expect("get").expect("receipt");
+    assert_eq!(receipt.body.as_deref(), Some(&br#"{"amount": 5}"#[..]), "the body exactly as sent");
+    assert_eq!(receipt.content_type.as_deref(), Some("application/json"));
+}
+
+pub async fn a_resend_with_its_keys_reordered_is_a_duplicate<S: EventStore + ?Sized>(h: &Harness<S>) {
+    let id = accepted(h, event("partner", "evt-1", r#"{"a": 1, "b": {"y": 2, "x": [1, 2]}}"#)).await;
+    assert_eq!(
+        h.store.accept_event(event("partner", "evt-1", r#"{"b":{"x":[1,2],"y":2},"a":1}"#)).await.expect("accept"),
+        Accept::Duplicate { receipt_id: id.clone(), status: ReceiptStatus::Accepted }
+    );
+    assert_eq!(
+        h.store.accept_event(event("partner", "evt-1", r#"{"b":{"x":[2,1],"y":2},"a":1}"#)).await.expect("accept"),
+        Accept::Mismatch { receipt_id: id }
+    );
+    // A receipt stored before intake compared canonical JSON holds the hash of the raw bytes.
+    let raw = r#"{"z": 1, "a": 2}"#;
+    let mut legacy = event("partner", "evt-2", raw);
+    legacy.payload_hash = legacy.raw_hash;
+    let old = accepted(h, legacy).await;
+    assert_eq!(
+        h.store.accept_event(event("partner", "evt-2", raw)).await.expect("accept"),
+        Accept::Duplicate { receipt_id: old, status: ReceiptStatus::Accepted },
+        "the same bytes still match an older receipt"
+    );
+}
+
+pub async fn a_dead_letter_is_discarded_and_can_still_be_replayed<S: EventStore + ?Sized>(h: &Harness<S>) {
+    let live = accepted(h, event("partner", "live", "{}")).await;
+    assert_eq!(h.store.discard_receipt(&live).await.expect("discard"), Some(ReceiptStatus::Accepted));
+    assert_eq!(status_of(h, &live).await, ReceiptStatus::Accepted, "only dead letters are discarded");
+    finish_all(h, ReceiptStatus::Completed).await;
+    let dead = dead_letters(h, "partner", 1).await.remove(0);
+    assert_eq!(h.store.discard_receipt(&dead).await.expect("discard"), Some(ReceiptStatus::Dead));
+    assert_eq!(status_of(h, &dead).await, ReceiptStatus::Discarded);
+    assert_eq!(
+        h.store.discard_receipt(&dead).await.expect("discard"),
+        Some(ReceiptStatus::Discarded),
+        "twice: harmless"
+    );
+    let dead_filter = ReceiptFilter { status: Some(ReceiptStatus::Dead), ..Default::default() };
+    assert_eq!(h.store.count_matching(&dead_filter).await.expect("count"), 0, "out of the dead letters");
+    assert_eq!(h.store.discard_receipt(&ReceiptId::generate(crate::START)).await.expect("discard"), None);
+    assert_eq!(h.store.replay_receipt(&dead).await.expect("replay"), Some(ReceiptStatus::Discarded));
+    assert_eq!(status_of(h, &dead).await, ReceiptStatus::Accepted);
+    assert_eq!(lease_one(h).await.receipt_id, dead);
+}
+
+pub async fn bulk_replay_replays_every_match_step_by_step_and_only_once<S: EventStore + ?Sized>(h: &Harness<S>) {
+    let early = dead_letters(h, "a", 4).await;
+    h.clock.advance(Duration::from_secs(60));
+    let middle = crate::START.plus(Duration::from_secs(30));
+    let late = dead_letters(h, "a", 3).await;
+    let other = dead_letters(h, "b", 2).await;
+    accepted(h, event("a", "fine", "{}")).await;
+    finish_all(h, ReceiptStatus::Completed).await;
+    let dead_in_a = ReceiptFilter { source: Some("a".into()), status: Some(ReceiptStatus::Dead), ..Default::default() };
+    let count = |f: ReceiptFilter| {
+        let store = Arc::clone(&h.store);
+        async move { store.count_matching(&f).await.expect("count") }
+    };
+    assert_eq!(count(dead_in_a.clone()).await, 7, "the dry run's count");
+    assert_eq!(count(dead_in_a.clone().created_before(middle)).await, 4);
+    assert_eq!(count(dead_in_a.clone().created_after(middle)).await, 3);
+    let event_id = h.store.get_receipt(&early[1]).await.expect("get").expect("receipt").event_id;
+    let by_event = ReceiptFilter { event_id: Some(event_id), ..dead_in_a.clone() };
+    assert_eq!(count(by_event).await, 1, "by event id");
+    assert_eq!(count(ReceiptFilter { status: Some(ReceiptStatus::Completed), ..Default::default() }).await, 1);
+
+    let first = h.store.replay_matching(&ReceiptFilter { limit: 3, ..dead_in_a.clone() }).await.expect("step");
+    assert_eq!((first.replayed, first.next.as_ref()), (3, Some(&late[0])), "newest first, three per step");
+    let rest = replay_all(h, ReceiptFilter { limit: 3, before: first.next, ..dead_in_a.clone() }).await;
+    assert_eq!(rest, 4);
+    for id in early.iter().chain(&late) {
+        assert_eq!(status_of(h, id).await, ReceiptStatus::Accepted, "{id}");
+    }
+    for id in &other {
+        assert_eq!(status_of(h, id).await, ReceiptStatus::Dead, "another source is left alone");
+    }
+    assert_eq!(replay_all(h, ReceiptFilter { limit: 3, ..dead_in_a }).await, 0, "repeating it finds nothing");
+    let jobs = h.store.lease_jobs(1000, LEASE, &[]).await.expect("lease");
+    assert_eq!(jobs.len(), 7, "one delivery per replayed receipt");
+    assert!(jobs.iter().all(|j| j.attempt == 1));
+}
+
+pub async fn concurrent_bulk_replays_replay_each_receipt_once<S: EventStore + ?Sized>(h: &Harness<S>) {
+    dead_letters(h, "partner", 60).await;
+    let dead = ReceiptFilter { status: Some(ReceiptStatus::Dead), limit: 7, ..Default::default() };
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let (store, mut filter) = (Arc::clone(&h.store), dead.clone());
+            tokio::spawn(async move {
+                let mut total = 0;
+                loop {
+                    let step = store.replay_matching(&filter).await.expect("step");
+                    total += step.replayed;
+                    match step.next {
+                        Some(next) => filter.before = Some(next),
+                        None => return total,
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for task in tasks {
+        total += task.await.expect("task");
+    }
+    assert_eq!(total, 60, "each dead letter replayed by exactly one of four replays");
+    assert_eq!(h.store.lease_jobs(1000, LEASE, &[]).await.expect("lease").len(), 60, "one job each");
+}
+
+pub async fn retention_deletes_old_handled_receipts_and_keeps_dead_letters<S: EventStore + ?Sized>(h: &Harness<S>) {
+    let old_dead = dead_letters(h, "partner", 2).await;
+    assert_eq!(h.store.discard_receipt(&old_dead[1]).await.expect("discard"), Some(ReceiptStatus::Dead));
+    let old_done = accepted(h, event("partner", "done", "{}")).await;
+    finish_all(h, ReceiptStatus::Completed).await;
+    let reporting = accepted(h, event("reports", "reporting", "{}")).await;
+    let job = lease_one(h).await;
+    let t = Transition {
+        attempt: attempt(1, 200),
+        job: JobNext::Remove,
+        change: Change::Receipt { status: ReceiptStatus::Completed, result_job: Some(b"{}".to_vec()) },
+    };
+    assert!(h.store.finish_job(&job, t).await.expect("finish"));
+    h.clock.advance(Duration::from_secs(3600));
+    let cutoff = h.clock.now();
+    h.clock.advance(Duration::from_secs(1));
+    let new_done = accepted(h, event("partner", "new", "{}")).await;
+    let job = h.store.lease_jobs(10, LEASE, &["reports".to_owned()]).await.expect("lease").remove(0);
+    assert!(h.store.finish_job(&job, delivered(attempt(1, 200), ReceiptStatus::Completed, None)).await.expect("ok"));
+    assert_eq!(h.store.delete_ended_receipts(cutoff, 1).await.expect("delete"), 1, "at most the limit");
+    assert_eq!(h.store.delete_ended_receipts(cutoff, 100).await.expect("delete"), 1);
+    assert_eq!(h.store.delete_ended_receipts(cutoff, 100).await.expect("delete"), 0);
+    for gone in [&old_done, &old_dead[1]] {
+        assert!(h.store.get_receipt(gone).await.expect("get").is_none(), "{gone} deleted");
+    }
+    assert_eq!(status_of(h, &old_dead[0]).await, ReceiptStatus::Dead, "dead letters stay until handled");
+    assert_eq!(status_of(h, &new_done).await, ReceiptStatus::Completed, "newer than the cutoff");
+    assert_eq!(status_of(h, &reporting).await, ReceiptStatus::Completed, "its result webhook is still queued");
+    assert_eq!(
+        h.store.accept_event(event("partner", "done", "{}")).await.map(|a| matches!(a, Accept::Accepted { .. })).ok(),
+        Some(true),
+        "once deleted, the event id is new again"
     );
 }

@@ -26,7 +26,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::event::{Accept, Job, NewEvent, QueueStats, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus, Transition};
+use crate::event::{
+    Accept, Job, NewEvent, QueueStats, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus, ReplayBatch, Transition,
+};
 use crate::request::{Begin, Forget, LeaseToken, NewRequest, RequestState};
 use crate::{ClaimId, ClaimOutcome, ClaimRecord, Namespace, NewClaim, Parts, StoreError, Timestamp};
 
@@ -114,12 +116,30 @@ pub trait EventStore: Send + Sync + 'static {
 
     async fn get_receipt(&self, id: &ReceiptId) -> Result<Option<Receipt>, StoreError>;
 
-    /// Newest first; attempts are not filled in.
+    /// Newest first; attempts and bodies are not filled in.
     async fn list_receipts(&self, filter: &ReceiptFilter) -> Result<Vec<Receipt>, StoreError>;
+
+    /// How many receipts match `filter` (its `limit` is ignored).
+    async fn count_matching(&self, filter: &ReceiptFilter) -> Result<u64, StoreError>;
 
     /// Replays a receipt as [`crate::event::replay`] decides. Answers the status it had (`None`: no
     /// such receipt).
     async fn replay_receipt(&self, id: &ReceiptId) -> Result<Option<ReceiptStatus>, StoreError>;
+
+    /// One step of a bulk replay, in one transaction: looks at up to `filter.limit` receipts
+    /// matching `filter` (newest first, below `filter.before`) and replays each that still has the
+    /// filter's status, which must be an ended one. A receipt another node replays at the same
+    /// moment is replayed once: the status is checked under the row's lock.
+    async fn replay_matching(&self, filter: &ReceiptFilter) -> Result<ReplayBatch, StoreError>;
+
+    /// Marks a dead receipt as handled, as [`crate::event::discard`] decides. Answers the status
+    /// it had (`None`: no such receipt).
+    async fn discard_receipt(&self, id: &ReceiptId) -> Result<Option<ReceiptStatus>, StoreError>;
+
+    /// Retention: deletes up to `limit` receipts that [`crate::event::retention_may_delete`] and
+    /// that were last updated before `before`, with their attempts; one with a job still queued
+    /// (its result webhook) is kept until the job is done. Says how many went.
+    async fn delete_ended_receipts(&self, before: Timestamp, limit: usize) -> Result<usize, StoreError>;
 
     async fn queue_stats(&self) -> Result<QueueStats, StoreError>;
 

@@ -6,12 +6,13 @@ use std::time::Duration;
 
 use deadpool_postgres::{Object, Transaction};
 use idem_core::event::{
-    Accept, AttemptRecord, Change, Job, JobKind, JobNext, NewEvent, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus,
-    Replay, ResultState, ResultWebhookState, Transition,
+    Accept, AttemptRecord, Change, Discard, Job, JobKind, JobNext, NewEvent, Receipt, ReceiptFilter, ReceiptId,
+    ReceiptStatus, Replay, ReplayBatch, ResultState, ResultWebhookState, Transition,
 };
 use idem_core::request::LeaseToken;
 use idem_core::{StoreError, Timestamp};
 use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
 
 use crate::{retryable, store_error};
 
@@ -30,15 +31,12 @@ fn status_column(status: ReceiptStatus) -> &'static str {
         ReceiptStatus::Retrying => "retrying",
         ReceiptStatus::Completed => "completed",
         ReceiptStatus::Dead => "dead",
+        ReceiptStatus::Discarded => "discarded",
     }
 }
 
 fn status_of(text: &str) -> Result<ReceiptStatus, StoreError> {
-    use ReceiptStatus::*;
-    [Accepted, Processing, Retrying, Completed, Dead]
-        .into_iter()
-        .find(|s| status_column(*s) == text)
-        .ok_or_else(|| internal("unknown receipt status"))
+    ReceiptStatus::ALL.into_iter().find(|s| status_column(*s) == text).ok_or_else(|| internal("unknown receipt status"))
 }
 
 /// The one mapping between the result webhook's states and the `receipts.result_status` column.
@@ -137,7 +135,7 @@ pub async fn accept(client: &mut Object, e: &NewEvent, now: Timestamp) -> Result
                 .await?;
             let (rid, hash, status): (String, Vec<u8>, String) = (row.get(0), row.get(1), row.get(2));
             receipt_id(&rid).and_then(|receipt_id| {
-                Ok(if hash == e.payload_hash {
+                Ok(if e.matches(&hash) {
                     Accept::Duplicate { receipt_id, status: status_of(&status)? }
                 } else {
                     Accept::Mismatch { receipt_id }
@@ -302,18 +300,141 @@ pub async fn replay(client: &mut Object, id: &ReceiptId, now: Timestamp) -> Resu
             Ok(None) => Ok(None),
             Ok(Some(status)) => {
                 if idem_core::event::replay(status) == Replay::Restart {
-                    tx.execute(
-                        "UPDATE receipts SET status = $3, round = round + 1, updated_at = $2, result_status = NULL WHERE id = $1",
-                        &[&id.as_str(), &now.millis(), &status_column(ReceiptStatus::Accepted)],
-                    )
-                    .await?;
-                    enqueue(&tx, id.as_str(), DELIVERY, now, None).await?;
+                    restart(&tx, id.as_str(), now).await?;
                     notify_jobs(&tx).await?;
                 }
                 Ok(Some(status))
             }
         }
     })
+}
+
+/// A new round from attempt 1: status `accepted`, the result webhook's state cleared, one delivery
+/// job due now.
+async fn restart(tx: &Transaction<'_>, id: &str, now: Timestamp) -> Result<(), tokio_postgres::Error> {
+    tx.execute(
+        "UPDATE receipts SET status = $3, round = round + 1, updated_at = $2, result_status = NULL WHERE id = $1",
+        &[&id, &now.millis(), &status_column(ReceiptStatus::Accepted)],
+    )
+    .await?;
+    enqueue(tx, id, DELIVERY, now, None).await
+}
+
+/// One step of a bulk replay in one transaction. The matching rows are locked in id order (so two
+/// nodes replaying the same filter wait for each other rather than deadlock) and their status is
+/// read again after the lock, so a receipt another node just replayed is not replayed twice.
+pub async fn replay_matching(
+    client: &mut Object,
+    filter: &ReceiptFilter,
+    now: Timestamp,
+) -> Result<ReplayBatch, StoreError> {
+    let Some(status) = filter.status.filter(|s| idem_core::event::replay(*s) == Replay::Restart) else {
+        return Err(internal("a bulk replay needs an ended status"));
+    };
+    let (clause, values) = filter_sql(filter);
+    let sql = format!("SELECT id, status FROM receipts {clause} ORDER BY id DESC LIMIT {} FOR UPDATE", filter.limit);
+    let params = as_params(&values);
+    let ids: Vec<(String, String)> = retrying!(client, |tx| {
+        let rows = tx.query(&sql, &params).await?;
+        let mut seen = Vec::with_capacity(rows.len());
+        let mut any = false;
+        for row in &rows {
+            let (id, now_status): (String, String) = (row.get(0), row.get(1));
+            if now_status == status_column(status) {
+                restart(&tx, &id, now).await?;
+                any = true;
+            }
+            seen.push((id, now_status));
+        }
+        if any {
+            notify_jobs(&tx).await?;
+        }
+        Ok::<_, StoreError>(seen)
+    })?;
+    let replayed = ids.iter().filter(|(_, st)| st == status_column(status)).count() as u64;
+    let next = if ids.len() < filter.limit { None } else { ids.last().map(|(id, _)| receipt_id(id)).transpose()? };
+    Ok(ReplayBatch { replayed, next })
+}
+
+/// Marks a dead receipt as handled; answers the status it had.
+pub async fn discard(client: &mut Object, id: &ReceiptId, now: Timestamp) -> Result<Option<ReceiptStatus>, StoreError> {
+    retrying!(client, |tx| {
+        let row = tx.query_opt("SELECT status FROM receipts WHERE id = $1 FOR UPDATE", &[&id.as_str()]).await?;
+        match row.map(|r| status_of(&r.get::<_, String>(0))).transpose() {
+            Err(e) => Err(e),
+            Ok(None) => Ok(None),
+            Ok(Some(status)) => {
+                if idem_core::event::discard(status) == Discard::Discard && status != ReceiptStatus::Discarded {
+                    tx.execute(
+                        "UPDATE receipts SET status = $2, updated_at = $3 WHERE id = $1",
+                        &[&id.as_str(), &status_column(ReceiptStatus::Discarded), &now.millis()],
+                    )
+                    .await?;
+                }
+                Ok(Some(status))
+            }
+        }
+    })
+}
+
+/// Retention: deletes handled receipts last updated before `before`, with their attempts. Only
+/// receipts created before it qualify (a range of the status index); one whose result webhook is
+/// still queued is kept for now; rows another node is deleting are skipped.
+pub async fn delete_ended(client: &mut Object, before: Timestamp, limit: usize) -> Result<usize, StoreError> {
+    let statuses: Vec<&str> = ReceiptStatus::ALL
+        .into_iter()
+        .filter(|s| idem_core::event::retention_may_delete(*s))
+        .map(status_column)
+        .collect();
+    let floor = ReceiptId::floor(before);
+    let done = [result_column(ResultWebhookState::Delivered), result_column(ResultWebhookState::Failed)];
+    let row = client
+        .query_one(
+            "WITH gone AS (
+                 DELETE FROM receipts WHERE id IN (
+                     SELECT id FROM receipts WHERE status = ANY($1) AND id < $2 AND updated_at < $3
+                     AND (result_status IS NULL OR result_status = ANY($5))
+                     ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED)
+                 RETURNING id),
+             attempts_gone AS (DELETE FROM attempts WHERE receipt_id IN (SELECT id FROM gone))
+             SELECT count(*) FROM gone",
+            &[&statuses, &floor.as_str(), &before.millis(), &(limit as i64), &&done[..]],
+        )
+        .await
+        .map_err(store_error)?;
+    Ok(row.get::<_, i64>(0) as usize)
+}
+
+fn as_params(values: &[String]) -> Vec<&(dyn ToSql + Sync)> {
+    values.iter().map(|v| v as &(dyn ToSql + Sync)).collect()
+}
+
+/// The WHERE clause of `filter` with only the conditions it sets, so that the planner picks the
+/// index that fits.
+fn filter_sql(filter: &ReceiptFilter) -> (String, Vec<String>) {
+    let mut terms = Vec::new();
+    let mut values = Vec::new();
+    let mut add = |term: &str, value: String| {
+        values.push(value);
+        terms.push(format!("{term} ${}", values.len()));
+    };
+    if let Some(source) = &filter.source {
+        add("source =", source.clone());
+    }
+    if let Some(status) = filter.status {
+        add("status =", status_column(status).to_owned());
+    }
+    if let Some(event_id) = &filter.event_id {
+        add("event_id =", event_id.clone());
+    }
+    if let Some(before) = &filter.before {
+        add("id <", before.as_str().to_owned());
+    }
+    if let Some(from) = &filter.from {
+        add("id >=", from.as_str().to_owned());
+    }
+    let clause = if terms.is_empty() { String::new() } else { format!("WHERE {}", terms.join(" AND ")) };
+    (clause, values)
 }
 
 const RECEIPT_COLUMNS: &str = "id, source, event_id, status, created_at, updated_at, round, result_status, result_attempts, result_status_code, result_error";
@@ -328,6 +449,8 @@ fn to_receipt(r: &Row) -> Result<Receipt, StoreError> {
         updated_at: Timestamp(r.get(5)),
         round: r.get::<_, i32>(6) as u32,
         attempts: Vec::new(),
+        body: None,
+        content_type: None,
         result: r.get::<_, Option<String>>(7).map(|s| result_of(&s)).transpose()?.map(|status| ResultState {
             status,
             attempts: r.get::<_, i32>(8) as u32,
@@ -339,10 +462,15 @@ fn to_receipt(r: &Row) -> Result<Receipt, StoreError> {
 
 pub async fn get(client: &Object, id: &ReceiptId) -> Result<Option<Receipt>, StoreError> {
     let row = client
-        .query_opt(&format!("SELECT {RECEIPT_COLUMNS} FROM receipts WHERE id = $1"), &[&id.as_str()])
+        .query_opt(
+            &format!("SELECT {RECEIPT_COLUMNS}, body, content_type FROM receipts WHERE id = $1"),
+            &[&id.as_str()],
+        )
         .await
         .map_err(store_error)?;
-    let Some(mut receipt) = row.as_ref().map(to_receipt).transpose()? else { return Ok(None) };
+    let Some(row) = row else { return Ok(None) };
+    let mut receipt = to_receipt(&row)?;
+    (receipt.body, receipt.content_type) = (Some(row.get(11)), row.get(12));
     let rows = client
         .query(
             "SELECT n, started_at, duration_ms, status_code, error, response FROM attempts WHERE receipt_id = $1 AND round = $2 ORDER BY n",
@@ -365,18 +493,19 @@ pub async fn get(client: &Object, id: &ReceiptId) -> Result<Option<Receipt>, Sto
 }
 
 pub async fn list(client: &Object, filter: &ReceiptFilter) -> Result<Vec<Receipt>, StoreError> {
-    let rows = client
-        .query(
-            &format!(
-                "SELECT {RECEIPT_COLUMNS} FROM receipts
-                 WHERE ($1::text IS NULL OR source = $1) AND ($2::text IS NULL OR status = $2) AND ($3::text IS NULL OR id < $3)
-                 ORDER BY id DESC LIMIT $4"
-            ),
-            &[&filter.source, &filter.status.map(status_column), &filter.before.as_ref().map(ReceiptId::as_str), &(filter.limit as i64)],
-        )
+    let (clause, values) = filter_sql(filter);
+    let sql = format!("SELECT {RECEIPT_COLUMNS} FROM receipts {clause} ORDER BY id DESC LIMIT {}", filter.limit);
+    let rows = client.query(&sql, &as_params(&values)).await.map_err(store_error)?;
+    rows.iter().map(to_receipt).collect()
+}
+
+pub async fn count_matching(client: &Object, filter: &ReceiptFilter) -> Result<u64, StoreError> {
+    let (clause, values) = filter_sql(filter);
+    let row = client
+        .query_one(&format!("SELECT count(*) FROM receipts {clause}"), &as_params(&values))
         .await
         .map_err(store_error)?;
-    rows.iter().map(to_receipt).collect()
+    Ok(row.get::<_, i64>(0) as u64)
 }
 
 pub async fn count_receipts(client: &Object) -> Result<Vec<(String, ReceiptStatus, u64)>, StoreError> {

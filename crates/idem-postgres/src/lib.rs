@@ -26,7 +26,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use idem_core::event::{
-    Accept, Job, NewEvent, QueueStats, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus, Transition,
+    Accept, Job, NewEvent, QueueStats, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus, ReplayBatch, Transition,
 };
 use idem_core::request::{Begin, Forget, LeaseToken, NewRequest, RequestState};
 use idem_core::{
@@ -292,6 +292,26 @@ impl EventStore for PgStore {
     async fn replay_receipt(&self, id: &ReceiptId) -> Result<Option<ReceiptStatus>, StoreError> {
         let mut client = self.client().await?;
         event::replay(&mut client, id, self.now()).await
+    }
+
+    async fn count_matching(&self, filter: &ReceiptFilter) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        event::count_matching(&client, filter).await
+    }
+
+    async fn replay_matching(&self, filter: &ReceiptFilter) -> Result<ReplayBatch, StoreError> {
+        let mut client = self.client().await?;
+        event::replay_matching(&mut client, filter, self.now()).await
+    }
+
+    async fn discard_receipt(&self, id: &ReceiptId) -> Result<Option<ReceiptStatus>, StoreError> {
+        let mut client = self.client().await?;
+        event::discard(&mut client, id, self.now()).await
+    }
+
+    async fn delete_ended_receipts(&self, before: Timestamp, limit: usize) -> Result<usize, StoreError> {
+        let mut client = self.client().await?;
+        event::delete_ended(&mut client, before, limit).await
     }
 
     async fn count_receipts(&self) -> Result<Vec<(String, ReceiptStatus, u64)>, StoreError> {

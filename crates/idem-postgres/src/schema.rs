@@ -69,6 +69,8 @@ const MIGRATIONS: &[&str] = &[
          PRIMARY KEY (receipt_id, round, n)
      );
      CREATE TABLE meta (key text PRIMARY KEY, value bigint);",
+    // 2: finding a receipt by its event id alone (the dashboard's search, bulk replay by id).
+    "CREATE INDEX receipts_by_event_id ON receipts (event_id);",
 ];
 
 /// An arbitrary constant naming idem's migration lock.

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use idem_core::event::{
-    Accept, Job, NewEvent, QueueStats, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus, Transition,
+    Accept, Job, NewEvent, QueueStats, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus, ReplayBatch, Transition,
 };
 use idem_core::request::{Begin, Forget, LeaseToken, NewRequest, RequestState};
 use idem_core::{
@@ -172,6 +172,22 @@ impl EventStore for EmbeddedStore {
 
     async fn get_receipt(&self, id: &ReceiptId) -> Result<Option<Receipt>, StoreError> {
         self.events.get_receipt(id).await
+    }
+
+    async fn count_matching(&self, filter: &ReceiptFilter) -> Result<u64, StoreError> {
+        self.events.count_matching(filter).await
+    }
+
+    async fn replay_matching(&self, filter: &ReceiptFilter) -> Result<ReplayBatch, StoreError> {
+        self.events.replay_matching(filter).await
+    }
+
+    async fn discard_receipt(&self, id: &ReceiptId) -> Result<Option<ReceiptStatus>, StoreError> {
+        self.events.discard_receipt(id).await
+    }
+
+    async fn delete_ended_receipts(&self, before: Timestamp, limit: usize) -> Result<usize, StoreError> {
+        self.events.delete_ended_receipts(before, limit).await
     }
 
     async fn list_receipts(&self, filter: &ReceiptFilter) -> Result<Vec<Receipt>, StoreError> {

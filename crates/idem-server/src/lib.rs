@@ -75,7 +75,12 @@ pub async fn run(
         idle_timeout: config.limits.idle_timeout.0,
     };
     let (stop, stopped) = watch::channel(false);
-    let sweeper = tokio::spawn(worker::sweeper::run(Arc::clone(&store), config.sweeper.clone(), stopped.clone()));
+    let sweeper = tokio::spawn(worker::sweeper::run(
+        Arc::clone(&store),
+        config.sweeper.clone(),
+        config.events.retention.map(|r| r.0),
+        stopped.clone(),
+    ));
     let upkeep = tokio::spawn(metrics_upkeep(handle, stopped.clone()));
     let data_dir = matches!(config.store, config::StoreConfig::Sqlite {}).then(|| config.data_dir.clone());
     let gauges = tokio::spawn(worker::gauges::run(Arc::clone(&store), data_dir, stopped.clone()));

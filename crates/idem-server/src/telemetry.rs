@@ -69,7 +69,15 @@ fn describe() {
         "Delivery attempts by source, kind (delivery, result) and outcome (success, failure)."
     );
     describe_counter!("idem_deliveries_total", "Receipts that ended, by source and outcome (completed, dead).");
-    describe_counter!("idem_receipt_replays_total", "Receipts replayed through the API.");
+    describe_counter!(
+        "idem_receipt_replays_total",
+        "Receipts queued for delivery again: one at a time, in bulk, or from the dashboard."
+    );
+    describe_counter!("idem_receipt_discards_total", "Dead receipts discarded (marked handled by hand).");
+    describe_counter!(
+        "idem_receipts_deleted_total",
+        "Handled receipts deleted by the sweeper under [events] retention."
+    );
     describe_gauge!("idem_jobs_due", "Delivery and result jobs due now, leased or not (the backlog).");
     describe_gauge!("idem_jobs_oldest_due_age_seconds", "How long the oldest due job has been waiting.");
     describe_counter!("idem_sweeper_deleted_total", "Expired claims and finished keys deleted by the sweeper.");
@@ -142,6 +150,8 @@ pub fn register_configured(config: &crate::config::Config) {
         }
     }
     metrics::counter!("idem_receipt_replays_total").increment(0);
+    metrics::counter!("idem_receipt_discards_total").increment(0);
+    metrics::counter!("idem_receipts_deleted_total").increment(0);
     metrics::counter!("idem_store_commit_errors_total").increment(0);
     metrics::counter!("idem_store_compactions_total").increment(0);
     metrics::counter!("idem_errors_total", "kind" => "store-unavailable").increment(0);

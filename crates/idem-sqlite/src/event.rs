@@ -4,12 +4,13 @@
 use std::time::Duration;
 
 use idem_core::event::{
-    Accept, AttemptRecord, Change, Job, JobKind, JobNext, NewEvent, QueueStats, Receipt, ReceiptFilter, ReceiptId,
-    ReceiptStatus, Replay, ResultState, ResultWebhookState, Transition,
+    Accept, AttemptRecord, Change, Discard, Job, JobKind, JobNext, NewEvent, QueueStats, Receipt, ReceiptFilter,
+    ReceiptId, ReceiptStatus, Replay, ReplayBatch, ResultState, ResultWebhookState, Transition,
 };
 use idem_core::request::LeaseToken;
 use idem_core::{StoreError, Timestamp};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::types::Value;
+use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 
 use crate::row::store_error;
 
@@ -34,15 +35,12 @@ fn status_column(status: ReceiptStatus) -> &'static str {
         ReceiptStatus::Retrying => "retrying",
         ReceiptStatus::Completed => "completed",
         ReceiptStatus::Dead => "dead",
+        ReceiptStatus::Discarded => "discarded",
     }
 }
 
 fn status_of(text: &str) -> Result<ReceiptStatus, StoreError> {
-    use ReceiptStatus::*;
-    [Accepted, Processing, Retrying, Completed, Dead]
-        .into_iter()
-        .find(|s| status_column(*s) == text)
-        .ok_or_else(|| internal("unknown receipt status"))
+    ReceiptStatus::ALL.into_iter().find(|s| status_column(*s) == text).ok_or_else(|| internal("unknown receipt status"))
 }
 
 /// The one mapping between the result webhook's states and the `receipts.result_status` column.
@@ -76,7 +74,7 @@ pub fn accept(conn: &Connection, event: &NewEvent, now: Timestamp) -> Result<Acc
         .map_err(store_error)?;
     if let Some((id, hash, status)) = existing {
         let receipt_id = receipt_id(id)?;
-        return Ok(if hash == event.payload_hash {
+        return Ok(if event.matches(&hash) {
             Accept::Duplicate { receipt_id, status: status_of(&status)? }
         } else {
             Accept::Mismatch { receipt_id }
@@ -246,22 +244,129 @@ fn set_status(conn: &Connection, rid: &str, status: ReceiptStatus, now: Timestam
         .map_err(store_error)
 }
 
-/// Replays a receipt as the lifecycle decides; answers the status it had.
-pub fn replay(conn: &Connection, id: &ReceiptId, now: Timestamp) -> Result<Option<ReceiptStatus>, StoreError> {
+fn status_now(conn: &Connection, id: &ReceiptId) -> Result<Option<ReceiptStatus>, StoreError> {
     let status: Option<String> = conn
         .prepare_cached("SELECT status FROM receipts WHERE id = ?1")
         .and_then(|mut s| s.query_row([id.as_str()], |r| r.get(0)).optional())
         .map_err(store_error)?;
-    let Some(status) = status.map(|s| status_of(&s)).transpose()? else { return Ok(None) };
+    status.map(|s| status_of(&s)).transpose()
+}
+
+/// Replays a receipt as the lifecycle decides; answers the status it had.
+pub fn replay(conn: &Connection, id: &ReceiptId, now: Timestamp) -> Result<Option<ReceiptStatus>, StoreError> {
+    let Some(status) = status_now(conn, id)? else { return Ok(None) };
     if idem_core::event::replay(status) == Replay::Restart {
-        conn.prepare_cached(
-            "UPDATE receipts SET status = ?3, round = round + 1, updated_at = ?2, result_status = NULL WHERE id = ?1",
-        )
-        .and_then(|mut s| s.execute(params![id.as_str(), now.millis(), status_column(ReceiptStatus::Accepted)]))
-        .map_err(store_error)?;
-        enqueue(conn, id, DELIVERY, now, None)?;
+        restart(conn, id, now)?;
     }
     Ok(Some(status))
+}
+
+/// A new round from attempt 1: status `accepted`, the result webhook's state cleared, one delivery
+/// job due now.
+fn restart(conn: &Connection, id: &ReceiptId, now: Timestamp) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "UPDATE receipts SET status = ?3, round = round + 1, updated_at = ?2, result_status = NULL WHERE id = ?1",
+    )
+    .and_then(|mut s| s.execute(params![id.as_str(), now.millis(), status_column(ReceiptStatus::Accepted)]))
+    .map_err(store_error)?;
+    enqueue(conn, id, DELIVERY, now, None)
+}
+
+/// One step of a bulk replay (the caller's one transaction): the next `limit` matching receipts.
+pub fn replay_matching(conn: &Connection, filter: &ReceiptFilter, now: Timestamp) -> Result<ReplayBatch, StoreError> {
+    let Some(status) = filter.status.filter(|s| idem_core::event::replay(*s) == Replay::Restart) else {
+        return Err(internal("a bulk replay needs an ended status"));
+    };
+    let (clause, values) = filter_sql(filter);
+    let ids: Vec<String> = conn
+        .prepare_cached(&format!("SELECT id FROM receipts {clause} ORDER BY id DESC LIMIT {}", filter.limit))
+        .and_then(|mut s| s.query_map(params_from_iter(values), |r| r.get(0))?.collect())
+        .map_err(store_error)?;
+    let mut replayed = 0;
+    for id in &ids {
+        let id = receipt_id(id.clone())?;
+        if status_now(conn, &id)? == Some(status) {
+            restart(conn, &id, now)?;
+            replayed += 1;
+        }
+    }
+    let next = if ids.len() < filter.limit { None } else { ids.last().cloned().map(receipt_id).transpose()? };
+    Ok(ReplayBatch { replayed, next })
+}
+
+/// Marks a dead receipt as handled; answers the status it had.
+pub fn discard(conn: &Connection, id: &ReceiptId, now: Timestamp) -> Result<Option<ReceiptStatus>, StoreError> {
+    let Some(status) = status_now(conn, id)? else { return Ok(None) };
+    if idem_core::event::discard(status) == Discard::Discard && status != ReceiptStatus::Discarded {
+        set_status(conn, id.as_str(), ReceiptStatus::Discarded, now)?;
+    }
+    Ok(Some(status))
+}
+
+/// Retention: deletes handled receipts last updated before `before`, with their attempts. Only
+/// receipts created before it can qualify, so the scan is a range of the status index; one whose
+/// result webhook is still queued is kept for now.
+pub fn delete_ended(conn: &Connection, before: Timestamp, limit: usize) -> Result<usize, StoreError> {
+    let mut ids: Vec<String> = Vec::new();
+    let floor = ReceiptId::floor(before);
+    for status in ReceiptStatus::ALL.into_iter().filter(|s| idem_core::event::retention_may_delete(*s)) {
+        let left = limit - ids.len();
+        let mut found: Vec<String> = conn
+            .prepare_cached(
+                "SELECT id FROM receipts WHERE status = ?1 AND id < ?2 AND updated_at < ?3
+                 AND (result_status IS NULL OR result_status IN (?5, ?6)) ORDER BY id LIMIT ?4",
+            )
+            .and_then(|mut s| {
+                s.query_map(
+                    params![
+                        status_column(status),
+                        floor.as_str(),
+                        before.millis(),
+                        left as i64,
+                        result_column(ResultWebhookState::Delivered),
+                        result_column(ResultWebhookState::Failed)
+                    ],
+                    |r| r.get(0),
+                )?
+                .collect()
+            })
+            .map_err(store_error)?;
+        ids.append(&mut found);
+    }
+    for id in &ids {
+        for sql in ["DELETE FROM attempts WHERE receipt_id = ?1", "DELETE FROM receipts WHERE id = ?1"] {
+            conn.prepare_cached(sql).and_then(|mut s| s.execute([id])).map_err(store_error)?;
+        }
+    }
+    Ok(ids.len())
+}
+
+/// The WHERE clause of `filter` with only the conditions it sets, so that SQLite picks the index
+/// that fits (status, source, event id, or the id range alone).
+fn filter_sql(filter: &ReceiptFilter) -> (String, Vec<Value>) {
+    let mut terms = Vec::new();
+    let mut values = Vec::new();
+    let mut add = |term: &str, value: Value| {
+        values.push(value);
+        terms.push(format!("{term} ?{}", values.len()));
+    };
+    if let Some(source) = &filter.source {
+        add("source =", Value::Text(source.clone()));
+    }
+    if let Some(status) = filter.status {
+        add("status =", Value::Text(status_column(status).to_owned()));
+    }
+    if let Some(event_id) = &filter.event_id {
+        add("event_id =", Value::Text(event_id.clone()));
+    }
+    if let Some(before) = &filter.before {
+        add("id <", Value::Text(before.as_str().to_owned()));
+    }
+    if let Some(from) = &filter.from {
+        add("id >=", Value::Text(from.as_str().to_owned()));
+    }
+    let clause = if terms.is_empty() { String::new() } else { format!("WHERE {}", terms.join(" AND ")) };
+    (clause, values)
 }
 
 const RECEIPT_COLUMNS: &str = "id, source, event_id, status, created_at, updated_at, round, \
@@ -294,6 +399,8 @@ fn to_receipt(row: ReceiptRow) -> Result<Receipt, StoreError> {
         updated_at: Timestamp(updated),
         round,
         attempts: Vec::new(),
+        body: None,
+        content_type: None,
         result: rstatus.map(|status| result_of(&status)).transpose()?.map(|status| ResultState {
             status,
             attempts: rattempts,
@@ -305,10 +412,12 @@ fn to_receipt(row: ReceiptRow) -> Result<Receipt, StoreError> {
 
 pub fn get(conn: &Connection, id: &ReceiptId) -> Result<Option<Receipt>, StoreError> {
     let row = conn
-        .prepare_cached(&format!("SELECT {RECEIPT_COLUMNS} FROM receipts WHERE id = ?1"))
-        .and_then(|mut s| s.query_row([id.as_str()], receipt_row).optional())
+        .prepare_cached(&format!("SELECT {RECEIPT_COLUMNS}, body, content_type FROM receipts WHERE id = ?1"))
+        .and_then(|mut s| s.query_row([id.as_str()], |r| Ok((receipt_row(r)?, r.get(11)?, r.get(12)?))).optional())
         .map_err(store_error)?;
-    let Some(mut receipt) = row.map(to_receipt).transpose()? else { return Ok(None) };
+    let Some((row, body, content_type)) = row else { return Ok(None) };
+    let mut receipt = to_receipt(row)?;
+    (receipt.body, receipt.content_type) = (Some(body), content_type);
     let mut stmt = conn
         .prepare_cached(
             "SELECT n, started_at, duration_ms, status_code, error, response FROM attempts
@@ -332,25 +441,20 @@ pub fn get(conn: &Connection, id: &ReceiptId) -> Result<Option<Receipt>, StoreEr
 }
 
 pub fn list(conn: &Connection, filter: &ReceiptFilter) -> Result<Vec<Receipt>, StoreError> {
-    let sql = format!(
-        "SELECT {RECEIPT_COLUMNS} FROM receipts
-         WHERE (?1 IS NULL OR source = ?1) AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR id < ?3)
-         ORDER BY id DESC LIMIT ?4"
-    );
+    let (clause, values) = filter_sql(filter);
+    let sql = format!("SELECT {RECEIPT_COLUMNS} FROM receipts {clause} ORDER BY id DESC LIMIT {}", filter.limit);
     let mut stmt = conn.prepare_cached(&sql).map_err(store_error)?;
-    let rows: Vec<ReceiptRow> = stmt
-        .query_map(
-            params![
-                filter.source,
-                filter.status.map(status_column),
-                filter.before.as_ref().map(ReceiptId::as_str),
-                filter.limit as i64
-            ],
-            receipt_row,
-        )
-        .and_then(|rows| rows.collect())
-        .map_err(store_error)?;
+    let rows: Vec<ReceiptRow> =
+        stmt.query_map(params_from_iter(values), receipt_row).and_then(|rows| rows.collect()).map_err(store_error)?;
     rows.into_iter().map(to_receipt).collect()
+}
+
+pub fn count_matching(conn: &Connection, filter: &ReceiptFilter) -> Result<u64, StoreError> {
+    let (clause, values) = filter_sql(filter);
+    conn.prepare_cached(&format!("SELECT count(*) FROM receipts {clause}"))
+        .and_then(|mut s| s.query_row(params_from_iter(values), |r| r.get::<_, i64>(0)))
+        .map(|n| n as u64)
+        .map_err(store_error)
 }
 
 pub fn queue_stats(conn: &Connection, now: Timestamp) -> Result<QueueStats, StoreError> {

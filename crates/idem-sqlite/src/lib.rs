@@ -28,7 +28,7 @@ use async_trait::async_trait;
 use std::time::Duration;
 
 use idem_core::event::{
-    Accept, Job, NewEvent, QueueStats, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus, Transition,
+    Accept, Job, NewEvent, QueueStats, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus, ReplayBatch, Transition,
 };
 use idem_core::request::{Begin, Forget, LeaseToken, NewRequest, RequestState};
 use idem_core::{
@@ -280,6 +280,25 @@ impl EventStore for SqliteStore {
     async fn replay_receipt(&self, id: &ReceiptId) -> Result<Option<ReceiptStatus>, StoreError> {
         let id = id.clone();
         self.send(|reply| Command::Replay { id, reply }).await
+    }
+
+    async fn count_matching(&self, filter: &ReceiptFilter) -> Result<u64, StoreError> {
+        let filter = filter.clone();
+        self.readers.run(move |conn| event::count_matching(conn, &filter)).await
+    }
+
+    async fn replay_matching(&self, filter: &ReceiptFilter) -> Result<ReplayBatch, StoreError> {
+        let filter = Box::new(filter.clone());
+        self.send(|reply| Command::ReplayMatching { filter, reply }).await
+    }
+
+    async fn discard_receipt(&self, id: &ReceiptId) -> Result<Option<ReceiptStatus>, StoreError> {
+        let id = id.clone();
+        self.send(|reply| Command::Discard { id, reply }).await
+    }
+
+    async fn delete_ended_receipts(&self, before: Timestamp, limit: usize) -> Result<usize, StoreError> {
+        self.send(|reply| Command::DeleteEnded { before, limit, reply }).await
     }
 
     async fn queue_stats(&self) -> Result<QueueStats, StoreError> {

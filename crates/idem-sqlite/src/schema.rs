@@ -78,6 +78,8 @@ const MIGRATIONS: &[&str] = &[
          response TEXT,
          PRIMARY KEY (receipt_id, round, n)
      ) WITHOUT ROWID, STRICT;",
+    // 4: finding a receipt by its event id alone (the dashboard's search, bulk replay by id).
+    "CREATE INDEX receipts_by_event_id ON receipts (event_id);",
 ];
 
 /// The writer connection: WAL with `synchronous = FULL`, so every commit is on disk before it is

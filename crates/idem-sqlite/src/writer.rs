@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use std::time::Duration;
 
-use idem_core::event::{Accept, Job, NewEvent, ReceiptId, ReceiptStatus, Transition};
+use idem_core::event::{Accept, Job, NewEvent, ReceiptFilter, ReceiptId, ReceiptStatus, ReplayBatch, Transition};
 use idem_core::request::{Begin, Forget, LeaseToken, NewRequest};
 use idem_core::{ClaimId, ClaimOutcome, ClaimRecord, Clock, Namespace, NewClaim, StoreError, Timestamp};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -37,6 +37,9 @@ pub enum Command {
     Lease { limit: usize, lease: Duration, busy: Vec<String>, reply: Reply<Vec<Job>> },
     Finish { job: Box<Job>, transition: Box<Transition>, reply: Reply<bool> },
     Replay { id: ReceiptId, reply: Reply<Option<ReceiptStatus>> },
+    ReplayMatching { filter: Box<ReceiptFilter>, reply: Reply<ReplayBatch> },
+    Discard { id: ReceiptId, reply: Reply<Option<ReceiptStatus>> },
+    DeleteEnded { before: Timestamp, limit: usize, reply: Reply<usize> },
     Probe { reply: Reply<()> },
     Close { reply: oneshot::Sender<()> },
 }
@@ -46,7 +49,10 @@ impl Command {
     fn weight(&self) -> usize {
         match self {
             Command::Claim { items, .. } => items.len().max(1),
-            Command::Sweep { limit, .. } | Command::SweepRequests { limit, .. } => *limit,
+            Command::Sweep { limit, .. }
+            | Command::SweepRequests { limit, .. }
+            | Command::DeleteEnded { limit, .. } => *limit,
+            Command::ReplayMatching { filter, .. } => filter.limit,
             _ => 1,
         }
     }
@@ -176,6 +182,11 @@ impl Writer {
                 ran(reply, crate::event::finish(conn, &job, &transition, now))
             }
             Command::Replay { id, reply } => ran(reply, crate::event::replay(conn, &id, now)),
+            Command::ReplayMatching { filter, reply } => ran(reply, crate::event::replay_matching(conn, &filter, now)),
+            Command::Discard { id, reply } => ran(reply, crate::event::discard(conn, &id, now)),
+            Command::DeleteEnded { before, limit, reply } => {
+                ran(reply, crate::event::delete_ended(conn, before, limit))
+            }
             Command::Probe { reply } => ran(reply, probe(conn, now)),
             Command::Close { reply } => (abandon(Command::Close { reply }), None),
         }
@@ -200,7 +211,9 @@ fn abandon(command: Command) -> Pending {
         Command::Finish { reply, .. } => pending(reply, Err(StoreError::Closed)),
         Command::Accept { reply, .. } => pending(reply, Err(StoreError::Closed)),
         Command::Lease { reply, .. } => pending(reply, Err(StoreError::Closed)),
-        Command::Replay { reply, .. } => pending(reply, Err(StoreError::Closed)),
+        Command::Replay { reply, .. } | Command::Discard { reply, .. } => pending(reply, Err(StoreError::Closed)),
+        Command::ReplayMatching { reply, .. } => pending(reply, Err(StoreError::Closed)),
+        Command::DeleteEnded { reply, .. } => pending(reply, Err(StoreError::Closed)),
         Command::Probe { reply } => pending(reply, Err(StoreError::Closed)),
         Command::Close { reply } => {
             let _ = reply.send(());

@@ -7,8 +7,9 @@
 //! honouring the handler's `Retry-After` within the schedule's bounds. When a receipt ends
 //! (`completed` or `dead`) and the source has a result webhook, a result job is queued in the same
 //! transaction; the result webhook has attempts of its own (`result_backoff`), and its failure is
-//! recorded on the receipt but never changes the receipt's status. A replay starts a completed or
-//! dead receipt again from attempt 1.
+//! recorded on the receipt but never changes the receipt's status. A dead receipt can be
+//! `discarded` (marked handled by hand: it leaves the dead letters). A replay starts a completed,
+//! dead or discarded receipt again from attempt 1.
 
 use std::time::Duration;
 
@@ -164,6 +165,28 @@ pub fn replay(status: ReceiptStatus) -> Replay {
     if status.is_terminal() { Replay::Restart } else { Replay::Refused(status) }
 }
 
+/// What discarding a receipt in `status` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Discard {
+    /// It becomes `discarded` (a discarded one stays so: discarding twice is harmless).
+    Discard,
+    /// Only dead letters can be discarded; nothing changes.
+    Refused(ReceiptStatus),
+}
+
+pub fn discard(status: ReceiptStatus) -> Discard {
+    match status {
+        ReceiptStatus::Dead | ReceiptStatus::Discarded => Discard::Discard,
+        other => Discard::Refused(other),
+    }
+}
+
+/// Receipts that retention may delete once they are old enough: ended and handled. Dead ones
+/// stay until someone replays or discards them.
+pub fn retention_may_delete(status: ReceiptStatus) -> bool {
+    matches!(status, ReceiptStatus::Completed | ReceiptStatus::Discarded)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -285,12 +308,25 @@ mod tests {
     #[test]
     fn replay_restarts_only_ended_receipts() {
         use ReceiptStatus::*;
-        for status in [Completed, Dead] {
+        for status in [Completed, Dead, Discarded] {
             assert_eq!(replay(status), Replay::Restart, "{status:?}");
         }
         for status in [Accepted, Processing, Retrying] {
             assert_eq!(replay(status), Replay::Refused(status), "{status:?}");
         }
+    }
+
+    #[test]
+    fn only_dead_letters_are_discarded_and_only_handled_receipts_expire() {
+        use ReceiptStatus::*;
+        for status in [Dead, Discarded] {
+            assert_eq!(discard(status), Discard::Discard, "{status:?}");
+        }
+        for status in [Accepted, Processing, Retrying, Completed] {
+            assert_eq!(discard(status), Discard::Refused(status), "{status:?}");
+        }
+        let expiring: Vec<_> = ReceiptStatus::ALL.into_iter().filter(|s| retention_may_delete(*s)).collect();
+        assert_eq!(expiring, [Completed, Discarded]);
     }
 
     #[test]

@@ -7,10 +7,13 @@ pub mod retry;
 pub mod signature;
 pub mod source;
 
-pub use lifecycle::{Change, DeliveryPolicy, JobNext, Replay, ResultWebhookState, Transition, after_attempt, replay};
+pub use lifecycle::{
+    Change, DeliveryPolicy, Discard, JobNext, Replay, ResultWebhookState, Transition, after_attempt, discard, replay,
+    retention_may_delete,
+};
 pub use receipt::{
     Accept, AttemptRecord, Job, JobKind, NewEvent, QueueStats, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus,
-    ResultState,
+    ReplayBatch, ResultState,
 };
 pub use retry::next_delay;
 pub use signature::{SignatureError, SigningSecret, sign, verify};

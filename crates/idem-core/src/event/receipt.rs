@@ -1,6 +1,9 @@
 //! Receipts: the record of one accepted inbound event, its delivery attempts and its result
 //! webhook. Lifecycle: `accepted → processing → completed`, or `→ retrying → … → dead` after the
-//! source's `max_attempts`; a replay starts a new round from attempt 1.
+//! source's `max_attempts`; a dead receipt may be `discarded` (handled by hand); a replay starts an
+//! ended receipt again, in a new round from attempt 1.
+
+use sha2::{Digest, Sha256};
 
 use crate::event::lifecycle::ResultWebhookState;
 use crate::request::LeaseToken;
@@ -31,6 +34,12 @@ impl ReceiptId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The lowest id a receipt created at `at` can have: ids sort by creation time, so a range of
+    /// creation times is a range of ids (and of the primary key's index).
+    pub fn floor(at: Timestamp) -> Self {
+        Self(format!("rcpt_{:012x}{}", at.millis().max(0), "0".repeat(24)))
+    }
 }
 
 impl std::fmt::Display for ReceiptId {
@@ -46,6 +55,8 @@ pub enum ReceiptStatus {
     Retrying,
     Completed,
     Dead,
+    /// Dead, then marked as handled by hand: out of the dead-letter count, still replayable.
+    Discarded,
 }
 
 impl ReceiptStatus {
@@ -56,17 +67,20 @@ impl ReceiptStatus {
             Self::Retrying => "retrying",
             Self::Completed => "completed",
             Self::Dead => "dead",
+            Self::Discarded => "discarded",
         }
     }
 
+    pub const ALL: [Self; 6] =
+        [Self::Accepted, Self::Processing, Self::Retrying, Self::Completed, Self::Dead, Self::Discarded];
+
     pub fn parse(text: &str) -> Option<Self> {
-        [Self::Accepted, Self::Processing, Self::Retrying, Self::Completed, Self::Dead]
-            .into_iter()
-            .find(|s| s.as_str() == text)
+        Self::ALL.into_iter().find(|s| s.as_str() == text)
     }
 
+    /// Delivery has ended: nothing more happens to it unless it is replayed.
     pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Completed | Self::Dead)
+        matches!(self, Self::Completed | Self::Dead | Self::Discarded)
     }
 }
 
@@ -75,9 +89,30 @@ impl ReceiptStatus {
 pub struct NewEvent {
     pub source: String,
     pub event_id: String,
+    /// SHA-256 of the body's canonical JSON (keys sorted, no whitespace), or of its bytes when it
+    /// is not JSON; this is what a new receipt stores.
     pub payload_hash: [u8; 32],
+    /// SHA-256 of the body's bytes as sent. Receipts stored before intake compared canonical JSON
+    /// hold this hash, so a resend of the very same bytes still matches them.
+    pub raw_hash: [u8; 32],
     pub body: Vec<u8>,
     pub content_type: Option<String>,
+}
+
+impl NewEvent {
+    pub fn new(source: String, event_id: String, body: Vec<u8>, content_type: Option<String>) -> Self {
+        let raw_hash: [u8; 32] = Sha256::digest(&body).into();
+        let payload_hash = match serde_json::from_slice::<serde_json::Value>(&body) {
+            Ok(value) => Sha256::digest(value.to_string().as_bytes()).into(),
+            Err(_) => raw_hash,
+        };
+        Self { source, event_id, payload_hash, raw_hash, body, content_type }
+    }
+
+    /// Is `stored` (a receipt's payload hash) this event's payload?
+    pub fn matches(&self, stored: &[u8]) -> bool {
+        stored == self.payload_hash || stored == self.raw_hash
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,6 +182,9 @@ pub struct Receipt {
     /// Attempts of the current round, in order.
     pub attempts: Vec<AttemptRecord>,
     pub result: Option<ResultState>,
+    /// The event as it was received: filled in by `get_receipt`, not by listings.
+    pub body: Option<Vec<u8>>,
+    pub content_type: Option<String>,
 }
 
 /// The delivery queue at a glance.
@@ -158,13 +196,51 @@ pub struct QueueStats {
     pub oldest_due_at: Option<Timestamp>,
 }
 
+/// Which receipts a listing, a count or a bulk replay selects. Every field narrows it.
 #[derive(Debug, Clone, Default)]
 pub struct ReceiptFilter {
     pub source: Option<String>,
     pub status: Option<ReceiptStatus>,
+    pub event_id: Option<String>,
+    /// At most this many (listing and bulk replay; a count ignores it).
     pub limit: usize,
-    /// Only receipts older than this one (the previous page's last).
+    /// Only receipts older than this one: the previous page's last, or
+    /// [`ReceiptId::floor`] of "created before".
     pub before: Option<ReceiptId>,
+    /// Only this receipt and newer ones: [`ReceiptId::floor`] of "created at or after".
+    pub from: Option<ReceiptId>,
+}
+
+impl ReceiptFilter {
+    /// Only receipts created before `at`.
+    pub fn created_before(mut self, at: Timestamp) -> Self {
+        let bound = ReceiptId::floor(at);
+        self.before = Some(match self.before.take() {
+            Some(before) if before < bound => before,
+            _ => bound,
+        });
+        self
+    }
+
+    /// Only receipts created after `at`.
+    pub fn created_after(mut self, at: Timestamp) -> Self {
+        let bound = ReceiptId::floor(Timestamp(at.millis().saturating_add(1)));
+        self.from = Some(match self.from.take() {
+            Some(from) if from > bound => from,
+            _ => bound,
+        });
+        self
+    }
+}
+
+/// What one step of a bulk replay did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ReplayBatch {
+    /// Receipts this step queued for delivery again.
+    pub replayed: u64,
+    /// The oldest receipt this step looked at: the next step continues below it. `None`: there
+    /// were fewer than the filter's `limit` left, so the replay is done.
+    pub next: Option<ReceiptId>,
 }
 
 #[cfg(test)]
@@ -183,9 +259,37 @@ mod tests {
 
     #[test]
     fn statuses_round_trip() {
-        for s in ["accepted", "processing", "retrying", "completed", "dead"] {
+        for s in ["accepted", "processing", "retrying", "completed", "dead", "discarded"] {
             assert_eq!(ReceiptStatus::parse(s).map(ReceiptStatus::as_str), Some(s));
         }
         assert!(ReceiptStatus::Dead.is_terminal() && !ReceiptStatus::Retrying.is_terminal());
+        assert!(ReceiptStatus::Discarded.is_terminal());
+    }
+
+    #[test]
+    fn json_payloads_compare_as_canonical_json_and_others_as_bytes() {
+        let event = |body: &str| NewEvent::new("s".into(), "e".into(), body.as_bytes().to_vec(), None);
+        let a = event(r#"{"b": [1, 2], "a": {"y": 1, "x": "z"}}"#);
+        let b = event(r#"{"a":{"x":"z","y":1},"b":[1,2]}"#);
+        assert_eq!(a.payload_hash, b.payload_hash, "key order and whitespace do not matter");
+        assert!(a.matches(&b.payload_hash));
+        assert!(!a.matches(&event(r#"{"a":{"x":"z","y":2},"b":[1,2]}"#).payload_hash), "values do");
+        assert!(a.matches(&a.raw_hash), "a receipt stored with the raw hash still matches the same bytes");
+        let text = event("not json {");
+        assert_eq!(text.payload_hash, text.raw_hash);
+        assert!(!text.matches(&event("not json  {").payload_hash));
+    }
+
+    #[test]
+    fn creation_times_bound_ids() {
+        let at = Timestamp(5_000);
+        let id = ReceiptId::generate(at);
+        assert!(ReceiptId::floor(at) <= id && id < ReceiptId::floor(Timestamp(5_001)));
+        assert!(ReceiptId::parse(ReceiptId::floor(at).as_str()).is_ok());
+        let f = ReceiptFilter::default().created_before(Timestamp(9_000)).created_after(Timestamp(4_999));
+        assert_eq!(f.before, Some(ReceiptId::floor(Timestamp(9_000))));
+        assert_eq!(f.from, Some(ReceiptId::floor(at)));
+        let narrower = f.created_before(Timestamp(20_000));
+        assert_eq!(narrower.before, Some(ReceiptId::floor(Timestamp(9_000))), "bounds only narrow");
     }
 }

@@ -9,7 +9,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use idem_core::event::{Accept, NewEvent, SigningSecret, verify};
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use super::error::ApiError;
 use super::extract::RawBody;
@@ -57,13 +56,7 @@ pub async fn intake(
     let header = |h: &str| headers.get(h).and_then(|v| v.to_str().ok());
     let event_id = source.event_id.extract(header, &body).inspect_err(|_| count(&name, "invalid"))?;
     let content_type = header(axum::http::header::CONTENT_TYPE.as_str()).map(str::to_owned);
-    let event = NewEvent {
-        source: name.clone(),
-        event_id,
-        payload_hash: Sha256::digest(&body).into(),
-        body: body.to_vec(),
-        content_type,
-    };
+    let event = NewEvent::new(name.clone(), event_id, body.to_vec(), content_type);
     match state.store.accept_event(event).await? {
         Accept::Accepted { receipt_id } => {
             count(&name, "accepted");

@@ -41,7 +41,9 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/sources/{name}/events", post(event::intake))
         .route("/v1/receipts", get(receipt::list))
         .route("/v1/receipts/{id}", get(receipt::read))
+        .route("/v1/receipts/replay", post(receipt::replay_matching))
         .route("/v1/receipts/{id}/replay", post(receipt::replay))
+        .route("/v1/receipts/{id}/discard", post(receipt::discard))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
     Router::new()
         .route("/healthz", get(health::healthz))

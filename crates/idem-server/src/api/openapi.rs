@@ -22,6 +22,7 @@ use super::{claim, operation};
         crate::api::operation::begin, crate::api::operation::complete, crate::api::operation::release,
         crate::api::operation::extend, crate::api::operation::read, crate::api::operation::delete,
         crate::api::event::intake, crate::api::receipt::read, crate::api::receipt::list, crate::api::receipt::replay,
+        crate::api::receipt::replay_matching, crate::api::receipt::discard,
     ),
     components(schemas(crate::api::claim::PrefixResponse)),
     modifiers(&BearerAuth),

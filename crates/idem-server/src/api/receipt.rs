@@ -1,16 +1,18 @@
-//! The receipts API (contract §3): one receipt with its attempts, a page of receipts, and replay.
-//! A receipt's states and what a replay may do are the event lifecycle's
-//! (`idem_core::event::lifecycle`); this file only shows and asks.
+//! The receipts API (contract §3 and §6): one receipt with its event and attempts, a page of
+//! receipts, replay of one or of every receipt matching a filter, and discard. A receipt's states
+//! and what a replay or a discard may do are the event lifecycle's (`idem_core::event::lifecycle`);
+//! this file only shows and asks.
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use idem_core::event::{Receipt, ReceiptFilter, ReceiptId, ReceiptStatus, Replay};
-use idem_core::{Invalid, Namespace};
+use idem_core::event::{Discard, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus, Replay};
+use idem_core::{Invalid, Namespace, Timestamp};
 use serde::{Deserialize, Serialize};
 
 use super::error::ApiError;
+use super::extract::ApiJson;
 use super::state::AppState;
 
 /// What a replay answers: the receipt, now `accepted` again, and that this call replayed it.
@@ -50,6 +52,7 @@ pub struct ReceiptView {
     pub id: String,
     pub source: String,
     pub event_id: String,
+    /// accepted, processing, retrying, completed, dead or discarded.
     pub status: String,
     pub created_at: String,
     pub updated_at: String,
@@ -58,9 +61,28 @@ pub struct ReceiptView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attempts: Option<Vec<AttemptView>>,
     pub result_webhook: Option<ResultView>,
+    /// The event as received, when it was JSON (one receipt only, not in listings).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub body: Option<serde_json::Value>,
+    /// The event as received, base64, when it was not JSON.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body_base64: Option<String>,
+    /// The event's `Content-Type` as the sender gave it (one receipt only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<String>,
 }
 
-fn view(r: Receipt, with_attempts: bool) -> ReceiptView {
+/// An event body as the API shows it: the JSON value when it parses as JSON, else base64.
+pub fn body_view(body: &[u8]) -> (Option<serde_json::Value>, Option<String>) {
+    use base64::Engine as _;
+    match serde_json::from_slice(body) {
+        Ok(value) => (Some(value), None),
+        Err(_) => (None, Some(base64::engine::general_purpose::STANDARD.encode(body))),
+    }
+}
+
+pub fn view(r: Receipt, with_attempts: bool) -> ReceiptView {
     let attempts = with_attempts.then(|| {
         r.attempts
             .into_iter()
@@ -74,7 +96,11 @@ fn view(r: Receipt, with_attempts: bool) -> ReceiptView {
             })
             .collect()
     });
+    let (body, body_base64) = r.body.as_deref().map(body_view).unwrap_or_default();
     ReceiptView {
+        body,
+        body_base64,
+        content_type: r.content_type,
         id: r.id.to_string(),
         source: r.source,
         event_id: r.event_id,
@@ -96,7 +122,16 @@ fn parse_id(id: &str) -> Result<ReceiptId, ApiError> {
     Ok(ReceiptId::parse(id)?)
 }
 
-/// One receipt with its attempts.
+pub fn parse_status(text: &str) -> Result<ReceiptStatus, Invalid> {
+    ReceiptStatus::parse(text)
+        .ok_or_else(|| Invalid::new("status", "must be accepted, processing, retrying, completed, dead or discarded"))
+}
+
+fn check_source(source: Option<&str>) -> Result<(), Invalid> {
+    source.map_or(Ok(()), |s| Namespace::new(s).map(drop).map_err(|e| Invalid::new("source", e.message)))
+}
+
+/// One receipt with its event and attempts.
 #[utoipa::path(get, path = "/v1/receipts/{id}", operation_id = "getReceipt", tag = "events",
     params(("id" = String, Path, description = "rcpt_…")),
     responses((status = 200, body = ReceiptView), (status = 404, body = crate::api::error::Problem)))]
@@ -111,8 +146,10 @@ pub async fn read(State(state): State<AppState>, Path(id): Path<String>) -> Resu
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     pub source: Option<String>,
-    /// accepted, processing, retrying, completed or dead.
+    /// accepted, processing, retrying, completed, dead or discarded.
     pub status: Option<String>,
+    /// Only the receipt(s) of this event id.
+    pub event_id: Option<String>,
     /// 1 to 1000; default 50.
     pub limit: Option<usize>,
     /// `next_cursor` of the previous page.
@@ -133,17 +170,8 @@ pub async fn list(
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<ReceiptPage>, ApiError> {
     let Query(q) = query.map_err(|e| Invalid::new("query", e.body_text()))?;
-    let status = q
-        .status
-        .as_deref()
-        .map(|s| {
-            ReceiptStatus::parse(s)
-                .ok_or_else(|| Invalid::new("status", "must be accepted, processing, retrying, completed or dead"))
-        })
-        .transpose()?;
-    if let Some(source) = &q.source {
-        Namespace::new(source).map_err(|e| Invalid::new("source", e.message))?;
-    }
+    let status = q.status.as_deref().map(parse_status).transpose()?;
+    check_source(q.source.as_deref())?;
     let limit = q.limit.unwrap_or(50);
     if !(1..=1000).contains(&limit) {
         return Err(Invalid::new("limit", "must be 1 to 1000").into());
@@ -153,13 +181,13 @@ pub async fn list(
         .as_deref()
         .map(|c| ReceiptId::parse(c).map_err(|_| Invalid::new("cursor", "is not a cursor from this API")))
         .transpose()?;
-    let filter = ReceiptFilter { source: q.source, status, limit, before };
+    let filter = ReceiptFilter { source: q.source, status, event_id: q.event_id, limit, before, from: None };
     let receipts = state.store.list_receipts(&filter).await?;
     let next_cursor = (receipts.len() == limit).then(|| receipts.last().map(|r| r.id.to_string())).flatten();
     Ok(Json(ReceiptPage { receipts: receipts.into_iter().map(|r| view(r, false)).collect(), next_cursor }))
 }
 
-/// Deliver a `dead` or `completed` receipt again, from attempt 1, with the same `webhook-id`.
+/// Deliver a `dead`, `discarded` or `completed` receipt again, from attempt 1, with the same `webhook-id`.
 #[utoipa::path(post, path = "/v1/receipts/{id}/replay", operation_id = "replayReceipt", tag = "events",
     params(("id" = String, Path, description = "rcpt_…")),
     responses(
@@ -169,17 +197,177 @@ pub async fn list(
     ))]
 pub async fn replay(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
-    let had = state.store.replay_receipt(&id).await?.ok_or_else(|| ApiError::NotFound(format!("no receipt {id}")))?;
+    replay_one(&state, &id).await?;
+    let body = ReplayResponse { receipt_id: id.to_string(), status: "accepted", replayed: true };
+    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+}
+
+/// Replays `id` as the lifecycle decides: 404 unknown, 409 still being delivered.
+pub async fn replay_one(state: &AppState, id: &ReceiptId) -> Result<(), ApiError> {
+    let had = state.store.replay_receipt(id).await?.ok_or_else(|| ApiError::NotFound(format!("no receipt {id}")))?;
     match idem_core::event::replay(had) {
         Replay::Refused(status) => Err(ApiError::Conflict(format!(
-            "receipt {id} is {} and still being delivered; only completed or dead receipts can be replayed",
+            "receipt {id} is {} and still being delivered; only completed, dead or discarded receipts can be replayed",
             status.as_str()
         ))),
         Replay::Restart => {
             metrics::counter!("idem_receipt_replays_total").increment(1);
             state.delivery_wake.notify_one();
-            let body = ReplayResponse { receipt_id: id.to_string(), status: "accepted", replayed: true };
-            Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+            Ok(())
+        }
+    }
+}
+
+/// Which receipts a bulk replay selects; every field narrows it.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BulkReplayRequest {
+    pub source: Option<String>,
+    /// dead (the default), completed or discarded.
+    pub status: Option<String>,
+    pub event_id: Option<String>,
+    /// RFC 3339: only receipts created before this time.
+    pub created_before: Option<String>,
+    /// RFC 3339: only receipts created after this time.
+    pub created_after: Option<String>,
+    /// Count the matching receipts and change nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+impl BulkReplayRequest {
+    /// The filter this asks for; bad input is a 400 that names the field.
+    pub fn filter(&self) -> Result<ReceiptFilter, Invalid> {
+        let status = parse_status(self.status.as_deref().unwrap_or("dead"))?;
+        if !status.is_terminal() {
+            return Err(Invalid::new(
+                "status",
+                "must be dead, completed or discarded: only ended receipts are replayed",
+            ));
+        }
+        check_source(self.source.as_deref())?;
+        let time = |field: &'static str, text: &Option<String>| {
+            text.as_deref()
+                .map(|t| Timestamp::parse_rfc3339(t).ok_or_else(|| Invalid::new(field, "must be an RFC 3339 time")))
+                .transpose()
+        };
+        let mut filter = ReceiptFilter {
+            source: self.source.clone(),
+            status: Some(status),
+            event_id: self.event_id.clone(),
+            limit: REPLAY_STEP,
+            ..ReceiptFilter::default()
+        };
+        if let Some(at) = time("created_before", &self.created_before)? {
+            filter = filter.created_before(at);
+        }
+        if let Some(at) = time("created_after", &self.created_after)? {
+            filter = filter.created_after(at);
+        }
+        Ok(filter)
+    }
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct BulkReplayResponse {
+    /// Receipts queued for delivery again (absent for a dry run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queued: Option<u64>,
+    /// Receipts that match (a dry run only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub matching: Option<u64>,
+}
+
+/// Receipts replayed per transaction by a bulk replay, so that intake keeps flowing in between.
+pub const REPLAY_STEP: usize = 500;
+
+/// Replays every receipt matching `filter`, one bounded step (one transaction) after another.
+/// It runs as its own task, so a client that goes away does not stop it halfway; stopping halfway
+/// would still be safe, since a repeat only finds what is left.
+pub async fn replay_all(state: &AppState, mut filter: ReceiptFilter) -> Result<u64, ApiError> {
+    let store = state.store.clone();
+    let wake = state.delivery_wake.clone();
+    let task = tokio::spawn(async move {
+        let mut total = 0;
+        loop {
+            let step = store.replay_matching(&filter).await?;
+            total += step.replayed;
+            if step.replayed > 0 {
+                metrics::counter!("idem_receipt_replays_total").increment(step.replayed);
+                wake.notify_one();
+            }
+            match step.next {
+                Some(next) => filter.before = Some(next),
+                None => return Ok::<_, idem_core::StoreError>(total),
+            }
+            tokio::task::yield_now().await;
+        }
+    });
+    let total = task.await.map_err(|e| {
+        tracing::error!(error = %e, "bulk replay task stopped");
+        ApiError::Internal
+    })??;
+    tracing::info!(replayed = total, "bulk replay done");
+    Ok(total)
+}
+
+/// Replay every receipt matching a filter (default: every dead letter), or count them first
+/// with `dry_run`.
+#[utoipa::path(post, path = "/v1/receipts/replay", operation_id = "replayReceipts", tag = "events",
+    request_body = BulkReplayRequest,
+    responses(
+        (status = 202, description = "Every matching receipt was queued again from attempt 1", body = BulkReplayResponse),
+        (status = 200, description = "Dry run: how many match; nothing changed", body = BulkReplayResponse),
+        (status = 400, body = crate::api::error::Problem),
+    ))]
+pub async fn replay_matching(
+    State(state): State<AppState>,
+    ApiJson(request): ApiJson<BulkReplayRequest>,
+) -> Result<Response, ApiError> {
+    let filter = request.filter()?;
+    if request.dry_run {
+        let matching = state.store.count_matching(&filter).await?;
+        return Ok(
+            (StatusCode::OK, Json(BulkReplayResponse { queued: None, matching: Some(matching) })).into_response()
+        );
+    }
+    let queued = replay_all(&state, filter).await?;
+    Ok((StatusCode::ACCEPTED, Json(BulkReplayResponse { queued: Some(queued), matching: None })).into_response())
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct DiscardResponse {
+    pub receipt_id: String,
+    /// Always `discarded`.
+    pub status: &'static str,
+}
+
+/// Mark a dead receipt as handled by hand: it leaves the dead letters and can still be replayed.
+#[utoipa::path(post, path = "/v1/receipts/{id}/discard", operation_id = "discardReceipt", tag = "events",
+    params(("id" = String, Path, description = "rcpt_…")),
+    responses(
+        (status = 200, description = "The receipt is discarded", body = DiscardResponse),
+        (status = 404, body = crate::api::error::Problem),
+        (status = 409, description = "The receipt is not dead", body = crate::api::error::Problem),
+    ))]
+pub async fn discard(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<DiscardResponse>, ApiError> {
+    let id = parse_id(&id)?;
+    discard_one(&state, &id).await?;
+    Ok(Json(DiscardResponse { receipt_id: id.to_string(), status: "discarded" }))
+}
+
+/// Discards `id` as the lifecycle decides: 404 unknown, 409 not a dead letter.
+pub async fn discard_one(state: &AppState, id: &ReceiptId) -> Result<(), ApiError> {
+    let had = state.store.discard_receipt(id).await?.ok_or_else(|| ApiError::NotFound(format!("no receipt {id}")))?;
+    match idem_core::event::discard(had) {
+        Discard::Refused(status) => {
+            Err(ApiError::Conflict(format!("receipt {id} is {}; only dead receipts can be discarded", status.as_str())))
+        }
+        Discard::Discard => {
+            if had == ReceiptStatus::Dead {
+                metrics::counter!("idem_receipt_discards_total").increment(1);
+            }
+            Ok(())
         }
     }
 }

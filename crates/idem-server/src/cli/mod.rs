@@ -95,9 +95,12 @@ pub enum ReceiptsCommand {
     List {
         #[arg(long)]
         source: Option<String>,
-        /// accepted, processing, retrying, completed or dead.
+        /// accepted, processing, retrying, completed, dead or discarded.
         #[arg(long)]
         status: Option<String>,
+        /// Only the receipt(s) of this event id.
+        #[arg(long)]
+        event_id: Option<String>,
         #[arg(long, default_value_t = 50)]
         limit: usize,
         /// The `next_cursor` of the previous page.
@@ -112,8 +115,33 @@ pub enum ReceiptsCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// Deliver a dead or completed receipt again from attempt 1.
+    /// Deliver a receipt again from attempt 1, or with --status every receipt that matches
+    /// (`idem receipts replay --status dead --source partner --dry-run` counts them first).
     Replay {
+        /// One receipt (rcpt_…); leave it out to replay every match of the filters.
+        id: Option<String>,
+        /// dead, completed or discarded: replay every receipt in this state.
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long)]
+        source: Option<String>,
+        #[arg(long)]
+        event_id: Option<String>,
+        /// RFC 3339: only receipts created before this time.
+        #[arg(long)]
+        created_before: Option<String>,
+        /// RFC 3339: only receipts created after this time.
+        #[arg(long)]
+        created_after: Option<String>,
+        /// Count the matching receipts and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Mark a dead receipt as handled by hand: it leaves the dead letters, and can still be
+    /// replayed.
+    Discard {
         id: String,
         #[command(flatten)]
         client: ClientArgs,

@@ -1,5 +1,5 @@
 //! The client verbs: `idem claims put|get|delete`, `idem operations get|delete` and
-//! `idem receipts list|show|replay`, against a running server.
+//! `idem receipts list|show|replay|discard`, against a running server.
 
 use http::Method;
 use idem_core::{ClaimId, Namespace, Parts};
@@ -76,17 +76,67 @@ pub(super) async fn operations(command: OperationsCommand) -> Result<(), Failure
 
 pub(super) async fn receipts(command: ReceiptsCommand) -> Result<(), Failure> {
     let reply = match command {
-        ReceiptsCommand::List { source, status, limit, cursor, client } => {
+        ReceiptsCommand::List { source, status, event_id, limit, cursor, client } => {
             let mut query = vec![format!("limit={limit}")];
-            let params = [("source", source), ("status", status), ("cursor", cursor)];
+            let params = [("source", source), ("status", status), ("event_id", event_id), ("cursor", cursor)];
             query.extend(params.into_iter().filter_map(|(k, v)| v.map(|v| format!("{k}={}", percent_encode(&v)))));
             send(&connect(&client)?, Method::GET, &format!("/v1/receipts?{}", query.join("&")), None).await?
         }
         ReceiptsCommand::Show { id, client } => {
             send(&connect(&client)?, Method::GET, &format!("/v1/receipts/{}", percent_encode(&id)), None).await?
         }
-        ReceiptsCommand::Replay { id, client } => {
+        ReceiptsCommand::Replay {
+            id: Some(id),
+            status,
+            source,
+            event_id,
+            created_before,
+            created_after,
+            dry_run,
+            client,
+        } => {
+            if status.is_some()
+                || source.is_some()
+                || event_id.is_some()
+                || created_before.is_some()
+                || created_after.is_some()
+                || dry_run
+            {
+                return Err(Failure::usage("give either a receipt id or filters (--status …), not both"));
+            }
             send(&connect(&client)?, Method::POST, &format!("/v1/receipts/{}/replay", percent_encode(&id)), None)
+                .await?
+        }
+        ReceiptsCommand::Replay {
+            id: None,
+            status,
+            source,
+            event_id,
+            created_before,
+            created_after,
+            dry_run,
+            client,
+        } => {
+            let Some(status) = status else {
+                return Err(Failure::usage(
+                    "give a receipt id, or --status dead (with --source, --event-id, --created-before/after to narrow it) to replay every match",
+                ));
+            };
+            let mut filter = serde_json::json!({"status": status, "dry_run": dry_run});
+            for (field, value) in [
+                ("source", source),
+                ("event_id", event_id),
+                ("created_before", created_before),
+                ("created_after", created_after),
+            ] {
+                if let Some(value) = value {
+                    filter[field] = value.into();
+                }
+            }
+            send(&connect(&client)?, Method::POST, "/v1/receipts/replay", Some(&filter)).await?
+        }
+        ReceiptsCommand::Discard { id, client } => {
+            send(&connect(&client)?, Method::POST, &format!("/v1/receipts/{}/discard", percent_encode(&id)), None)
                 .await?
         }
     };

@@ -33,6 +33,7 @@ pub struct Config {
     pub auth: AuthConfig,
     pub limits: LimitsConfig,
     pub sweeper: SweeperConfig,
+    pub events: EventsConfig,
     pub log: LogConfig,
     pub namespaces: NamespacesConfig,
     /// The Idempotency-Key reverse proxy; absent: not started.
@@ -50,6 +51,7 @@ impl Default for Config {
             auth: AuthConfig::default(),
             limits: LimitsConfig::default(),
             sweeper: SweeperConfig::default(),
+            events: EventsConfig::default(),
             log: LogConfig::default(),
             namespaces: NamespacesConfig::default(),
             gateway: None,
@@ -130,6 +132,15 @@ impl Default for SweeperConfig {
     fn default() -> Self {
         Self { interval: ConfigDuration(Duration::from_secs(60)), batch: 1000 }
     }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EventsConfig {
+    /// How long ended, handled receipts (`completed`, `discarded`) are kept after their last
+    /// change; the sweeper deletes older ones with their attempts. `dead` receipts are kept until
+    /// replayed or discarded. Absent: kept forever.
+    pub retention: Option<ConfigDuration>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -1,23 +1,48 @@
 //! The background sweeper: deletes expired claims and finished keys (gateway records past their
 //! TTL, leases that ran out) in small batches so that the store does not grow forever. Correctness
-//! never depends on it: reads already treat an expired record as absent.
+//! never depends on it: reads already treat an expired record as absent. With `[events]
+//! retention` it also deletes handled receipts (`completed`, `discarded`) older than that.
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use idem_core::{Store, StoreError};
 use tokio::sync::watch;
 
 use crate::config::SweeperConfig;
 
-pub async fn run(store: Arc<dyn Store>, config: SweeperConfig, mut stop: watch::Receiver<bool>) {
+pub async fn run(
+    store: Arc<dyn Store>,
+    config: SweeperConfig,
+    retention: Option<Duration>,
+    mut stop: watch::Receiver<bool>,
+) {
     loop {
         tokio::select! {
             _ = tokio::time::sleep(config.interval.0) => {}
             _ = stop.changed() => return,
         }
         sweep_all(store.as_ref(), config.batch, &stop).await;
+        if let Some(retention) = retention {
+            sweep_receipts(store.as_ref(), retention, config.batch, &stop).await;
+        }
     }
+}
+
+/// Retention: deletes handled receipts last changed more than `retention` ago, batch by batch.
+pub async fn sweep_receipts(
+    store: &dyn Store,
+    retention: Duration,
+    batch: usize,
+    stop: &watch::Receiver<bool>,
+) -> usize {
+    let now = idem_core::Clock::now(&idem_core::SystemClock).millis();
+    let ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+    let before = idem_core::Timestamp(now.saturating_sub(ms));
+    let n = drain("receipts", || store.delete_ended_receipts(before, batch), batch, stop).await;
+    metrics::counter!("idem_receipts_deleted_total").increment(n as u64);
+    n
 }
 
 /// Deletes expired claims, then finished keys, batch after batch until a batch comes back short;

@@ -374,3 +374,94 @@ async fn a_refused_connection_is_recorded_with_its_cause_and_address() {
     assert!(error.to_ascii_lowercase().contains("connection refused"), "{error}");
     s.stop().await;
 }
+
+/// Waits until the receipts matching `query` number `n`.
+async fn until_count(s: &TestServer, query: &str, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let page = s.expect(Method::GET, &format!("/v1/receipts?limit=1000&{query}"), None, 200).await;
+        let found = page["receipts"].as_array().map_or(0, Vec::len);
+        if found == n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{query}: {found} receipts, waiting for {n}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Contract §6 over HTTP: the event in its receipt, canonical JSON on intake, bulk replay with a
+/// dry run first, discard, and a clear 400 for every bad filter.
+#[tokio::test]
+async fn dead_letters_are_counted_replayed_in_bulk_and_discarded() {
+    let receiver = Receiver::start(Duration::ZERO).await;
+    // Nothing listens on port 9 of loopback: every delivery to `broken` is refused, and dies.
+    let s = TestServer::start_with(
+        |c| {
+            c.sources =
+                vec![source("broken", "http://127.0.0.1:9/hook", "max_attempts = 1"), source("fine", &receiver.url, "")]
+        },
+        Arc::new(SystemClock),
+    )
+    .await;
+    let json = [("content-type", "application/json")];
+    for i in 0..30 {
+        let body = format!(r#"{{"external_event_id":"d{i}","n":{i}}}"#);
+        assert_eq!(post(&s.client, "/v1/sources/broken/events", &body, &json).await.status, 202);
+    }
+    let fine = post(&s.client, "/v1/sources/fine/events", r#"{"external_event_id":"f1","z":1,"a":[1,2]}"#, &json).await;
+    let fine_id = fine.json()["receipt_id"].as_str().expect("id").to_owned();
+    let reordered =
+        post(&s.client, "/v1/sources/fine/events", "{\"a\": [1, 2],\n \"z\": 1, \"external_event_id\": \"f1\"}", &json)
+            .await;
+    assert_eq!(
+        (reordered.status.as_u16(), reordered.json()["replay"].as_bool()),
+        (200, Some(true)),
+        "keys reordered: a resend"
+    );
+    until_count(&s, "source=broken&status=dead", 30).await;
+    until_count(&s, "source=fine&status=completed", 1).await;
+
+    let receipt = s.expect(Method::GET, &format!("/v1/receipts/{fine_id}"), None, 200).await;
+    assert_eq!(receipt["body"], json!({"external_event_id": "f1", "z": 1, "a": [1, 2]}), "the event, as JSON");
+    assert_eq!(receipt["content_type"], "application/json");
+    let listed = s.expect(Method::GET, "/v1/receipts?source=fine", None, 200).await;
+    assert!(listed["receipts"][0].get("body").is_none(), "listings leave bodies out");
+
+    let dry =
+        s.expect(Method::POST, "/v1/receipts/replay", Some(json!({"source": "broken", "dry_run": true})), 200).await;
+    assert_eq!(dry, json!({"matching": 30}), "status defaults to dead");
+    let one =
+        s.expect(Method::POST, "/v1/receipts/replay", Some(json!({"event_id": "d7", "dry_run": true})), 200).await;
+    assert_eq!(one, json!({"matching": 1}));
+    let queued = s.expect(Method::POST, "/v1/receipts/replay", Some(json!({"source": "broken"})), 202).await;
+    assert_eq!(queued, json!({"queued": 30}));
+    until_count(&s, "source=broken&status=dead", 30).await;
+    let page = s.expect(Method::GET, "/v1/receipts?source=broken&event_id=d3", None, 200).await;
+    let d3 = page["receipts"][0]["id"].as_str().expect("d3").to_owned();
+    assert_eq!(page["receipts"][0]["round"], 2, "delivered again from attempt 1");
+
+    let discarded = s.expect(Method::POST, &format!("/v1/receipts/{d3}/discard"), None, 200).await;
+    assert_eq!(discarded, json!({"receipt_id": d3, "status": "discarded"}));
+    s.expect(Method::POST, &format!("/v1/receipts/{d3}/discard"), None, 200).await;
+    let dry = s.expect(Method::POST, "/v1/receipts/replay", Some(json!({"dry_run": true})), 200).await;
+    assert_eq!(dry, json!({"matching": 29}), "a discarded receipt leaves the dead letters");
+    let not_dead = s.client.send(Method::POST, &format!("/v1/receipts/{fine_id}/discard"), None).await.expect("send");
+    assert_problem(&not_dead, 409, "only dead receipts are discarded");
+    s.expect(Method::POST, "/v1/receipts/rcpt_000000000000000000000000000000000000/discard", None, 404).await;
+
+    for (bad, why) in [
+        (json!({"status": "processing"}), "not an ended status"),
+        (json!({"status": "lost"}), "unknown status"),
+        (json!({"created_before": "yesterday"}), "not RFC 3339"),
+        (json!({"source": "no such/source"}), "bad source"),
+        (json!({"sauce": "broken"}), "unknown field"),
+    ] {
+        let r = s.client.send(Method::POST, "/v1/receipts/replay", Some(&bad)).await.expect("send");
+        assert_problem(&r, 400, why);
+    }
+    let metrics = s.client.send(Method::GET, "/metrics", None).await.expect("metrics");
+    let text = String::from_utf8_lossy(&metrics.body).into_owned();
+    assert!(text.contains("idem_receipt_replays_total 30"), "bulk replays are counted");
+    assert!(text.contains("idem_receipt_discards_total 1"), "the discard is counted once");
+    s.stop().await;
+}
