@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Every test of the project, as the README's quick start runs it: the Rust workspace, then the
 # TypeScript and Python clients against the `idem` binary that cargo built (target/debug/idem), then
-# the OpenAPI document against an independent validator and Schemathesis, then the deploy/ pack.
+# the dashboard in a real headless Chromium, then the OpenAPI document against an independent
+# validator and Schemathesis, then the deploy/ pack.
 # Ends with one line summing every runner's counts: `tests: N passed, M failed`.
 #
-# Needs: a Rust toolchain, Node 18+ with npm, Python 3.9+ with pip. Tests that need PostgreSQL run
+# Needs: a Rust toolchain, Node 18+ with npm, Python 3.9+ with pip, and Debian's chromium and
+# chromium-driver (installed here when missing and run as root; .ci/run does the same). Tests that need PostgreSQL run
 # when IDEM_TEST_DATABASE_URL is set and say loudly that they skipped otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +24,14 @@ say "TypeScript client (clients/typescript): npm ci && npm test"
 say "Python client (clients/python): mypy --strict and pytest"
 python3 -m pip install --quiet --disable-pip-version-check -e './clients/python[test]' 2>&1 | tee -a "$LOG"
 (cd clients/python && python3 -m mypy --strict src tests && python3 -m pytest -q -p no:cacheprovider) 2>&1 | tee -a "$LOG"
+
+say "Dashboard (tests/dashboard): Selenium driving Debian's headless Chromium against a real idem"
+if scripts/ensure-chromium.sh; then
+    python3 -m pip install --quiet --disable-pip-version-check -r tests/dashboard/requirements.txt 2>&1 | tee -a "$LOG"
+    (cd tests/dashboard && python3 -m pytest -q -p no:cacheprovider) 2>&1 | tee -a "$LOG"
+else
+    say "SKIPPED: the dashboard's browser tests need chromium and chromium-driver (see above)"
+fi
 
 say "OpenAPI: openapi-spec-validator and a bounded Schemathesis run against a real idem"
 python3 -m pip install --quiet --disable-pip-version-check 'openapi-spec-validator==0.9.0' 'schemathesis==4.32.5' 2>&1 | tee -a "$LOG"

@@ -17,6 +17,7 @@ pub mod conn;
 pub mod embedded;
 pub mod proxy;
 pub mod telemetry;
+pub mod ui;
 pub mod worker;
 
 use std::future::Future;

@@ -51,6 +51,7 @@ pub fn app(state: AppState) -> Router {
         .route("/metrics", get(health::metrics))
         .route("/openapi.json", get(health::openapi))
         .merge(v1)
+        .merge(crate::ui::routes(state.clone()))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), guard::check_request))

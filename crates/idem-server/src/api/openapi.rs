@@ -169,6 +169,21 @@ fn refine_schemas(doc: &mut Value) {
             any_json(s, field);
         }
     }
+    if let Some(s) = schemas.get_mut("BulkReplayRequest") {
+        let nullable = |schema: Value| json!({"anyOf": [schema, {"type": "null"}]});
+        set(s, &["properties", "source"], nullable(namespace()));
+        set(
+            s,
+            &["properties", "status"],
+            nullable(
+                json!({"type": "string", "enum": ["dead", "completed", "discarded"], "description": "default: dead"}),
+            ),
+        );
+        set(s, &["properties", "event_id"], nullable(json!({"type": "string", "pattern": "^[^\\u0000]*$"})));
+        for field in ["created_before", "created_after"] {
+            set(s, &["properties", field], nullable(json!({"type": "string", "format": "date-time"})));
+        }
+    }
     if let Some(s) = schemas.get_mut("ClaimRequest") {
         set(s, &["properties", "ttl_seconds"], integer(1, claim::MAX_TTL_SECONDS));
     }
@@ -283,8 +298,9 @@ fn refine_parameters(path: &str, op: &mut Value) {
             ("id", Some("path")) => claim_id(),
             ("source", Some("query")) => namespace(),
             ("status", Some("query")) => {
-                json!({"type": "string", "enum": ["accepted", "processing", "retrying", "completed", "dead"]})
+                json!({"type": "string", "enum": ["accepted", "processing", "retrying", "completed", "dead", "discarded"]})
             }
+            ("event_id", Some("query")) => json!({"type": "string", "pattern": "^[^\\u0000]*$"}),
             ("limit", Some("query")) => json!({"type": "integer", "minimum": 1, "maximum": 1000}),
             ("cursor", Some("query")) => json!({"type": "string", "pattern": "^rcpt_[0-9a-f]{36}$"}),
             _ => continue,

@@ -127,6 +127,14 @@ pub fn parse_status(text: &str) -> Result<ReceiptStatus, Invalid> {
         .ok_or_else(|| Invalid::new("status", "must be accepted, processing, retrying, completed, dead or discarded"))
 }
 
+/// Event ids are text; a NUL can never match one (and PostgreSQL refuses it in text).
+fn check_event_id(event_id: Option<&str>) -> Result<(), Invalid> {
+    match event_id {
+        Some(id) if id.contains('\0') => Err(Invalid::new("event_id", "must not contain NUL")),
+        _ => Ok(()),
+    }
+}
+
 fn check_source(source: Option<&str>) -> Result<(), Invalid> {
     source.map_or(Ok(()), |s| Namespace::new(s).map(drop).map_err(|e| Invalid::new("source", e.message)))
 }
@@ -172,6 +180,7 @@ pub async fn list(
     let Query(q) = query.map_err(|e| Invalid::new("query", e.body_text()))?;
     let status = q.status.as_deref().map(parse_status).transpose()?;
     check_source(q.source.as_deref())?;
+    check_event_id(q.event_id.as_deref())?;
     let limit = q.limit.unwrap_or(50);
     if !(1..=1000).contains(&limit) {
         return Err(Invalid::new("limit", "must be 1 to 1000").into());
@@ -246,6 +255,7 @@ impl BulkReplayRequest {
             ));
         }
         check_source(self.source.as_deref())?;
+        check_event_id(self.event_id.as_deref())?;
         let time = |field: &'static str, text: &Option<String>| {
             text.as_deref()
                 .map(|t| Timestamp::parse_rfc3339(t).ok_or_else(|| Invalid::new(field, "must be an RFC 3339 time")))

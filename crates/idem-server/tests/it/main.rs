@@ -17,3 +17,4 @@ mod ops;
 mod pg_restart;
 mod process;
 mod support;
+mod ui;

@@ -1,0 +1,130 @@
+//! The dashboard over plain HTTP (the browser tests in `tests/dashboard` drive it in Chromium):
+//! with auth on, nothing but the prompt without a token; every action needs the dashboard's own
+//! header; pages carry a strict content security policy; every page renders, without JavaScript
+//! when auth is off; and a claim is found and deleted.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::Method;
+use idem_core::SystemClock;
+use idem_server::cli::client::{ApiClient, Reply};
+use serde_json::json;
+
+use crate::support::TestServer;
+
+fn text(reply: &Reply) -> String {
+    String::from_utf8_lossy(&reply.body).into_owned()
+}
+
+async fn get(client: &ApiClient, path: &str) -> Reply {
+    client.send_with(Method::GET, path, None, &[]).await.expect("request")
+}
+
+async fn post_form(client: &ApiClient, path: &str, form: &str, ui: bool) -> Reply {
+    let mut headers = vec![("content-type", "application/x-www-form-urlencoded")];
+    if ui {
+        headers.push(("idem-ui", "1"));
+    }
+    client.send_with(Method::POST, path, Some(Bytes::from(form.to_owned())), &headers).await.expect("request")
+}
+
+#[tokio::test]
+async fn with_auth_on_only_the_prompt_is_served_without_a_token() {
+    let token: idem_server::config::Secret = toml::Value::String("ui-s3cret".into()).try_into().expect("secret");
+    let s = TestServer::start_with(|c| c.auth.tokens = vec![token], Arc::new(SystemClock)).await;
+    s.client_with_token("ui-s3cret")
+        .send(Method::POST, "/v1/claims/orders", Some(&json!({"key": "order-secret-1"})))
+        .await
+        .expect("claim");
+    for path in ["/ui", "/ui/receipts", "/ui/replay", "/ui/lookup?ns=orders&key=order-secret-1"] {
+        for client in [&s.client, &s.client_with_token("wrong")] {
+            let reply = get(client, path).await;
+            assert_eq!(reply.status, 401, "{path}");
+            let page = text(&reply);
+            assert!(page.contains(r#"data-testid="token-input""#), "{path}: the prompt");
+            assert!(!page.contains("order-secret-1") && !page.contains("<h1>Overview"), "{path}: nothing else");
+            assert!(!page.contains("ui-s3cret"));
+        }
+    }
+    let with = s.client_with_token("ui-s3cret");
+    let overview = get(&with, "/ui").await;
+    assert_eq!(overview.status, 200);
+    assert!(text(&overview).contains("<h1>Overview</h1>"));
+    let found = get(&with, "/ui/lookup?kind=claim&ns=orders&key=order-secret-1").await;
+    assert!(text(&found).contains(r#"data-testid="lookup-result""#) && text(&found).contains("order-secret-1"));
+    let csp = overview.headers.get("content-security-policy").and_then(|v| v.to_str().ok()).unwrap_or("");
+    assert!(csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"), "{csp}");
+    assert_eq!(overview.headers.get("cache-control").map(|v| v.as_bytes()), Some(&b"no-store"[..]));
+    // The assets are open: the prompt itself needs them.
+    assert_eq!(get(&s.client, "/ui/assets/ui.js").await.status, 200);
+    assert_eq!(get(&s.client, "/ui/assets/ui.css").await.status, 200);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn actions_need_the_dashboards_own_header() {
+    let s = TestServer::start().await;
+    s.post("/v1/claims/orders", json!({"key": "o-1"}), 201).await;
+    let id = s.expect(Method::POST, "/v1/claims/orders/lookup", Some(json!({"items": [{"key": "o-1"}]})), 200).await
+        ["results"][0]["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let form = format!("kind=claim&ns=orders&id={id}");
+    let forged = post_form(&s.client, "/ui/lookup/delete", &form, false).await;
+    assert_eq!(forged.status, 403, "a cross-site form cannot send idem-ui: 1");
+    s.expect(Method::GET, &format!("/v1/claims/orders/{id}"), None, 200).await;
+    let deleted = post_form(&s.client, "/ui/lookup/delete", &form, true).await;
+    assert_eq!(deleted.status, 200);
+    assert!(text(&deleted).contains("Deleted claim"), "{}", text(&deleted));
+    s.expect(Method::GET, &format!("/v1/claims/orders/{id}"), None, 404).await;
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn every_page_renders_and_escapes_what_it_shows() {
+    let s = TestServer::start_with(
+        |c| {
+            c.sources =
+                vec![toml::from_str(
+                "name = \"partner\"\nhandler_url = \"http://127.0.0.1:9/x\"\nevent_id = \"/id\"\nmax_attempts = 1\n\
+                 signing_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"",
+            )
+            .expect("source")]
+        },
+        Arc::new(SystemClock),
+    )
+    .await;
+    let accepted = s
+        .client
+        .send_with(
+            Method::POST,
+            "/v1/sources/partner/events",
+            Some(Bytes::from(r#"{"id":"<script>alert(1)</script>","x":1}"#)),
+            &[("content-type", "application/json")],
+        )
+        .await
+        .expect("event");
+    let receipt = accepted.json()["receipt_id"].as_str().expect("receipt").to_owned();
+    for path in [
+        "/ui".to_owned(),
+        "/ui/receipts".to_owned(),
+        "/ui/receipts?status=dead&source=partner".to_owned(),
+        format!("/ui/receipts/{receipt}"),
+        format!("/ui/receipts?q={receipt}"),
+        "/ui/replay?status=dead&count=1".to_owned(),
+        "/ui/lookup?kind=operation&ns=jobs&key=a%0Ab".to_owned(),
+    ] {
+        let reply = get(&s.client, &path).await;
+        assert_eq!(reply.status, 200, "{path}: {}", text(&reply));
+        let page = text(&reply);
+        assert!(!page.contains("<script>alert"), "{path}: escaped");
+        assert!(page.contains("</html>"), "{path}");
+    }
+    let missing = get(&s.client, "/ui/receipts/rcpt_000000000000000000000000000000000000").await;
+    assert_eq!(missing.status, 404);
+    let bad = get(&s.client, "/ui/replay?status=processing&count=1").await;
+    assert_eq!(bad.status, 400, "a bulk replay of receipts still being delivered is refused");
+    s.stop().await;
+}
