@@ -8,6 +8,7 @@
 //! ```
 
 mod load;
+mod replay;
 mod scenario;
 mod stored;
 mod table;
@@ -75,6 +76,12 @@ enum Which {
         #[arg(long, value_delimiter = ',')]
         stages: Vec<u64>,
     },
+    /// Event intake while a bulk replay of dead letters runs, beside intake alone.
+    Replay {
+        /// Dead letters to replay [default: 10000; with --quick 2000].
+        #[arg(long)]
+        dead: Option<u64>,
+    },
     /// Every scenario above.
     All,
     /// (internal) Serve the built-in upstream on ADDR, as its own process.
@@ -118,6 +125,7 @@ async fn main() -> std::process::ExitCode {
             Which::Lookup,
             Which::Gateway,
             Which::Events,
+            Which::Replay { dead: None },
             Which::Scale { stages: Vec::new() },
         ],
         one => vec![one],
@@ -129,6 +137,9 @@ async fn main() -> std::process::ExitCode {
             Which::ClaimsBatch => scenario::claims_batch(&ctx).await,
             Which::Gateway => scenario::gateway(&ctx).await,
             Which::Events => scenario::events(&ctx).await,
+            Which::Replay { dead } => {
+                replay::replay(&ctx, dead.unwrap_or(if ctx.quick { 2_000 } else { 10_000 })).await
+            }
             Which::Lookup => stored::lookup(&ctx).await,
             Which::Scale { stages } => stored::scale(&ctx, stages.clone()).await,
             Which::All | Which::Upstream { .. } => unreachable!("handled above"),
