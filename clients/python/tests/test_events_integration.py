@@ -16,7 +16,7 @@ import pytest
 from standardwebhooks.webhooks import Webhook
 
 from conftest import IdemServer
-from idem_client import AsyncIdem, Idem, WebhookVerificationError, verify_webhook
+from idem_client import AsyncIdem, Idem, IdemError, WebhookVerificationError, verify_webhook
 
 SECRET = "whsec_" + base64.b64encode(os.urandom(32)).decode()
 
@@ -164,6 +164,29 @@ def test_dead_letters_listed_paged_and_replayed(events: Tuple[IdemServer, Handle
         handler.wait_for(lambda d: d[0] == "/handle" and d[1].get("webhook-id") == ids[0], count=before + 1)
 
 
+def test_bulk_replay_counts_first_then_replays_and_discard(events: Tuple[IdemServer, Handler]) -> None:
+    server, _ = events
+    tag = uuid.uuid4().hex
+    ids = [send(server, {"external_event_id": f"bulk-{tag}-{n}", "do": "fail", "n": n})["receipt_id"] for n in (1, 2)]
+    with Idem(server.url) as idem:
+        for rid in ids:
+            wait_status(idem, rid, "dead")
+        got = idem.receipts.get(ids[0])
+        assert got is not None and got["body"]["n"] == 1 and got["content_type"] == "application/json"
+        assert idem.receipts.count_matching(event_id=f"bulk-{tag}-1") == 1
+        assert idem.receipts.replay_matching(event_id=f"bulk-{tag}-1") == 1
+        deadline = time.time() + 15
+        while (r := idem.receipts.get(ids[0])) is not None and not (r["status"] == "dead" and r["round"] == 2):
+            assert time.time() < deadline, r
+            time.sleep(0.05)
+        assert idem.receipts.discard(ids[1]) == {"receipt_id": ids[1], "status": "discarded"}
+        assert idem.receipts.count_matching(event_id=f"bulk-{tag}-2") == 0
+        assert idem.receipts.count_matching(event_id=f"bulk-{tag}-2", status="discarded") == 1
+        with pytest.raises(IdemError) as err:
+            idem.receipts.replay_matching(status="processing")
+        assert err.value.status == 400
+
+
 @pytest.mark.anyio
 async def test_async_receipts(events: Tuple[IdemServer, Handler]) -> None:
     server, handler = events
@@ -177,3 +200,7 @@ async def test_async_receipts(events: Tuple[IdemServer, Handler]) -> None:
         assert await idem.receipts.get("rcpt_" + "0" * 36) is None
         ids = [r["id"] async for r in idem.receipts.iter(source="partner", page_size=1)]
         assert rid in ids and len(ids) == len(set(ids))
+        assert await idem.receipts.count_matching(source="partner", status="completed") >= 1
+        with pytest.raises(IdemError) as err:
+            await idem.receipts.discard(rid)
+        assert err.value.status == 409

@@ -9,4 +9,4 @@ export { ConnectionError, IdemError, InProgressError, LeaseLostError, MismatchEr
 export type { FetchInit, FetchLike, FetchResponseLike, IdemOptions } from "./http.js";
 export type { Claims, ClaimInput, ClaimRecord, ClaimResult, ExistsQuery, LookupResult } from "./claims.js";
 export type { BeginOptions, BeginResult, CompletedOperation, OperationRecord, Operations, RunContext, RunOptions, StartedOperation, } from "./operations.js";
-export type { Attempt, Receipt, ReceiptAck, ReplayAck, ReceiptFilter, ReceiptPage, ReceiptStatus, Receipts, ResultWebhookState, } from "./receipts.js";
+export type { Attempt, BulkReplayFilter, Receipt, ReceiptAck, ReplayAck, ReceiptFilter, ReceiptPage, ReceiptStatus, Receipts, ResultWebhookState, } from "./receipts.js";

@@ -34,11 +34,19 @@ export interface Receipt {
     /** Present on `get`, not in `list` pages. */
     attempts?: Attempt[];
     result_webhook: ResultWebhookState | null;
+    /** On `get`: the event as received, when it was JSON. */
+    body?: unknown;
+    /** On `get`: the event as received, base64, when it was not JSON. */
+    body_base64?: string;
+    /** On `get`: the event's Content-Type as the sender gave it. */
+    content_type?: string;
     [member: string]: unknown;
 }
 export interface ReceiptFilter {
     source?: string;
     status?: ReceiptStatus | (string & {});
+    /** Only the receipt(s) of this event id. */
+    eventId?: string;
     /** 1 to 1000 (server default 50). */
     limit?: number;
     /** `nextCursor` of the previous page. */
@@ -49,6 +57,17 @@ export interface ReceiptPage {
     items: Receipt[];
     /** Pass as `cursor` for the next page; `null` on the last page. */
     nextCursor: string | null;
+}
+/** Which receipts a bulk replay selects; every field narrows it. */
+export interface BulkReplayFilter {
+    source?: string;
+    /** `dead` (the default), `completed` or `discarded`. */
+    status?: "dead" | "completed" | "discarded";
+    eventId?: string;
+    /** RFC 3339, or a `Date`: only receipts created before it. */
+    createdBefore?: string | Date;
+    /** RFC 3339, or a `Date`: only receipts created after it. */
+    createdAfter?: string | Date;
 }
 /** What intake answers: `replay` is true when the event was seen before (a resend). */
 export interface ReceiptAck {
@@ -72,8 +91,23 @@ export declare class Receipts {
     iterate(filter?: ReceiptFilter): AsyncGenerator<Receipt, void, undefined>;
     /** One receipt with its attempts, or `null` when there is none. */
     get(id: string): Promise<Receipt | null>;
+    /** How many receipts a `replayMatching` of `filter` would replay; changes nothing. */
+    countMatching(filter?: BulkReplayFilter): Promise<number>;
     /**
-     * Deliver a `dead` or `completed` receipt again from attempt 1, with the same `webhook-id`.
+     * Replays every receipt matching `filter` (default: every dead letter) from attempt 1; answers
+     * how many were queued. Safe to repeat: a repeat finds only what still matches.
+     */
+    replayMatching(filter?: BulkReplayFilter): Promise<number>;
+    /**
+     * Marks a dead receipt as handled by hand: it leaves the dead letters and can still be replayed.
+     * A 409 `IdemError` when it is not dead; a 404 `IdemError` when there is none.
+     */
+    discard(id: string): Promise<{
+        receipt_id: string;
+        status: "discarded";
+    }>;
+    /**
+     * Deliver a `dead`, `discarded` or `completed` receipt again from attempt 1, with the same `webhook-id`.
      * A 409 `IdemError` while it is still being delivered; a 404 `IdemError` when there is none.
      */
     replay(id: string): Promise<ReplayAck>;

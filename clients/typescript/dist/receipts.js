@@ -9,7 +9,13 @@ export class Receipts {
     /** One page of receipts, newest first: `{ items, nextCursor }`. */
     async list(filter = {}) {
         const res = await this.#http.call("GET", "/v1/receipts", {
-            query: { source: filter.source, status: filter.status, limit: filter.limit, cursor: filter.cursor },
+            query: {
+                source: filter.source,
+                status: filter.status,
+                event_id: filter.eventId,
+                limit: filter.limit,
+                cursor: filter.cursor,
+            },
         });
         const page = res?.body;
         return { items: page.receipts, nextCursor: page.next_cursor ?? null };
@@ -30,12 +36,47 @@ export class Receipts {
         const res = await this.#http.call("GET", `/v1/receipts/${segment(id, "id")}`, { nullOn404: true });
         return res === null ? null : res.body;
     }
+    /** How many receipts a `replayMatching` of `filter` would replay; changes nothing. */
+    async countMatching(filter = {}) {
+        const res = await this.#http.call("POST", "/v1/receipts/replay", { body: { ...bulkBody(filter), dry_run: true } });
+        return (res?.body).matching;
+    }
     /**
-     * Deliver a `dead` or `completed` receipt again from attempt 1, with the same `webhook-id`.
+     * Replays every receipt matching `filter` (default: every dead letter) from attempt 1; answers
+     * how many were queued. Safe to repeat: a repeat finds only what still matches.
+     */
+    async replayMatching(filter = {}) {
+        const res = await this.#http.call("POST", "/v1/receipts/replay", { body: bulkBody(filter) });
+        return (res?.body).queued;
+    }
+    /**
+     * Marks a dead receipt as handled by hand: it leaves the dead letters and can still be replayed.
+     * A 409 `IdemError` when it is not dead; a 404 `IdemError` when there is none.
+     */
+    async discard(id) {
+        const res = await this.#http.call("POST", `/v1/receipts/${segment(id, "id")}/discard`);
+        return res?.body;
+    }
+    /**
+     * Deliver a `dead`, `discarded` or `completed` receipt again from attempt 1, with the same `webhook-id`.
      * A 409 `IdemError` while it is still being delivered; a 404 `IdemError` when there is none.
      */
     async replay(id) {
         const res = await this.#http.call("POST", `/v1/receipts/${segment(id, "id")}/replay`);
         return res?.body;
     }
+}
+function bulkBody(filter) {
+    const time = (t) => (t instanceof Date ? t.toISOString() : t);
+    const body = {
+        source: filter.source,
+        status: filter.status,
+        event_id: filter.eventId,
+        created_before: time(filter.createdBefore),
+        created_after: time(filter.createdAfter),
+    };
+    for (const k of Object.keys(body))
+        if (body[k] === undefined)
+            delete body[k];
+    return body;
 }

@@ -36,6 +36,7 @@ export type {
 } from "./operations.js";
 export type {
   Attempt,
+  BulkReplayFilter,
   Receipt,
   ReceiptAck,
   ReplayAck,

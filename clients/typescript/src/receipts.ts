@@ -40,12 +40,20 @@ export interface Receipt {
   /** Present on `get`, not in `list` pages. */
   attempts?: Attempt[];
   result_webhook: ResultWebhookState | null;
+  /** On `get`: the event as received, when it was JSON. */
+  body?: unknown;
+  /** On `get`: the event as received, base64, when it was not JSON. */
+  body_base64?: string;
+  /** On `get`: the event's Content-Type as the sender gave it. */
+  content_type?: string;
   [member: string]: unknown;
 }
 
 export interface ReceiptFilter {
   source?: string;
   status?: ReceiptStatus | (string & {});
+  /** Only the receipt(s) of this event id. */
+  eventId?: string;
   /** 1 to 1000 (server default 50). */
   limit?: number;
   /** `nextCursor` of the previous page. */
@@ -57,6 +65,18 @@ export interface ReceiptPage {
   items: Receipt[];
   /** Pass as `cursor` for the next page; `null` on the last page. */
   nextCursor: string | null;
+}
+
+/** Which receipts a bulk replay selects; every field narrows it. */
+export interface BulkReplayFilter {
+  source?: string;
+  /** `dead` (the default), `completed` or `discarded`. */
+  status?: "dead" | "completed" | "discarded";
+  eventId?: string;
+  /** RFC 3339, or a `Date`: only receipts created before it. */
+  createdBefore?: string | Date;
+  /** RFC 3339, or a `Date`: only receipts created after it. */
+  createdAfter?: string | Date;
 }
 
 /** What intake answers: `replay` is true when the event was seen before (a resend). */
@@ -84,7 +104,13 @@ export class Receipts {
   /** One page of receipts, newest first: `{ items, nextCursor }`. */
   async list(filter: ReceiptFilter = {}): Promise<ReceiptPage> {
     const res = await this.#http.call("GET", "/v1/receipts", {
-      query: { source: filter.source, status: filter.status, limit: filter.limit, cursor: filter.cursor },
+      query: {
+        source: filter.source,
+        status: filter.status,
+        event_id: filter.eventId,
+        limit: filter.limit,
+        cursor: filter.cursor,
+      },
     });
     const page = res?.body as { receipts: Receipt[]; next_cursor?: string | null };
     return { items: page.receipts, nextCursor: page.next_cursor ?? null };
@@ -107,12 +133,49 @@ export class Receipts {
     return res === null ? null : (res.body as Receipt);
   }
 
+  /** How many receipts a `replayMatching` of `filter` would replay; changes nothing. */
+  async countMatching(filter: BulkReplayFilter = {}): Promise<number> {
+    const res = await this.#http.call("POST", "/v1/receipts/replay", { body: { ...bulkBody(filter), dry_run: true } });
+    return (res?.body as { matching: number }).matching;
+  }
+
   /**
-   * Deliver a `dead` or `completed` receipt again from attempt 1, with the same `webhook-id`.
+   * Replays every receipt matching `filter` (default: every dead letter) from attempt 1; answers
+   * how many were queued. Safe to repeat: a repeat finds only what still matches.
+   */
+  async replayMatching(filter: BulkReplayFilter = {}): Promise<number> {
+    const res = await this.#http.call("POST", "/v1/receipts/replay", { body: bulkBody(filter) });
+    return (res?.body as { queued: number }).queued;
+  }
+
+  /**
+   * Marks a dead receipt as handled by hand: it leaves the dead letters and can still be replayed.
+   * A 409 `IdemError` when it is not dead; a 404 `IdemError` when there is none.
+   */
+  async discard(id: string): Promise<{ receipt_id: string; status: "discarded" }> {
+    const res = await this.#http.call("POST", `/v1/receipts/${segment(id, "id")}/discard`);
+    return res?.body as { receipt_id: string; status: "discarded" };
+  }
+
+  /**
+   * Deliver a `dead`, `discarded` or `completed` receipt again from attempt 1, with the same `webhook-id`.
    * A 409 `IdemError` while it is still being delivered; a 404 `IdemError` when there is none.
    */
   async replay(id: string): Promise<ReplayAck> {
     const res = await this.#http.call("POST", `/v1/receipts/${segment(id, "id")}/replay`);
     return res?.body as ReplayAck;
   }
+}
+
+function bulkBody(filter: BulkReplayFilter): Record<string, unknown> {
+  const time = (t: string | Date | undefined) => (t instanceof Date ? t.toISOString() : t);
+  const body: Record<string, unknown> = {
+    source: filter.source,
+    status: filter.status,
+    event_id: filter.eventId,
+    created_before: time(filter.createdBefore),
+    created_after: time(filter.createdAfter),
+  };
+  for (const k of Object.keys(body)) if (body[k] === undefined) delete body[k];
+  return body;
 }

@@ -209,4 +209,33 @@ describe("events and receipts against a real idem", () => {
     assert.equal(bad.status, 400);
     assert.equal(bad.field, "status");
   });
+
+  test("bulk replay counts first and replays by filter; discard; get shows the event", async () => {
+    const ids = [];
+    for (const n of [1, 2]) {
+      handler.failing.add(`evt-bulk-${n}`);
+      ids.push((await send({ external_event_id: `evt-bulk-${n}`, n })).body.receipt_id);
+    }
+    for (const id of ids) await receiptUntil(idem, id, (r) => r.status === "dead", "dead");
+    const got = await idem.receipts.get(ids[0]);
+    assert.deepEqual(got.body, { external_event_id: "evt-bulk-1", n: 1 });
+    assert.equal(got.content_type, "application/json");
+    assert.equal((await idem.receipts.list({ eventId: "evt-bulk-2" })).items[0].id, ids[1]);
+
+    assert.equal(await idem.receipts.countMatching({ eventId: "evt-bulk-1" }), 1);
+    assert.equal(await idem.receipts.countMatching({ createdAfter: new Date(Date.now() + 60_000) }), 0);
+    assert.equal(await idem.receipts.replayMatching({ eventId: "evt-bulk-1" }), 1);
+    const again = await receiptUntil(idem, ids[0], (r) => r.status === "dead" && r.round === 2, "dead again");
+    assert.equal(again.round, 2);
+
+    const ack = await idem.receipts.discard(ids[1]);
+    assert.deepEqual(ack, { receipt_id: ids[1], status: "discarded" });
+    assert.equal(await idem.receipts.countMatching({ eventId: "evt-bulk-2" }), 0, "out of the dead letters");
+    assert.equal(await idem.receipts.countMatching({ eventId: "evt-bulk-2", status: "discarded" }), 1);
+    const notDead = await idem.receipts.discard(`rcpt_${"0".repeat(36)}`).catch((e) => e);
+    assert.equal(notDead.status, 404);
+    const bad = await idem.receipts.replayMatching({ status: "processing" }).catch((e) => e);
+    assert.equal(bad.status, 400);
+    for (const n of [1, 2]) handler.failing.delete(`evt-bulk-${n}`);
+  });
 });

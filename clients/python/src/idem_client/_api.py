@@ -276,3 +276,38 @@ def receipt_get(id: str) -> Call[Optional[Dict[str, Any]]]:
 
 def receipt_replay(id: str) -> Call[Dict[str, Any]]:
     return Call("POST", f"/v1/receipts/{_seg(id)}/replay", _obj)
+
+
+def receipt_discard(id: str) -> Call[Dict[str, Any]]:
+    return Call("POST", f"/v1/receipts/{_seg(id)}/discard", _obj)
+
+
+def _count(field: str) -> Callable[[httpx.Response], int]:
+    def parse(response: httpx.Response) -> int:
+        value = _obj(response).get(field)
+        if not isinstance(value, int):
+            raise IdemError(response.status_code, "about:blank", "Invalid response", f"expected {field}")
+        return value
+
+    return parse
+
+
+def receipts_replay_matching(
+    source: Optional[str],
+    status: Optional[str],
+    event_id: Optional[str],
+    created_before: Optional[str],
+    created_after: Optional[str],
+    dry_run: bool,
+) -> Call[int]:
+    body: Dict[str, Any] = {"dry_run": dry_run}
+    for name, value in (
+        ("source", source),
+        ("status", status),
+        ("event_id", event_id),
+        ("created_before", created_before),
+        ("created_after", created_after),
+    ):
+        if value is not None:
+            body[name] = value
+    return Call("POST", "/v1/receipts/replay", _count("matching" if dry_run else "queued"), body=encode_json(body))

@@ -440,5 +440,33 @@ class AsyncReceipts:
     async def get(self, id: str) -> Optional[Dict[str, Any]]:
         return await self._c._call(_api.receipt_get(id))
 
+    async def discard(self, id: str) -> Dict[str, Any]:
+        """Mark a dead receipt as handled by hand: it leaves the dead letters and can still be replayed."""
+        return await self._c._call(_api.receipt_discard(id))
+
+    async def count_matching(
+        self,
+        source: Optional[str] = None,
+        status: Optional[str] = None,
+        event_id: Optional[str] = None,
+        created_before: Optional[str] = None,
+        created_after: Optional[str] = None,
+    ) -> int:
+        """How many receipts ``replay_matching`` with these filters would replay; changes nothing."""
+        call = _api.receipts_replay_matching(source, status, event_id, created_before, created_after, True)
+        return await self._c._call(call)
+
+    async def replay_matching(
+        self,
+        source: Optional[str] = None,
+        status: Optional[str] = None,
+        event_id: Optional[str] = None,
+        created_before: Optional[str] = None,
+        created_after: Optional[str] = None,
+    ) -> int:
+        """Replay every matching receipt (``status`` defaults to ``dead``); returns how many were queued."""
+        call = _api.receipts_replay_matching(source, status, event_id, created_before, created_after, False)
+        return await self._c._call(call)
+
     async def replay(self, id: str) -> Dict[str, Any]:
         return await self._c._call(_api.receipt_replay(id))

@@ -468,6 +468,34 @@ class Receipts:
         """The receipt (status, attempts, result webhook state), or ``None``."""
         return self._c._call(_api.receipt_get(id))
 
+    def discard(self, id: str) -> Dict[str, Any]:
+        """Mark a dead receipt as handled by hand: it leaves the dead letters and can still be replayed."""
+        return self._c._call(_api.receipt_discard(id))
+
+    def count_matching(
+        self,
+        source: Optional[str] = None,
+        status: Optional[str] = None,
+        event_id: Optional[str] = None,
+        created_before: Optional[str] = None,
+        created_after: Optional[str] = None,
+    ) -> int:
+        """How many receipts ``replay_matching`` with these filters would replay; changes nothing."""
+        call = _api.receipts_replay_matching(source, status, event_id, created_before, created_after, True)
+        return self._c._call(call)
+
+    def replay_matching(
+        self,
+        source: Optional[str] = None,
+        status: Optional[str] = None,
+        event_id: Optional[str] = None,
+        created_before: Optional[str] = None,
+        created_after: Optional[str] = None,
+    ) -> int:
+        """Replay every matching receipt (``status`` defaults to ``dead``); returns how many were queued."""
+        call = _api.receipts_replay_matching(source, status, event_id, created_before, created_after, False)
+        return self._c._call(call)
+
     def replay(self, id: str) -> Dict[str, Any]:
         """Deliver a ``dead`` or ``completed`` receipt again from attempt 1 (same ``webhook-id``)."""
         return self._c._call(_api.receipt_replay(id))

@@ -164,6 +164,7 @@ fn refine_schemas(doc: &mut Value) {
         ("BeginRequest", "request"),
         ("CompleteRequest", "result"),
         ("Completed", "result"),
+        ("ReceiptView", "body"),
     ] {
         if let Some(s) = schemas.get_mut(name) {
             any_json(s, field);

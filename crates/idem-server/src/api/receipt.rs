@@ -67,9 +67,11 @@ pub struct ReceiptView {
     pub body: Option<serde_json::Value>,
     /// The event as received, base64, when it was not JSON.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub body_base64: Option<String>,
     /// The event's `Content-Type` as the sender gave it (one receipt only).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub content_type: Option<String>,
 }
 

@@ -110,4 +110,39 @@ mod tests {
         assert_eq!(sweep_all(&store, 10, &stopped).await, 25, "three batches of at most 10");
         assert!(store.get(&n, &idem_conformance::id(&["kept"])).await.expect("get").is_some());
     }
+
+    #[tokio::test]
+    async fn retention_deletes_handled_receipts_older_than_configured() {
+        use idem_core::EventStore;
+        use idem_core::event::{AttemptRecord, Change, JobNext, NewEvent, ReceiptStatus, Transition};
+        let config: crate::config::Config = toml::from_str("[events]\nretention = \"30d\"").expect("config");
+        assert_eq!(config.events.retention.map(|r| r.0), Some(Duration::from_secs(30 * 86_400)));
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store =
+            SqliteStore::open(dir.path(), Arc::new(idem_core::SystemClock), SqliteOptions::default()).expect("open");
+        let event = NewEvent::new("s".into(), "e".into(), b"{}".to_vec(), None);
+        store.accept_event(event).await.expect("accept");
+        let job = store.lease_jobs(1, Duration::from_secs(60), &[]).await.expect("lease").remove(0);
+        let attempt = AttemptRecord {
+            n: 1,
+            started_at: idem_core::Timestamp(0),
+            duration_ms: 1,
+            status_code: Some(200),
+            error: None,
+            response: None,
+        };
+        let done = Transition {
+            attempt,
+            job: JobNext::Remove,
+            change: Change::Receipt { status: ReceiptStatus::Completed, result_job: None },
+        };
+        assert!(store.finish_job(&job, done).await.expect("finish"));
+        let (_stop, stopped) = watch::channel(false);
+        let all = idem_core::event::ReceiptFilter { limit: 10, ..Default::default() };
+        assert_eq!(store.list_receipts(&all).await.expect("list").len(), 1);
+        assert_eq!(sweep_receipts(&store, Duration::from_secs(3600), 10, &stopped).await, 0, "younger than retention");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert_eq!(sweep_receipts(&store, Duration::ZERO, 10, &stopped).await, 1);
+        assert!(store.list_receipts(&all).await.expect("list").is_empty());
+    }
 }

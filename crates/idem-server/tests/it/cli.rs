@@ -187,6 +187,19 @@ async fn receipts_list_show_replay() {
         idem(with_server(args(&["receipts", "list", "--status", "dead", "--source", "partner"]))).await;
     assert_eq!(code, 0);
     assert!(stdout.contains(&id), "{stdout}");
+    let dry = ["receipts", "replay", "--status", "dead", "--source", "partner", "--dry-run"];
+    let (code, stdout, _) = idem(with_server(args(&dry))).await;
+    assert_eq!((code, stdout.contains("\"matching\": 1")), (0, true), "{stdout}");
+    let (code, _, stderr) = idem(with_server(args(&["receipts", "replay"]))).await;
+    assert_eq!(code, 2, "neither an id nor filters: a usage error, nothing replayed: {stderr}");
+    assert!(stderr.contains("--status"), "{stderr}");
+    let (code, _, _) = idem(with_server(args(&["receipts", "replay", &id, "--status", "dead"]))).await;
+    assert_eq!(code, 2, "an id and filters at once");
+    let (code, stdout, _) = idem(with_server(args(&dry[..dry.len() - 1]))).await;
+    assert_eq!((code, stdout.contains("\"queued\": 1")), (0, true), "{stdout}");
+    wait_dead(&s, &id).await;
+    let (code, stdout, _) = idem(with_server(args(&["receipts", "discard", &id]))).await;
+    assert_eq!((code, stdout.contains("\"discarded\"")), (0, true), "{stdout}");
     let (code, stdout, _) = idem(with_server(args(&["receipts", "replay", &id]))).await;
     assert_eq!(code, 0);
     assert!(stdout.contains("\"accepted\""), "{stdout}");
@@ -194,4 +207,12 @@ async fn receipts_list_show_replay() {
         idem(with_server(args(&["receipts", "show", "rcpt_000000000000000000000000000000000000"]))).await;
     assert_eq!(code, 1, "{stderr}");
     s.stop().await;
+}
+
+async fn wait_dead(s: &TestServer, id: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while s.expect(Method::GET, &format!("/v1/receipts/{id}"), None, 200).await["status"] != "dead" {
+        assert!(std::time::Instant::now() < deadline, "never went dead again");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
