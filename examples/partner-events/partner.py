@@ -120,9 +120,11 @@ def main():
     expect(stats["processed"] == EVENTS - len(poison), "every other event was processed exactly once")
 
     call("POST", f"{HANDLER}/heal")
-    for r in dead:
-        status, _ = call("POST", f"{IDEM}/v1/receipts/{r['id']}/replay")
-        expect(status == 202, f"replay of {r['id']} accepted")
+    # Every dead letter of this run at once (contract §6): count first, then replay by filter.
+    status, counted = call("POST", f"{IDEM}/v1/receipts/replay", {"source": "partner", "dry_run": True})
+    expect(status == 200 and counted["matching"] >= len(dead), f"the dry run counts the dead letters: {counted}")
+    status, queued = call("POST", f"{IDEM}/v1/receipts/replay", {"source": "partner"})
+    expect(status == 202 and queued["queued"] == counted["matching"], f"every dead letter queued again: {queued}")
     expect(not wait_until_all_end(), "replayed receipts complete")
     stats = call("GET", f"{HANDLER}/stats")[1]
     expect(stats["processed"] == EVENTS, "after the replay every event was processed exactly once")
