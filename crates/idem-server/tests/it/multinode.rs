@@ -43,7 +43,9 @@ async fn cluster(upstream: &str, handler: &str) -> Option<Cluster> {
                  [[gateway.routes]]\npath = \"/orders\"\nkey = \"required\"\nin_flight = \"wait\"\n\n\
                  [[sources]]\nname = \"partner\"\nhandler_url = \"{handler}\"\nevent_id = \"/id\"\n\
                  signing_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\nattempt_timeout = \"2s\"\n\
-                 backoff = [\"50ms\"]\nmax_attempts = 10\nconcurrency = 4\n",
+                 backoff = [\"50ms\"]\nmax_attempts = 10\nconcurrency = 4\n\n\
+                 [[sources]]\nname = \"flaky\"\nhandler_url = \"{handler}/flaky\"\nevent_id = \"/id\"\n\
+                 signing_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\nmax_attempts = 1\nconcurrency = 16\n",
                 schema.url
             ),
         )
@@ -215,4 +217,87 @@ async fn operations_across_three_nodes() {
     assert!(waited < Duration::from_secs(3), "woken by node 0's completion through NOTIFY: {waited:?}");
     let read = c.api(1).send(Method::GET, &path, None).await.expect("get");
     assert_eq!(read.json()["status"], "completed", "every node reads the same record");
+}
+
+/// A handler that answers 500 until `healthy` is set, then 200.
+async fn flaky_handler() -> (String, std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let healthy = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&healthy);
+    let app = axum::Router::new().route(
+        "/flaky",
+        axum::routing::post(move || {
+            let ok = flag.load(Ordering::SeqCst);
+            async move { if ok { http::StatusCode::OK } else { http::StatusCode::INTERNAL_SERVER_ERROR } }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, healthy)
+}
+
+async fn matching(client: &ApiClient, filter: serde_json::Value) -> u64 {
+    let reply = client.send(Method::POST, "/v1/receipts/replay", Some(&filter)).await.expect("dry run");
+    reply.json()["matching"].as_u64().expect("matching")
+}
+
+/// Six bulk replays of the same 300 dead letters at once, two on each of three nodes: every dead
+/// letter is replayed exactly once in all (each step reads the status again under the row's lock),
+/// and a repeat afterwards finds nothing. The handler is healthy by then, so a replayed receipt
+/// completes and cannot turn dead again during the race.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_replays_racing_on_three_nodes_replay_each_dead_letter_once() {
+    let (handler, healthy) = flaky_handler().await;
+    let Some(c) = cluster("http://127.0.0.1:9", &handler).await else { return };
+    for i in 0..300 {
+        let reply = c
+            .api(i % 3)
+            .send_with(
+                Method::POST,
+                "/v1/sources/flaky/events",
+                Some(Bytes::from(format!("{{\"id\":\"dl-{i}\"}}"))),
+                &[("content-type", "application/json")],
+            )
+            .await
+            .expect("intake");
+        assert_eq!(reply.status, 202);
+    }
+    let dead = json!({"source": "flaky", "dry_run": true});
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while matching(&c.api(0), dead.clone()).await < 300 {
+        assert!(Instant::now() < deadline, "the 300 events never all went dead");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    healthy.store(true, std::sync::atomic::Ordering::SeqCst);
+    let tasks: Vec<_> = (0..6)
+        .map(|i| {
+            let client = c.api(i % 3);
+            tokio::spawn(async move {
+                let reply = client
+                    .send(Method::POST, "/v1/receipts/replay", Some(&json!({"source": "flaky"})))
+                    .await
+                    .expect("bulk replay");
+                assert_eq!(reply.status, 202, "{}", String::from_utf8_lossy(&reply.body));
+                reply.json()["queued"].as_u64().expect("queued")
+            })
+        })
+        .collect();
+    let mut queued = 0;
+    for task in tasks {
+        queued += task.await.expect("task");
+    }
+    assert_eq!(queued, 300, "each dead letter replayed by exactly one of six racing replays");
+    let done = json!({"source": "flaky", "status": "completed", "dry_run": true});
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while matching(&c.api(1), done.clone()).await < 300 {
+        assert!(Instant::now() < deadline, "the replayed receipts never all completed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(matching(&c.api(2), dead).await, 0, "a repeat finds nothing");
+    let page = c.api(0).send(Method::GET, "/v1/receipts?source=flaky&limit=1000", None).await.expect("list").json();
+    let rounds: Vec<u64> =
+        page["receipts"].as_array().expect("receipts").iter().filter_map(|r| r["round"].as_u64()).collect();
+    assert_eq!((rounds.len(), rounds.iter().all(|&r| r == 2)), (300, true), "replayed once each: round 2");
 }
