@@ -3,7 +3,7 @@
 //! matched nor how many there are.
 
 use axum::extract::{Request, State};
-use axum::http::header;
+use axum::http::{HeaderMap, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
@@ -33,17 +33,20 @@ fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
+/// The bearer token a request presents, if any.
+pub fn presented(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+}
+
 pub async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
     if state.tokens.is_empty() {
         return next.run(request).await;
     }
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    match presented {
+    match presented(request.headers()) {
         Some(token) if state.tokens.accepts(token) => next.run(request).await,
         _ => ApiError::Unauthorized.into_response(),
     }

@@ -120,22 +120,8 @@ pub enum ReceiptsCommand {
     Replay {
         /// One receipt (rcpt_…); leave it out to replay every match of the filters.
         id: Option<String>,
-        /// dead, completed or discarded: replay every receipt in this state.
-        #[arg(long)]
-        status: Option<String>,
-        #[arg(long)]
-        source: Option<String>,
-        #[arg(long)]
-        event_id: Option<String>,
-        /// RFC 3339: only receipts created before this time.
-        #[arg(long)]
-        created_before: Option<String>,
-        /// RFC 3339: only receipts created after this time.
-        #[arg(long)]
-        created_after: Option<String>,
-        /// Count the matching receipts and change nothing.
-        #[arg(long)]
-        dry_run: bool,
+        #[command(flatten)]
+        filter: ReplayFilterArgs,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -146,6 +132,55 @@ pub enum ReceiptsCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
+}
+
+/// Which receipts `idem receipts replay` replays when given no id.
+#[derive(Debug, Args)]
+pub struct ReplayFilterArgs {
+    /// dead, completed or discarded: replay every receipt in this state.
+    #[arg(long)]
+    pub status: Option<String>,
+    #[arg(long)]
+    pub source: Option<String>,
+    #[arg(long)]
+    pub event_id: Option<String>,
+    /// RFC 3339: only receipts created before this time.
+    #[arg(long)]
+    pub created_before: Option<String>,
+    /// RFC 3339: only receipts created after this time.
+    #[arg(long)]
+    pub created_after: Option<String>,
+    /// Count the matching receipts and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+impl ReplayFilterArgs {
+    fn is_empty(&self) -> bool {
+        self.status.is_none()
+            && self.source.is_none()
+            && self.event_id.is_none()
+            && self.created_before.is_none()
+            && self.created_after.is_none()
+            && !self.dry_run
+    }
+
+    /// The body of `POST /v1/receipts/replay`.
+    fn body(self) -> serde_json::Value {
+        let mut body = serde_json::json!({"dry_run": self.dry_run});
+        for (field, value) in [
+            ("status", self.status),
+            ("source", self.source),
+            ("event_id", self.event_id),
+            ("created_before", self.created_before),
+            ("created_after", self.created_after),
+        ] {
+            if let Some(value) = value {
+                body[field] = value.into();
+            }
+        }
+        body
+    }
 }
 
 #[derive(Debug, Args)]

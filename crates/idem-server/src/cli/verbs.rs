@@ -85,55 +85,20 @@ pub(super) async fn receipts(command: ReceiptsCommand) -> Result<(), Failure> {
         ReceiptsCommand::Show { id, client } => {
             send(&connect(&client)?, Method::GET, &format!("/v1/receipts/{}", percent_encode(&id)), None).await?
         }
-        ReceiptsCommand::Replay {
-            id: Some(id),
-            status,
-            source,
-            event_id,
-            created_before,
-            created_after,
-            dry_run,
-            client,
-        } => {
-            if status.is_some()
-                || source.is_some()
-                || event_id.is_some()
-                || created_before.is_some()
-                || created_after.is_some()
-                || dry_run
-            {
-                return Err(Failure::usage("give either a receipt id or filters (--status …), not both"));
-            }
+        ReceiptsCommand::Replay { id: Some(_), filter, .. } if !filter.is_empty() => {
+            return Err(Failure::usage("give either a receipt id or filters (--status …), not both"));
+        }
+        ReceiptsCommand::Replay { id: Some(id), client, .. } => {
             send(&connect(&client)?, Method::POST, &format!("/v1/receipts/{}/replay", percent_encode(&id)), None)
                 .await?
         }
-        ReceiptsCommand::Replay {
-            id: None,
-            status,
-            source,
-            event_id,
-            created_before,
-            created_after,
-            dry_run,
-            client,
-        } => {
-            let Some(status) = status else {
-                return Err(Failure::usage(
-                    "give a receipt id, or --status dead (with --source, --event-id, --created-before/after to narrow it) to replay every match",
-                ));
-            };
-            let mut filter = serde_json::json!({"status": status, "dry_run": dry_run});
-            for (field, value) in [
-                ("source", source),
-                ("event_id", event_id),
-                ("created_before", created_before),
-                ("created_after", created_after),
-            ] {
-                if let Some(value) = value {
-                    filter[field] = value.into();
-                }
-            }
-            send(&connect(&client)?, Method::POST, "/v1/receipts/replay", Some(&filter)).await?
+        ReceiptsCommand::Replay { id: None, filter, .. } if filter.status.is_none() => {
+            return Err(Failure::usage(
+                "give a receipt id, or --status dead (with --source, --event-id, --created-before/after to narrow it) to replay every match",
+            ));
+        }
+        ReceiptsCommand::Replay { id: None, filter, client } => {
+            send(&connect(&client)?, Method::POST, "/v1/receipts/replay", Some(&filter.body())).await?
         }
         ReceiptsCommand::Discard { id, client } => {
             send(&connect(&client)?, Method::POST, &format!("/v1/receipts/{}/discard", percent_encode(&id)), None)

@@ -66,13 +66,7 @@ async fn gate(State(state): State<AppState>, request: Request, next: Next) -> Re
         );
     }
     if !state.tokens.is_empty() {
-        let presented = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
-        match presented {
+        match crate::api::auth::presented(request.headers()) {
             Some(token) if state.tokens.accepts(token) => {}
             other => return html_response(StatusCode::UNAUTHORIZED, html::prompt(other.is_some())),
         }

@@ -628,10 +628,7 @@ pub async fn bulk_run(State(state): State<AppState>, Form(form): Form<BulkForm>)
         Ok(n) => n,
         Err(e) => return failed(&state, Tab::Replay, e),
     };
-    let list = format!(
-        "/ui/receipts{}",
-        query(&[("source", filled(&form.source)), ("event_id", None), ("status", Some("accepted"))])
-    );
+    let list = format!("/ui/receipts{}", query(&[("source", filled(&form.source)), ("q", filled(&form.event_id))]));
     let content = format!(
         r#"{BULK_INTRO}<p class="notice ok" role="status" data-testid="bulk-result" data-count="{queued}">Queued {queued} receipt(s) for delivery again. <a href="{list}">Follow them</a>.</p>{}"#,
         bulk_form(&state, &BulkForm { count: None, ..form })
