@@ -93,6 +93,7 @@ pub enum OperationsCommand {
 pub enum ReceiptsCommand {
     /// A page of receipts, newest first.
     List {
+        /// Only receipts of this source.
         #[arg(long)]
         source: Option<String>,
         /// accepted, processing, retrying, completed, dead or discarded.
@@ -140,8 +141,10 @@ pub struct ReplayFilterArgs {
     /// dead, completed or discarded: replay every receipt in this state.
     #[arg(long)]
     pub status: Option<String>,
+    /// Only receipts of this source.
     #[arg(long)]
     pub source: Option<String>,
+    /// Only the receipt(s) of this event id.
     #[arg(long)]
     pub event_id: Option<String>,
     /// RFC 3339: only receipts created before this time.
