@@ -45,7 +45,8 @@ async fn cluster(upstream: &str, handler: &str) -> Option<Cluster> {
                  signing_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\nattempt_timeout = \"2s\"\n\
                  backoff = [\"50ms\"]\nmax_attempts = 10\nconcurrency = 4\n\n\
                  [[sources]]\nname = \"flaky\"\nhandler_url = \"{handler}/flaky\"\nevent_id = \"/id\"\n\
-                 signing_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\nmax_attempts = 1\nconcurrency = 16\n",
+                 signing_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\nmax_attempts = 1\nconcurrency = 16\n\
+                 attempt_timeout = \"2s\"\n",
                 schema.url
             ),
         )
