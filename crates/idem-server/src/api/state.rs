@@ -11,8 +11,20 @@ use tokio::sync::Notify;
 use super::auth::Tokens;
 use crate::config::Config;
 
+/// Cloned for every request (each extractor and middleware takes its own), so it is one `Arc`:
+/// a clone is one reference count, not one per field.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+pub struct Shared {
     pub store: Arc<dyn Store>,
     /// The store's clock: event intake checks signature timestamps against it.
     pub clock: Arc<dyn Clock>,
@@ -40,9 +52,20 @@ impl AppState {
         let tokens = Arc::new(Tokens::new(config.auth.tokens.iter().map(|t| t.expose())));
         let max_body_bytes = config.limits.max_body_bytes;
         let unconfigured = Arc::default();
-        Self { store, clock, config: Arc::new(config), tokens, max_body_bytes, delivery_wake, waiters, unconfigured }
+        Self(Arc::new(Shared {
+            store,
+            clock,
+            config: Arc::new(config),
+            tokens,
+            max_body_bytes,
+            delivery_wake,
+            waiters,
+            unconfigured,
+        }))
     }
+}
 
+impl Shared {
     /// Whether `ns` may be used: a configured namespace always; another one unless
     /// `[namespaces] strict` is set, and then its first use is logged, once.
     pub fn admits(&self, ns: &Namespace) -> bool {
