@@ -41,7 +41,7 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use backup::{BackupReport, backup};
 pub use recover::{CheckReport, check};
-pub use segment::{Damage, Torn};
+pub use segment::{Damage, PREALLOCATE, Torn};
 
 use index::{ClaimEntry, Index, Slot, claim_tag, prefix_tag};
 use record::{ClaimRec, NEVER, Record};

@@ -52,12 +52,14 @@ pub fn open(dir: &Path, clock: Arc<dyn Clock>, options: &LogOptions) -> Result<(
         Some(&(number, len)) => {
             let file =
                 shared.segments.file(number).ok_or_else(|| dir_error(std::io::Error::other("segment vanished")))?;
-            Active { number, file, len }
+            let allocated = file.metadata().map_err(dir_error)?.len().max(len);
+            Active { number, file, len, allocated }
         }
         None => {
             let file = Arc::new(segment::create(dir, 1).map_err(dir_error)?);
             shared.segments.insert(1, Arc::clone(&file));
-            Active { number: 1, file, len: segment::SEGMENT_HEADER as u64 }
+            let len = segment::SEGMENT_HEADER as u64;
+            Active { number: 1, file, len, allocated: len }
         }
     };
     shared.head.store(active.number, std::sync::atomic::Ordering::Release);

@@ -1,6 +1,12 @@
 //! Segment files: `NNNNNNNN.log` in the log directory, each a 16-byte header and then frames.
 //! Only the newest segment is ever appended to; older ones are immutable until compaction
 //! deletes them. Recovery reads them all in order ([`scan`]).
+//!
+//! The newest segment is kept zero-filled a little beyond its last group ([`preallocate`]): an
+//! `fdatasync` of bytes written over blocks the file already has need not commit a new file size
+//! through the file system's journal, which made a group's sync about a third slower here. A frame
+//! never starts with a zero length, so the zeros read as the end of the log; a segment is cut back
+//! to its last group before the next one is started.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -158,7 +164,11 @@ pub fn scan(dir: &Path, repair: bool, apply: &mut Apply<'_>) -> Result<Scanned, 
         let bytes = std::fs::read(&path).map_err(io_damage(path.clone()))?;
         let last = i + 1 == numbers.len();
         let (end, records) = match scan_segment(number, &bytes, apply) {
-            Ok(records) => (bytes.len() as u64, records),
+            Ok((end, records)) if end == bytes.len() || last => (end as u64, records),
+            Ok((end, _)) => {
+                let reason = "zeros where records should be (only the newest segment has a zeroed tail)".into();
+                return Err(Damage { file: path, offset: end as u64, reason });
+            }
             Err((offset, good_end, records, reason)) => {
                 let follows = (offset as usize + 1..bytes.len()).any(|at| record::is_commit_frame(&bytes[at..]));
                 if !last || follows {
@@ -183,9 +193,9 @@ pub fn scan(dir: &Path, repair: bool, apply: &mut Apply<'_>) -> Result<Scanned, 
     Ok(scanned)
 }
 
-/// Parses one segment. On damage: (offset of the bad frame, end of the last whole group, records
-/// applied, why).
-fn scan_segment(number: u32, bytes: &[u8], apply: &mut Apply<'_>) -> Result<u64, (u64, u64, u64, String)> {
+/// Parses one segment: answers where its records end (before any zeroed tail) and how many were
+/// applied. On damage: (offset of the bad frame, end of the last whole group, records applied, why).
+fn scan_segment(number: u32, bytes: &[u8], apply: &mut Apply<'_>) -> Result<(usize, u64), (u64, u64, u64, String)> {
     if bytes.len() < SEGMENT_HEADER || bytes[..SEGMENT_HEADER] != header(number) {
         return Err((0, 0, 0, "bad segment header".into()));
     }
@@ -193,6 +203,9 @@ fn scan_segment(number: u32, bytes: &[u8], apply: &mut Apply<'_>) -> Result<u64,
     // The group's records as (place, start of body, end of body), applied once its commit is read.
     let mut group: Vec<(Loc, usize, usize)> = Vec::new();
     while at < bytes.len() {
+        if group.is_empty() && bytes[at..].iter().all(|&b| b == 0) {
+            return Ok((at, applied));
+        }
         let (body_len, len, commit) = match record::frame(&bytes[at..]) {
             Frame::Valid { body, len } => (body.len(), len, record::commit_count(body)),
             Frame::Short => return Err((at as u64, group_end as u64, applied, "a record ends early".into())),
@@ -217,7 +230,7 @@ fn scan_segment(number: u32, bytes: &[u8], apply: &mut Apply<'_>) -> Result<u64,
         at += len;
     }
     if group.is_empty() {
-        Ok(applied)
+        Ok((at, applied))
     } else {
         Err((group_end as u64, group_end as u64, applied, "a group has no commit".into()))
     }
@@ -243,6 +256,32 @@ pub fn create(dir: &Path, number: u32) -> std::io::Result<File> {
     file.sync_all()?;
     sync_dir(dir)?;
     Ok(file)
+}
+
+/// How far beyond its last group the newest segment is kept zero-filled. Extending it costs one
+/// group's sync about 0.8 ms here, once per MiB of log.
+pub const PREALLOCATE: u64 = 1 << 20;
+
+/// With less than this free on its disk, the log is not zero-filled ahead: that would bring a
+/// full disk nearer (and take the room a freed disk has back), where room matters more than speed.
+const PREALLOCATE_MIN_FREE: u64 = 64 * PREALLOCATE;
+
+/// Zero-fills `file` from `end` for [`PREALLOCATE`] bytes (not synced: the next group's sync
+/// carries it). Answers the new zero-filled end, or `end` if the disk is short of room, which only
+/// costs speed: the next group appends as it would have anyway.
+pub fn preallocate(file: &File, end: u64) -> u64 {
+    static ZEROS: [u8; PREALLOCATE as usize] = [0; PREALLOCATE as usize];
+    let free = rustix::fs::fstatvfs(file).map_or(0, |s| s.f_bavail.saturating_mul(s.f_frsize));
+    if free < PREALLOCATE_MIN_FREE {
+        return end;
+    }
+    match file.write_all_at(&ZEROS, end) {
+        Ok(()) => end + PREALLOCATE,
+        Err(e) => {
+            tracing::debug!(error = %e, "could not zero-fill ahead of the log's head");
+            end
+        }
+    }
 }
 
 pub fn sync_dir(dir: &Path) -> std::io::Result<()> {

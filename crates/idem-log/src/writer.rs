@@ -114,7 +114,10 @@ impl Command {
 pub struct Active {
     pub number: u32,
     pub file: Arc<File>,
+    /// Where its last group ends: the next one is written here.
     pub len: u64,
+    /// How far the file is zero-filled ([`segment::preallocate`]); at least `len`.
+    pub allocated: u64,
 }
 
 pub struct Writer {
@@ -285,6 +288,14 @@ impl Writer {
     /// Starts the next segment once this one is full. On failure (disk full) the current one keeps
     /// growing, and the next group tries again.
     fn roll(&mut self) {
+        // The segment is sealed without its zeroed tail, durably before the next one exists:
+        // only the newest segment may end in zeros.
+        let sealed = self.active.file.set_len(self.active.len).and_then(|()| self.active.file.sync_all());
+        if let Err(e) = sealed {
+            tracing::warn!(error = %e, "could not seal the log segment; it grows on");
+            return;
+        }
+        self.active.allocated = self.active.len;
         let number = self.active.number + 1;
         match segment::create(&self.shared.segments.dir, number) {
             Ok(file) => {
@@ -292,7 +303,8 @@ impl Writer {
                 self.shared.segments.insert(number, Arc::clone(&file));
                 let mut space = self.shared.space.lock().unwrap_or_else(|e| e.into_inner());
                 space.entry(number).or_default().size = segment::SEGMENT_HEADER as u64;
-                self.active = Active { number, file, len: segment::SEGMENT_HEADER as u64 };
+                let len = segment::SEGMENT_HEADER as u64;
+                self.active = Active { number, file, len, allocated: len };
                 self.shared.head.store(number, Ordering::Release);
             }
             Err(e) => tracing::warn!(error = %e, "could not start a new log segment; the current one grows"),
@@ -307,8 +319,12 @@ fn write(active: &mut Active, shared: &Shared, group: &mut Group<'_>) -> Result<
     }
     let commit = Record::Commit { count: group.records }.encode_into(&mut group.buf);
     group.garbage.push((active.number, commit as u64));
+    let end = active.len + group.buf.len() as u64;
     let result = shared.fault.before_write(&active.file, active.len, &group.buf).and_then(|()| {
         active.file.write_all_at(&group.buf, active.len)?;
+        if end > active.allocated {
+            active.allocated = segment::preallocate(&active.file, end);
+        }
         shared.fault.before_sync()?;
         active.file.sync_data()
     });
@@ -325,6 +341,7 @@ fn write(active: &mut Active, shared: &Shared, group: &mut Group<'_>) -> Result<
             if let Err(cut) = active.file.set_len(active.len) {
                 tracing::error!(error = %cut, "could not cut a failed group off the log");
             }
+            active.allocated = active.len;
             Err(io_error(&e))
         }
     }

@@ -1,5 +1,6 @@
-//! The log format under damage: a log cut at any byte recovers exactly the groups that were whole
-//! before the cut (a prefix of what was acknowledged), and damage before the last group stops
+//! The log format under damage: a log cut at any byte, with or without zeros after the cut (the
+//! zero-filled space ahead of the head), recovers exactly the groups that were whole before the
+//! cut (a prefix of what was acknowledged), and damage before the last group stops
 //! start-up naming the file and the offset, as `idem check` does without starting.
 
 use std::path::{Path, PathBuf};
@@ -23,7 +24,8 @@ fn written_log() -> (tempfile::TempDir, Vec<u64>) {
         for i in 0..CLAIMS {
             let data = format!("{{\"n\":{i},\"pad\":\"{}\"}}", "x".repeat(i * 7));
             store.claim(&ns("n"), vec![new_claim(&["k", &i.to_string()], Some(&data), None)]).await.expect("claim");
-            ends.push(std::fs::metadata(segment(dir.path())).expect("segment").len());
+            // Where the records end: the file itself is zero-filled beyond them.
+            ends.push(idem_log::check(dir.path()).expect("check").bytes);
         }
         store.close().await;
         ends
@@ -61,17 +63,27 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     #[test]
-    fn any_cut_recovers_exactly_the_whole_groups_before_it(fraction in 0.0f64..1.0) {
+    fn any_cut_recovers_exactly_the_whole_groups_before_it(fraction in 0.0f64..1.0, zeroed_after: bool) {
         let (dir, ends) = LOG.get_or_init(written_log);
         let total = *ends.last().expect("claims");
         let cut = (fraction * total as f64) as u64;
         let copy = copy_log(dir.path());
+        let original = std::fs::read(segment(dir.path())).expect("read");
         std::fs::OpenOptions::new().write(true).open(segment(copy.path())).expect("open").set_len(cut).expect("cut");
+        if zeroed_after {
+            // A crash while writing into the zero-filled space ahead of the head.
+            std::fs::OpenOptions::new().write(true).open(segment(copy.path())).expect("open").set_len(cut + 4096).expect("pad");
+        }
         let found = recovered(copy.path()).expect("a cut log opens");
-        let expected: Vec<bool> = ends.iter().map(|end| *end <= cut).collect();
-        prop_assert_eq!(found, expected);
+        // A group is whole if the cut left it whole, or (padded with zeros) if every byte the cut
+        // took from it was a zero (a commit frame ends in the zero bytes of its little count).
+        let whole = |end: u64| {
+            end <= cut || (zeroed_after && original[cut as usize..end as usize].iter().all(|&b| b == 0))
+        };
+        let expected: Vec<bool> = ends.iter().map(|&end| whole(end)).collect();
+        prop_assert_eq!(&found, &expected);
         // The repaired log opens again to the same state, and accepts writes.
-        prop_assert_eq!(recovered(copy.path()).expect("reopens"), ends.iter().map(|end| *end <= cut).collect::<Vec<_>>());
+        prop_assert_eq!(recovered(copy.path()).expect("reopens"), expected);
     }
 
     #[test]
