@@ -8,7 +8,8 @@
 //!   within `limits.header_read_timeout` of its first byte (of connecting, for the first request),
 //!   and a kept-alive connection may be idle at most `limits.idle_timeout` between requests. A
 //!   connection that breaks either is closed. (hyper's own `header_read_timeout` covers both with
-//!   one duration, so the timing lives in the connection's reads here.)
+//!   one duration, and arms a fresh timer for every request, so it is off and the timing lives in
+//!   the connection's reads here, with one timer per connection that is re-armed lazily.)
 //! - Shutdown: stop accepting, let every connection finish its in-flight request.
 
 use std::future::Future;
@@ -78,7 +79,7 @@ pub async fn serve(listener: TcpListener, router: Router, limits: ConnLimits, mu
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let mut builder = http1::Builder::new();
-    builder.timer(TokioTimer::new()).keep_alive(true);
+    builder.timer(TokioTimer::new()).keep_alive(true).header_read_timeout(None);
     let throttle = Throttle::default();
     loop {
         if slots.available_permits() == 0 {
@@ -159,7 +160,12 @@ pub struct Guarded {
     stream: TcpStream,
     limits: ConnLimits,
     phase: Phase,
-    deadline: Pin<Box<Sleep>>,
+    /// When the current time limit runs out.
+    due: Instant,
+    /// A timer set at or before `due`. Moving `due` later leaves it be (when it fires early it is
+    /// set again, to `due`), so a busy kept-alive connection touches the runtime's timer wheel
+    /// about once per limit's length rather than twice per request.
+    timer: Pin<Box<Sleep>>,
 }
 
 const END_OF_HEAD: &[u8; 4] = b"\r\n\r\n";
@@ -168,12 +174,34 @@ impl Guarded {
     pub fn new(stream: TcpStream, limits: ConnLimits) -> Self {
         // The first request gets the header timeout from connecting: a client that connects and
         // sends nothing is a slow client, not an idle one.
-        let deadline = Box::pin(tokio::time::sleep(limits.header_read_timeout));
-        Self { stream, limits, phase: Phase::Waiting { first: true }, deadline }
+        let due = Instant::now() + limits.header_read_timeout;
+        Self {
+            stream,
+            limits,
+            phase: Phase::Waiting { first: true },
+            due,
+            timer: Box::pin(tokio::time::sleep_until(due)),
+        }
     }
 
     fn set_deadline(&mut self, after: Duration) {
-        self.deadline.as_mut().reset(Instant::now() + after);
+        self.due = Instant::now() + after;
+        if self.due < self.timer.deadline() {
+            let due = self.due;
+            self.timer.as_mut().reset(due);
+        }
+    }
+
+    /// Has the current time limit run out? If not, the task is woken when it may have.
+    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        while self.timer.as_mut().poll(cx).is_ready() {
+            if Instant::now() >= self.due {
+                return true;
+            }
+            let due = self.due;
+            self.timer.as_mut().reset(due);
+        }
+        false
     }
 
     /// Follows the bytes just read through the phases.
@@ -222,7 +250,7 @@ impl AsyncRead for Guarded {
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Pending => {
-                if self.timed() && self.deadline.as_mut().poll(cx).is_ready() {
+                if self.timed() && self.expired(cx) {
                     let what = if matches!(self.phase, Phase::Waiting { first: false }) {
                         "the connection was idle past limits.idle_timeout"
                     } else {
@@ -238,12 +266,16 @@ impl AsyncRead for Guarded {
 
 impl Guarded {
     /// A response is going out: the request is done, and the next one starts the idle clock. An
-    /// interim `100 Continue` is not the response: the body is still to come.
-    fn wrote(&mut self, start: &[u8]) {
+    /// interim `100 Continue` is not the response: the body is still to come. The timer is polled
+    /// here, with the task's waker: hyper reads ahead while it answers and then waits for the
+    /// socket, so an idle connection may not read again before its limit runs out.
+    fn wrote(&mut self, start: &[u8], cx: &mut Context<'_>) {
         if self.phase == Phase::Request && !start.starts_with(b"HTTP/1.1 1") {
             self.phase = Phase::Waiting { first: false };
             let idle = self.limits.idle_timeout;
             self.set_deadline(idle);
+            // Cannot have run out yet: `due` is `idle_timeout` away.
+            let _ = self.expired(cx);
         }
     }
 }
@@ -254,7 +286,7 @@ impl AsyncWrite for Guarded {
         if let Poll::Ready(Ok(n)) = written
             && n > 0
         {
-            self.wrote(buf);
+            self.wrote(buf, cx);
         }
         written
     }
@@ -269,7 +301,7 @@ impl AsyncWrite for Guarded {
             && n > 0
         {
             let start = bufs.iter().find(|b| !b.is_empty()).map_or(&[][..], |b| &b[..]);
-            self.wrote(start);
+            self.wrote(start, cx);
         }
         written
     }

@@ -88,6 +88,88 @@ async fn idle_and_slow_clients_cannot_lock_others_out() {
     );
 }
 
+/// The connection's time limits move with each request: a kept-alive connection used every 250 ms
+/// stays open well past both limits counted from its start; once idle it is closed after
+/// `idle_timeout`; and a request whose headers stop half-way is cut off after
+/// `header_read_timeout`, though the idle limit would have allowed longer.
+#[tokio::test]
+async fn time_limits_follow_each_request_on_a_kept_alive_connection() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let env = [("IDEM_LIMITS__HEADER_READ_TIMEOUT", "1s"), ("IDEM_LIMITS__IDLE_TIMEOUT", "2s")];
+    let idem = Idem::serve_with(dir.path(), &[], &env, None);
+    let addr = address(&idem.url);
+    let (used_for, closed_idle_after, closed_half_head_after) = tokio::task::spawn_blocking(move || {
+        let mut stream = TcpStream::connect(&addr).expect("connect");
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_millis(3500) {
+            stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").expect("send");
+            assert!(read_response(&mut stream), "answered on the kept-alive connection at {:?}", started.elapsed());
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        let used_for = started.elapsed();
+        let idle_since = Instant::now();
+        let closed_idle_after = closed_after(&mut stream, idle_since);
+
+        let mut stream = TcpStream::connect(&address_of(&stream)).expect("connect");
+        stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").expect("send");
+        assert!(read_response(&mut stream));
+        stream.write_all(b"GET /healthz HTTP/1.1\r\nHost:").expect("send half");
+        let half_sent = Instant::now();
+        (used_for, closed_idle_after, closed_after(&mut stream, half_sent))
+    })
+    .await
+    .expect("client");
+    assert!(used_for >= Duration::from_millis(3500));
+    assert!(
+        closed_idle_after >= Duration::from_millis(1500) && closed_idle_after < Duration::from_secs(4),
+        "closed {closed_idle_after:?} after going idle (idle_timeout 2 s)"
+    );
+    assert!(
+        closed_half_head_after >= Duration::from_millis(800) && closed_half_head_after < Duration::from_millis(1900),
+        "closed {closed_half_head_after:?} after half a head (header_read_timeout 1 s)"
+    );
+}
+
+fn address_of(stream: &TcpStream) -> String {
+    stream.peer_addr().expect("peer").to_string()
+}
+
+/// Reads one whole response (headers and a `Content-Length` body); false if the connection ended.
+fn read_response(stream: &mut TcpStream) -> bool {
+    stream.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+            let body: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            if got.len() >= end + 4 + body {
+                return head.starts_with("http/1.1 200");
+            }
+        }
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => got.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// How long after `since` the server closed the connection (reads until the end; 10 s at most).
+fn closed_after(stream: &mut TcpStream, since: Instant) -> Duration {
+    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    let mut chunk = [0u8; 256];
+    while let Ok(n) = stream.read(&mut chunk) {
+        if n == 0 {
+            break;
+        }
+    }
+    since.elapsed()
+}
+
 /// Read a raw HTTP/1.1 answer's status line (and only that).
 fn status_line(stream: &mut TcpStream) -> String {
     stream.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
