@@ -110,7 +110,7 @@ async fn time_limits_follow_each_request_on_a_kept_alive_connection() {
         let idle_since = Instant::now();
         let closed_idle_after = closed_after(&mut stream, idle_since);
 
-        let mut stream = TcpStream::connect(&address_of(&stream)).expect("connect");
+        let mut stream = TcpStream::connect(&addr).expect("connect");
         stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").expect("send");
         assert!(read_response(&mut stream));
         stream.write_all(b"GET /healthz HTTP/1.1\r\nHost:").expect("send half");
@@ -128,10 +128,6 @@ async fn time_limits_follow_each_request_on_a_kept_alive_connection() {
         closed_half_head_after >= Duration::from_millis(800) && closed_half_head_after < Duration::from_millis(1900),
         "closed {closed_half_head_after:?} after half a head (header_read_timeout 1 s)"
     );
-}
-
-fn address_of(stream: &TcpStream) -> String {
-    stream.peer_addr().expect("peer").to_string()
 }
 
 /// Reads one whole response (headers and a `Content-Length` body); false if the connection ended.
