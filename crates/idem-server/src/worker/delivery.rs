@@ -1,13 +1,16 @@
 //! The delivery worker: leases due jobs, POSTs them with Standard Webhooks signatures, and records
 //! each attempt with the transition the event lifecycle decides (`idem_core::event::lifecycle`:
-//! retry, dead, result webhook). A job's lease outlasts its attempt
-//! timeout, so if idem dies mid-attempt the lease runs out and the job is delivered again: at least
-//! once, never zero times. Each source has its own concurrency bound, and sources at their bound
-//! are skipped when leasing, so a slow handler cannot starve the others. Redirects are never
-//! followed: a 3xx is a failed attempt.
+//! retry, dead, result webhook). A job's lease outlasts its source's attempt timeout, so if idem
+//! dies mid-attempt the lease runs out and the job is delivered again: at least once, never zero
+//! times. Each source has its own concurrency bound, and a source is leased at most one round of
+//! jobs beyond what is running (a ticket each, twice its concurrency in all), so a job waits for a
+//! slot at most one attempt's length and its lease covers that wait as well as its attempt: no
+//! result is refused for a lease that ran out while the job queued (which would deliver the event
+//! twice), and a slow handler cannot starve the others. Redirects are never followed: a 3xx is a failed attempt.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -21,7 +24,7 @@ use idem_core::event::{
 };
 use idem_core::{Clock, EventStore, Timestamp};
 use sha2::{Digest, Sha256};
-use tokio::sync::{Notify, Semaphore, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
 use crate::config::SourceConfig;
@@ -61,11 +64,26 @@ struct SourceRuntime {
     handler: Uri,
     result: Option<Uri>,
     timeout: Duration,
+    /// How long its jobs are leased: a wait for a slot and an attempt (each at most the attempt
+    /// timeout) and a margin, so that a live worker never loses a lease; when idem dies, its jobs
+    /// are delivered again once it ends.
+    lease: Duration,
+    /// Deliveries running at once: `concurrency`.
     slots: Arc<Semaphore>,
+    /// Jobs leased and not yet finished: twice `concurrency`, so that as a delivery ends the next
+    /// one starts at once, without a round trip to the store, and no job queues longer than one
+    /// attempt.
+    tickets: Arc<Semaphore>,
+    /// Free tickets worth a lease while the source is busy: an eighth of its concurrency, so that a
+    /// saturated source is leased in batches, not one store round trip per finished delivery.
+    batch: usize,
+    /// Every other source: what a lease for this one leaves out.
+    others: Vec<String>,
 }
 
 impl SourceRuntime {
-    fn new(config: &SourceConfig) -> Self {
+    fn new(config: &SourceConfig, all: &[SourceConfig]) -> Self {
+        let timeout = config.attempt_timeout.0;
         Self {
             pooled: http_client(true),
             fresh: http_client(false),
@@ -74,8 +92,12 @@ impl SourceRuntime {
             secret: config.signing_secret.clone(),
             handler: config.handler_url.uri().clone(),
             result: config.result_webhook_url.as_ref().map(|u| u.uri().clone()),
-            timeout: config.attempt_timeout.0,
+            timeout,
+            lease: 2 * timeout + timeout.min(Duration::from_secs(30)),
             slots: Arc::new(Semaphore::new(config.concurrency)),
+            tickets: Arc::new(Semaphore::new(2 * config.concurrency)),
+            batch: config.concurrency.div_ceil(8),
+            others: all.iter().filter(|s| s.name != config.name).map(|s| s.name.as_str().to_owned()).collect(),
         }
     }
 
@@ -105,7 +127,9 @@ pub struct Delivery {
     store: Arc<dyn EventStore>,
     clock: Arc<dyn Clock>,
     sources: HashMap<String, SourceRuntime>,
-    lease: Duration,
+    /// The sources' names in a fixed order, leased from a different one each time round.
+    order: Vec<String>,
+    next: AtomicUsize,
     wake: Arc<Notify>,
 }
 
@@ -117,12 +141,9 @@ enum Answer {
 
 impl Delivery {
     pub fn new(sources: &[SourceConfig], store: Arc<dyn EventStore>, clock: Arc<dyn Clock>, wake: Arc<Notify>) -> Self {
-        let runtimes = sources.iter().map(|s| (s.name.as_str().to_owned(), SourceRuntime::new(s))).collect();
-        let longest = sources.iter().map(|s| s.attempt_timeout.0).max().unwrap_or_default();
-        // A lease outlasts the longest attempt, so a live worker never loses one mid-attempt; when
-        // idem dies, its jobs are delivered again once the lease ends.
-        let lease = longest + longest.min(Duration::from_secs(30));
-        Self { store, clock, sources: runtimes, lease, wake }
+        let runtimes = sources.iter().map(|s| (s.name.as_str().to_owned(), SourceRuntime::new(s, sources))).collect();
+        let order = sources.iter().map(|s| s.name.as_str().to_owned()).collect();
+        Self { store, clock, sources: runtimes, order, next: AtomicUsize::new(0), wake }
     }
 
     /// Leases and delivers until `stop`, then lets running attempts finish for a while.
@@ -137,9 +158,12 @@ impl Delivery {
             }
             let leased = self.lease(MAX_IN_FLIGHT.saturating_sub(running.len())).await;
             let idle = leased.is_empty();
-            for job in leased {
+            for (job, ticket) in leased {
                 let delivery = Arc::clone(&self);
-                running.spawn(async move { delivery.attempt(job).await });
+                running.spawn(async move {
+                    delivery.attempt(job).await;
+                    drop(ticket);
+                });
             }
             if idle {
                 tokio::select! {
@@ -160,18 +184,34 @@ impl Delivery {
         }
     }
 
-    /// Leases up to `room` (at most 64) due jobs, skipping sources whose handler is at its
-    /// concurrency bound.
-    async fn lease(&self, room: usize) -> Vec<Job> {
-        if room == 0 {
-            return Vec::new();
+    /// Leases up to `room` (at most 64) due jobs, each with a ticket of its source taken: source by
+    /// source (starting from a different one each time), as many as it has free tickets, for its
+    /// own lease. A job of a source no longer configured is not leased.
+    async fn lease(&self, room: usize) -> Vec<(Job, OwnedSemaphorePermit)> {
+        let mut room = room.min(64);
+        let mut leased = Vec::new();
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        for i in 0..self.order.len() {
+            let Some(source) = self.sources.get(&self.order[(start + i) % self.order.len()]) else { continue };
+            let free = source.tickets.available_permits();
+            if free < source.batch || room == 0 {
+                continue;
+            }
+            let free = free.min(room);
+            let Ok(mut tickets) = Arc::clone(&source.tickets).try_acquire_many_owned(free as u32) else { continue };
+            let jobs = self.store.lease_jobs(free, source.lease, &source.others).await.unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "could not lease jobs; retrying");
+                Vec::new()
+            });
+            room -= jobs.len();
+            for job in jobs {
+                // Cannot fail: `free` tickets are held and at most `free` jobs were leased.
+                let Some(ticket) = tickets.split(1) else { break };
+                leased.push((job, ticket));
+            }
+            // The tickets no job took go back when `tickets` is dropped here.
         }
-        let busy: Vec<String> =
-            self.sources.iter().filter(|(_, s)| s.slots.available_permits() == 0).map(|(n, _)| n.clone()).collect();
-        self.store.lease_jobs(room.min(64), self.lease, &busy).await.unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "could not lease jobs; retrying");
-            Vec::new()
-        })
+        leased
     }
 
     /// Queue depth and the age of the oldest due job, as gauges.
@@ -186,10 +226,7 @@ impl Delivery {
 
     /// One attempt of a leased job: POST it, let the lifecycle decide what follows, persist that.
     async fn attempt(&self, job: Job) {
-        let Some(source) = self.sources.get(&job.source) else {
-            tracing::warn!(source = job.source, "a job's source is no longer configured; its lease will run out");
-            return;
-        };
+        let Some(source) = self.sources.get(&job.source) else { return };
         let Some((url, webhook_id)) = source.target(&job) else { return };
         let slot = source.slots.acquire().await;
         let started_at = self.clock.now();

@@ -347,6 +347,47 @@ async fn a_handler_answering_204_with_a_body_gets_each_event_once() {
     s.stop().await;
 }
 
+/// A slow handler with room for one delivery at a time: idem leases only what it can start, so no
+/// event waits for a slot while its lease runs out, and each is delivered once, in one attempt.
+/// (Before, 64 jobs were leased at once; those that waited past their lease had their results
+/// refused and were delivered again.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_handler_at_its_concurrency_gets_each_event_once() {
+    let handler = Receiver::start(Duration::from_millis(500)).await;
+    let s = TestServer::start_with(
+        |c| c.sources = vec![source("slow", &handler.url, "concurrency = 1\nattempt_timeout = \"1s\"")],
+        Arc::new(SystemClock),
+    )
+    .await;
+    let json = [("content-type", "application/json")];
+    for n in 0..6 {
+        let reply =
+            post(&s.client, "/v1/sources/slow/events", &format!(r#"{{"external_event_id":"s{n}"}}"#), &json).await;
+        assert_eq!(reply.status, 202);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let page = s.expect(Method::GET, "/v1/receipts?limit=100&status=completed", None, 200).await;
+        let done = page["receipts"].as_array().map_or(0, Vec::len);
+        if done == 6 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{done} of 6 completed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let ids = handler.ids.lock().expect("lock").clone();
+    assert_eq!(ids.len(), 6, "each event delivered once: {ids:?}");
+    assert_eq!(handler.distinct().len(), 6);
+    let page = s.expect(Method::GET, "/v1/receipts?limit=100", None, 200).await;
+    for receipt in page["receipts"].as_array().expect("receipts") {
+        let id = receipt["id"].as_str().expect("id");
+        let whole = s.expect(Method::GET, &format!("/v1/receipts/{id}"), None, 200).await;
+        assert_eq!(whole["attempts"].as_array().map(Vec::len), Some(1), "one attempt: {whole}");
+    }
+    s.stop().await;
+}
+
 /// A failed attempt records why, all of it: which address refused the connection.
 #[tokio::test]
 async fn a_refused_connection_is_recorded_with_its_cause_and_address() {
