@@ -1,0 +1,144 @@
+//! Bulk replay: the filter, the count of what matches, then the replay once confirmed.
+
+use std::fmt::Write as _;
+
+use axum::extract::{Query, State};
+use axum::response::Response;
+use axum::{Form, extract::rejection::QueryRejection};
+use serde::Deserialize;
+
+use super::html::{Tab, esc, options, query};
+use super::{at, failed, filled, render, source_names};
+use crate::api::AppState;
+use crate::api::receipt::{self as api, BulkReplayRequest};
+
+#[derive(Debug, Default, Deserialize)]
+pub struct BulkForm {
+    source: Option<String>,
+    status: Option<String>,
+    event_id: Option<String>,
+    created_after: Option<String>,
+    created_before: Option<String>,
+    /// Set by the "Count" button: show how many match.
+    count: Option<String>,
+}
+
+impl BulkForm {
+    fn request(&self) -> BulkReplayRequest {
+        BulkReplayRequest {
+            source: filled(&self.source).map(str::to_owned),
+            status: filled(&self.status).map(str::to_owned),
+            event_id: filled(&self.event_id).map(str::to_owned),
+            created_before: filled(&self.created_before).map(moment),
+            created_after: filled(&self.created_after).map(moment),
+            dry_run: false,
+        }
+    }
+
+    fn fields(&self) -> [(&'static str, Option<&str>); 5] {
+        [
+            ("source", filled(&self.source)),
+            ("status", filled(&self.status)),
+            ("event_id", filled(&self.event_id)),
+            ("created_after", filled(&self.created_after)),
+            ("created_before", filled(&self.created_before)),
+        ]
+    }
+}
+
+/// A browser's `datetime-local` value (`2026-11-23T02:10`) read as UTC; RFC 3339 as it is.
+fn moment(text: &str) -> String {
+    match text.len() {
+        16 => format!("{text}:00Z"),
+        19 => format!("{text}Z"),
+        _ => text.to_owned(),
+    }
+}
+
+fn bulk_form(state: &AppState, form: &BulkForm) -> String {
+    let sources = source_names(state);
+    let source_refs: Vec<&str> = sources.iter().map(String::as_str).collect();
+    let status = filled(&form.status).unwrap_or("dead");
+    let status_options: String = ["dead", "completed", "discarded"]
+        .iter()
+        .map(|s| format!(r#"<option value="{s}"{}>{s}</option>"#, if *s == status { " selected" } else { "" }))
+        .collect();
+    format!(
+        r#"<form class="filters" method="get" action="/ui/replay" data-ui>
+<input type="hidden" name="count" value="1">
+<label>Source <select name="source" data-testid="bulk-source">{}</select></label>
+<label>Status <select name="status" data-testid="bulk-status">{status_options}</select></label>
+<label>Event id <input name="event_id" value="{}" placeholder="any"></label>
+<label>Created after (UTC) <input name="created_after" type="datetime-local" step="1" value="{}"></label>
+<label>Created before (UTC) <input name="created_before" type="datetime-local" step="1" value="{}"></label>
+<button type="submit" data-testid="bulk-count">Count matching receipts</button>
+</form>"#,
+        options("any source", &source_refs, filled(&form.source)),
+        esc(filled(&form.event_id).unwrap_or("")),
+        esc(filled(&form.created_after).unwrap_or("")),
+        esc(filled(&form.created_before).unwrap_or("")),
+    )
+}
+
+const BULK_INTRO: &str = r#"<h1>Bulk replay</h1><p>Deliver every receipt that matches a filter again, from attempt 1.
+Count them first; the replay then runs in steps of 500 receipts, one transaction each, while
+intake goes on. Repeating it is safe: it finds only what still matches.</p>"#;
+
+pub async fn bulk(State(state): State<AppState>, query_: Result<Query<BulkForm>, QueryRejection>) -> Response {
+    let Query(form) = query_.unwrap_or_default();
+    let mut content = format!("{BULK_INTRO}{}", bulk_form(&state, &form));
+    if form.count.is_some() {
+        let request = BulkReplayRequest { dry_run: true, ..form.request() };
+        let filter = match request.filter() {
+            Ok(f) => f,
+            Err(e) => return failed(&state, Tab::Replay, e.into()),
+        };
+        let n = match state.store.count_matching(&filter).await {
+            Ok(n) => n,
+            Err(e) => return failed(&state, Tab::Replay, e.into()),
+        };
+        if n == 0 {
+            content.push_str(r#"<p class="empty" data-testid="bulk-matching" data-count="0">No receipts match: nothing to replay.</p>"#);
+        } else {
+            let mut hidden = String::new();
+            for (k, v) in form.fields() {
+                if let Some(v) = v {
+                    let _ = write!(hidden, r#"<input type="hidden" name="{k}" value="{}">"#, esc(v));
+                }
+            }
+            let _ = write!(
+                content,
+                r#"<div class="card confirm"><p data-testid="bulk-matching" data-count="{n}"><strong>{n}</strong> receipt(s) match this filter.</p>
+<form method="post" action="/ui/replay" data-ui>{hidden}<button type="submit" data-testid="bulk-confirm">Replay {n} receipt(s)</button></form></div>"#
+            );
+        }
+    }
+    render(&state, "Bulk replay", Tab::Replay, &content)
+}
+
+pub async fn bulk_run(State(state): State<AppState>, Form(form): Form<BulkForm>) -> Response {
+    let filter = match form.request().filter() {
+        Ok(f) => f,
+        Err(e) => return failed(&state, Tab::Replay, e.into()),
+    };
+    let queued = match api::replay_all(&state, filter).await {
+        Ok(n) => n,
+        Err(e) => return failed(&state, Tab::Replay, e),
+    };
+    let list = format!("/ui/receipts{}", query(&[("source", filled(&form.source)), ("q", filled(&form.event_id))]));
+    let content = format!(
+        r#"{BULK_INTRO}<p class="notice ok" role="status" data-testid="bulk-result" data-count="{queued}">Queued {queued} receipt(s) for delivery again. <a href="{list}">Follow them</a>.</p>{}"#,
+        bulk_form(&state, &BulkForm { count: None, ..form })
+    );
+    at(render(&state, "Bulk replay", Tab::Replay, &content), "/ui/replay")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn browser_times_are_read_as_utc() {
+        assert_eq!(super::moment("2026-11-23T02:10"), "2026-11-23T02:10:00Z");
+        assert_eq!(super::moment("2026-11-23T02:10:05"), "2026-11-23T02:10:05Z");
+        assert_eq!(super::moment("2026-11-23T02:10:05+01:00"), "2026-11-23T02:10:05+01:00");
+    }
+}

@@ -1,0 +1,70 @@
+//! The dashboard's pages. Each reads what it shows straight from the store (or, for traffic, from
+//! the server's own counters) and asks the same functions the API uses for every action, so the
+//! dashboard can do nothing the API would refuse. One file per page (and its actions); the helpers
+//! every page uses are here.
+
+mod bulk;
+mod lookup;
+mod overview;
+mod receipts;
+
+pub use bulk::{bulk, bulk_run};
+pub use lookup::{lookup, lookup_delete};
+pub use overview::overview;
+pub use receipts::{discard_one, receipt, receipts, replay_one};
+
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use idem_core::Timestamp;
+
+use super::html::{self, Tab, esc, notice};
+use crate::api::{ApiError, AppState};
+
+const PAGE: usize = 50;
+const STATUSES: [&str; 6] = ["accepted", "processing", "retrying", "completed", "dead", "discarded"];
+
+/// A rendered page, or a page that reports what went wrong.
+type Page = Result<Response, Response>;
+
+fn render(state: &AppState, title: &str, tab: Tab, content: &str) -> Response {
+    let mut response = html::page(title, tab, !state.tokens.is_empty(), content).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
+    response
+}
+
+/// After an action: the page to show, and the URL the browser should show for it.
+fn at(mut response: Response, location: &str) -> Response {
+    if let Ok(value) = HeaderValue::from_str(location) {
+        response.headers_mut().insert("idem-location", value);
+    }
+    response
+}
+
+fn failed(state: &AppState, tab: Tab, e: ApiError) -> Response {
+    let status = e.status_code();
+    let content = format!("<h1>{}</h1>{}", esc(e.problem().title), notice("error", &e.to_string()));
+    let mut response = render(state, "Problem", tab, &content);
+    *response.status_mut() = status;
+    response
+}
+
+fn now(state: &AppState) -> Timestamp {
+    state.clock.now()
+}
+
+fn source_names(state: &AppState) -> Vec<String> {
+    state.config.sources.iter().map(|s| s.name.as_str().to_owned()).collect()
+}
+
+fn live(seconds: u32, inner: &str) -> String {
+    format!(
+        r#"<div class="live-bar"><button type="button" class="link" data-pause>Pause live refresh</button>
+<span class="muted" data-updated>updated every {seconds} s</span></div>
+<section id="live" data-refresh="{seconds}">{inner}</section>"#
+    )
+}
+
+/// A form field with something in it.
+fn filled(v: &Option<String>) -> Option<&str> {
+    v.as_deref().map(str::trim).filter(|v| !v.is_empty())
+}

@@ -1,0 +1,218 @@
+//! The overview: the store, traffic, dead letters, jobs due, and what each namespace and source holds.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+use axum::extract::State;
+use axum::response::Response;
+use idem_core::event::ReceiptStatus;
+
+use super::html::{Tab, age, esc, query};
+use super::{STATUSES, live, now, render, source_names};
+use crate::api::AppState;
+use crate::config::StoreConfig;
+
+/// Requests and errors per second, from the server's own counters, over the time since the last
+/// look (at least a second; the live refresh makes that five).
+struct Traffic {
+    per_second: f64,
+    errors_per_second: f64,
+    client_errors_per_second: f64,
+    total: f64,
+}
+
+/// When the counters were last read, their values then (requests, 5xx, 4xx), and the rates
+/// worked out at that moment.
+type Sample = (Instant, [f64; 3], [f64; 3]);
+
+fn traffic() -> Traffic {
+    static LAST: OnceLock<Mutex<Sample>> = OnceLock::new();
+    let text = crate::telemetry::metrics_handle().render();
+    let mut counts = [0.0; 3];
+    for (labels, value) in series(&text, "idem_http_requests_total") {
+        let status = labels.get("status").map_or("", String::as_str);
+        counts[0] += value;
+        if status.starts_with('5') {
+            counts[1] += value;
+        } else if status.starts_with('4') {
+            counts[2] += value;
+        }
+    }
+    let last = LAST.get_or_init(|| Mutex::new((Instant::now(), counts, [0.0; 3])));
+    let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+    let elapsed = last.0.elapsed().as_secs_f64();
+    if elapsed >= 1.0 {
+        let rates = [0, 1, 2].map(|i| (counts[i] - last.1[i]).max(0.0) / elapsed);
+        *last = (Instant::now(), counts, rates);
+    }
+    Traffic {
+        per_second: last.2[0],
+        errors_per_second: last.2[1],
+        client_errors_per_second: last.2[2],
+        total: counts[0],
+    }
+}
+
+/// The samples of one metric in Prometheus text: (labels, value).
+fn series(text: &str, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(name) else { continue };
+        let (labels, value) = match rest.strip_prefix('{') {
+            Some(rest) => match rest.rsplit_once("} ") {
+                Some((labels, value)) => (labels, value),
+                None => continue,
+            },
+            None => match rest.strip_prefix(' ') {
+                Some(value) => ("", value),
+                None => continue,
+            },
+        };
+        let Ok(value) = value.trim().parse::<f64>() else { continue };
+        let mut map = BTreeMap::new();
+        for pair in labels.split("\",").filter(|p| !p.is_empty()) {
+            if let Some((k, v)) = pair.split_once("=\"") {
+                map.insert(k.to_owned(), v.trim_end_matches('"').to_owned());
+            }
+        }
+        out.push((map, value));
+    }
+    out
+}
+
+pub async fn overview(State(state): State<AppState>) -> Response {
+    let store = state.store.as_ref();
+    let (ready, counts, queue, claims) =
+        tokio::join!(store.check_ready(), store.count_receipts(), store.queue_stats(), store.count_claims());
+    let now = now(&state);
+    let t = traffic();
+    let kind = match state.config.store {
+        StoreConfig::Sqlite {} => "embedded (log + SQLite)",
+        StoreConfig::Postgres { .. } => "PostgreSQL",
+    };
+    let health = match &ready {
+        Ok(()) => r#"<span class="badge s-completed"><span aria-hidden="true">✔</span> ready</span>"#.to_owned(),
+        Err(e) => format!(
+            r#"<span class="badge s-dead"><span aria-hidden="true">✖</span> not ready</span><p class="muted">{}</p>"#,
+            esc(&e.to_string())
+        ),
+    };
+    let counts = counts.unwrap_or_default();
+    let dead: u64 = counts.iter().filter(|c| c.1 == ReceiptStatus::Dead).map(|c| c.2).sum();
+    let (due, oldest) = match queue {
+        Ok(q) => (
+            q.due.to_string(),
+            q.oldest_due_at.map_or("nothing waiting".to_owned(), |at| {
+                format!("oldest waiting {}", age(((now.millis() - at.millis()).max(0) / 1000) as u64))
+            }),
+        ),
+        Err(_) => ("?".into(), "could not read the queue".into()),
+    };
+    let dead_card = if dead > 0 {
+        format!(
+            r#"<a class="card stat alert" href="/ui/receipts?status=dead" data-testid="dead-letters"><span class="label">Dead letters</span><span class="value">{dead}</span><span class="muted">✖ need a replay or a discard</span></a>"#
+        )
+    } else {
+        r#"<div class="card stat" data-testid="dead-letters"><span class="label">Dead letters</span><span class="value">0</span><span class="muted">✔ none</span></div>"#.to_owned()
+    };
+    let mut inner = format!(
+        r#"<div class="grid">
+<div class="card stat"><span class="label">Store</span><span class="value small">{kind}</span>{health}</div>
+<div class="card stat"><span class="label">Requests per second</span><span class="value">{:.1}</span><span class="muted">{:.0} since start</span></div>
+<div class="card stat"><span class="label">Errors per second</span><span class="value">{:.1}</span><span class="muted">5xx; 4xx (refused input): {:.1}/s</span></div>
+{dead_card}
+<div class="card stat"><span class="label">Jobs due</span><span class="value">{due}</span><span class="muted">{oldest}</span></div>
+</div>"#,
+        t.per_second, t.total, t.errors_per_second, t.client_errors_per_second
+    );
+    inner.push_str(&events_table(&state, &counts));
+    inner.push_str(&namespaces_table(&claims.unwrap_or_default()));
+    render(&state, "Overview", Tab::Overview, &format!("<h1>Overview</h1>{}", live(5, &inner)))
+}
+
+fn events_table(state: &AppState, counts: &[(String, ReceiptStatus, u64)]) -> String {
+    let mut by_source: BTreeMap<String, BTreeMap<&str, u64>> =
+        source_names(state).into_iter().map(|s| (s, BTreeMap::new())).collect();
+    for (source, status, n) in counts {
+        by_source.entry(source.clone()).or_default().insert(status.as_str(), *n);
+    }
+    if by_source.is_empty() {
+        return r#"<h2>Events</h2><p class="empty">No event sources yet. Add a <code>[[sources]]</code> table to the
+config (name, handler_url, event_id, signing_secret) and send events to
+<code>POST /v1/sources/{name}/events</code>.</p>"#
+            .to_owned();
+    }
+    let mut out = String::from(r#"<h2>Events by source</h2><div class="scroll"><table><thead><tr><th>Source</th>"#);
+    for s in STATUSES {
+        let _ = write!(out, "<th>{s}</th>");
+    }
+    out.push_str("</tr></thead><tbody>");
+    for (source, row) in &by_source {
+        let _ = write!(
+            out,
+            r#"<tr><th scope="row"><a href="/ui/receipts{}">{}</a></th>"#,
+            query(&[("source", Some(source))]),
+            esc(source)
+        );
+        for s in STATUSES {
+            let n = row.get(s).copied().unwrap_or(0);
+            let href = format!("/ui/receipts{}", query(&[("source", Some(source)), ("status", Some(s))]));
+            let class = if s == "dead" && n > 0 { r#" class="hot""# } else { "" };
+            let _ = write!(out, r#"<td{class}><a href="{href}">{n}</a></td>"#);
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</tbody></table></div>");
+    out
+}
+
+fn namespaces_table(stored: &[(String, u64)]) -> String {
+    let text = crate::telemetry::metrics_handle().render();
+    let mut rows: BTreeMap<String, [f64; 3]> =
+        stored.iter().map(|(ns, n)| (ns.clone(), [*n as f64, 0.0, 0.0])).collect();
+    for (labels, value) in series(&text, "idem_claims_total") {
+        if let (Some(ns), Some("claimed")) = (labels.get("namespace"), labels.get("outcome").map(String::as_str)) {
+            rows.entry(ns.clone()).or_default()[1] += value;
+        }
+    }
+    for (labels, value) in series(&text, "idem_operations_total") {
+        if let (Some(ns), Some("started")) = (labels.get("namespace"), labels.get("outcome").map(String::as_str)) {
+            rows.entry(ns.clone()).or_default()[2] += value;
+        }
+    }
+    if rows.is_empty() {
+        return r#"<h2>Claims and operations</h2><p class="empty">No claims yet. Make one with
+<code>POST /v1/claims/{namespace}</code> <code>{"key": "…"}</code>, or begin an operation with
+<code>POST /v1/operations/{namespace}/begin</code>.</p>"#
+            .to_owned();
+    }
+    let mut out = String::from(
+        r#"<h2>Claims and operations by namespace</h2><div class="scroll"><table><thead><tr><th>Namespace</th>
+<th>claims stored</th><th>claims made since start</th><th>operations started since start</th><th></th></tr></thead><tbody>"#,
+    );
+    for (ns, [stored, claimed, started]) in &rows {
+        let _ = write!(
+            out,
+            r#"<tr><th scope="row">{}</th><td>{stored}</td><td>{claimed}</td><td>{started}</td><td><a href="/ui/lookup{}">look up</a></td></tr>"#,
+            esc(ns),
+            query(&[("ns", Some(ns))])
+        );
+    }
+    out.push_str("</tbody></table></div>");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reads_prometheus_series() {
+        let text = "# HELP x\nidem_http_requests_total{method=\"GET\",route=\"/v1\",status=\"200\"} 5\n\
+                    idem_http_requests_total{method=\"GET\",route=\"/v1\",status=\"503\"} 2\nidem_http_requests_total_other 9\n";
+        let found = super::series(text, "idem_http_requests_total");
+        assert_eq!(found.len(), 2);
+        assert_eq!(found[1].0.get("status").map(String::as_str), Some("503"));
+        assert!((found[0].1 - 5.0).abs() < f64::EPSILON);
+    }
+}
