@@ -80,8 +80,7 @@ pub struct Engine {
 }
 
 fn count(route: &RoutePolicy, outcome: &'static str) {
-    metrics::counter!("idem_gateway_requests_total", "route" => route.path.as_str().to_owned(), "outcome" => outcome)
-        .increment(1);
+    metrics::counter!("idem_gateway_requests_total", "route" => route.path.shared(), "outcome" => outcome).increment(1);
 }
 
 /// A request's identity on its route: where its key lives, and what it must match.
@@ -152,7 +151,8 @@ impl Engine {
                 Err(e) => return Err(store_unavailable(route, &e)),
                 Ok(Begin::Started { token, lease_expired }) => {
                     if lease_expired {
-                        metrics::counter!("idem_gateway_lease_expiries_total", "route" => route.path.as_str().to_owned()).increment(1);
+                        metrics::counter!("idem_gateway_lease_expiries_total", "route" => route.path.shared())
+                            .increment(1);
                     }
                     return Ok(token);
                 }
@@ -235,7 +235,7 @@ impl Engine {
         let started = Instant::now();
         let lease_end = started + route.lease;
         let upstream = tokio::time::timeout_at(lease_end, forward(request)).await;
-        metrics::histogram!("idem_gateway_upstream_duration_seconds", "route" => route.path.as_str().to_owned())
+        metrics::histogram!("idem_gateway_upstream_duration_seconds", "route" => route.path.shared())
             .record(started.elapsed().as_secs_f64());
         let response = match upstream {
             Err(_) => return upstream_timeout(route),

@@ -32,7 +32,6 @@ pub struct Proxy {
     max_body_bytes: usize,
 }
 
-#[derive(Clone)]
 struct Upstream {
     client: Client<HttpConnector, GatewayBody>,
     scheme: Scheme,
@@ -96,9 +95,9 @@ async fn proxy(State(proxy): State<Arc<Proxy>>, request: Request) -> Response {
         Ok(bytes) => bytes,
         Err(e) => return e.into_response().into_response(),
     };
-    let upstream = proxy.upstream.clone();
+    let sender = Arc::clone(&proxy);
     let forward = move |request: http::Request<Bytes>| -> ForwardFuture {
-        Box::pin(async move { upstream.send(request.map(idem_gateway::full)).await })
+        Box::pin(async move { sender.upstream.send(request.map(idem_gateway::full)).await })
     };
     proxy.engine.handle(&route, http::Request::from_parts(parts, bytes), forward).await.into_response()
 }

@@ -24,7 +24,7 @@ pub enum InFlightPolicy {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PathPattern {
-    text: String,
+    text: std::sync::Arc<str>,
     segments: Vec<Segment>,
 }
 
@@ -62,11 +62,16 @@ impl PathPattern {
                 s => Ok(Segment::Literal(s.to_owned())),
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self { text: text.to_owned(), segments })
+        Ok(Self { text: text.into(), segments })
     }
 
     pub fn as_str(&self) -> &str {
         &self.text
+    }
+
+    /// The pattern as shared text: a metrics label costs a reference count, not a copy.
+    pub fn shared(&self) -> std::sync::Arc<str> {
+        std::sync::Arc::clone(&self.text)
     }
 
     pub fn matches(&self, path: &str) -> bool {

@@ -5,22 +5,14 @@
 //! never invited to send it). What the HTTP library refuses on its own (a header block past its
 //! buffer, a malformed `Content-Length`) it answers itself, with an empty body.
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::header;
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
 use super::state::AppState;
 
-pub async fn check_request(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    match refuse(&state, &request) {
-        Some(error) => error.into_response(),
-        None => next.run(request).await,
-    }
-}
-
-fn refuse(state: &AppState, request: &Request) -> Option<ApiError> {
+/// Why `request` is refused before any handler runs, if it is.
+pub fn refuse(state: &AppState, request: &Request) -> Option<ApiError> {
     let headers = request.headers();
     if let Some(expect) = headers.get(header::EXPECT)
         && !expect.as_bytes().eq_ignore_ascii_case(b"100-continue")

@@ -54,8 +54,7 @@ pub fn app(state: AppState) -> Router {
         .merge(crate::ui::routes(state.clone()))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(middleware::from_fn_with_state(state.clone(), guard::check_request))
-        .layer(middleware::from_fn(record_request))
+        .layer(middleware::from_fn_with_state(state.clone(), front))
         // Bodies are read through `extract`, under `limits.max_body_bytes`; axum's own 2 MiB
         // default would answer first, in plain text.
         .layer(DefaultBodyLimit::disable())
@@ -70,15 +69,19 @@ async fn method_not_allowed(State(_): State<AppState>) -> ApiError {
     ApiError::MethodNotAllowed
 }
 
-/// Counts every request and records its latency, labelled by the matched route (never the raw
-/// path, which would make one series per key), the method (any outside HTTP's standard set is
+/// What every request passes, in one layer: the [`guard`] checks, then the handler; and every
+/// request, refused or not, is counted with its latency, labelled by the matched route (never the
+/// raw path, which would make one series per key), the method (any outside HTTP's standard set is
 /// "other", so a client cannot mint series) and the status. One allocation per request: the route.
-async fn record_request(request: Request, next: Next) -> Response {
+async fn front(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let started = Instant::now();
     let route: std::sync::Arc<str> =
         request.extensions().get::<MatchedPath>().map_or_else(|| "unmatched".into(), |p| p.as_str().into());
     let method = method_label(request.method());
-    let response = next.run(request).await.into_response();
+    let response = match guard::refuse(&state, &request) {
+        Some(error) => error.into_response(),
+        None => next.run(request).await,
+    };
     let status = status_label(response.status());
     metrics::counter!("idem_http_requests_total", "method" => method, "route" => route.clone(), "status" => status)
         .increment(1);
