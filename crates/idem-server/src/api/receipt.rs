@@ -216,6 +216,7 @@ pub async fn replay(State(state): State<AppState>, Path(id): Path<String>) -> Re
 /// Replays `id` as the lifecycle decides: 404 unknown, 409 still being delivered.
 pub async fn replay_one(state: &AppState, id: &ReceiptId) -> Result<(), ApiError> {
     let had = state.store.replay_receipt(id).await?.ok_or_else(|| ApiError::NotFound(format!("no receipt {id}")))?;
+    state.overview_counts.forget().await;
     match idem_core::event::replay(had) {
         Replay::Refused(status) => Err(ApiError::Conflict(format!(
             "receipt {id} is {} and still being delivered; only completed, dead or discarded receipts can be replayed",
@@ -319,6 +320,7 @@ pub async fn replay_all(state: &AppState, mut filter: ReceiptFilter) -> Result<u
         tracing::error!(error = %e, "bulk replay task stopped");
         ApiError::Internal
     })??;
+    state.overview_counts.forget().await;
     tracing::info!(replayed = total, "bulk replay done");
     Ok(total)
 }
@@ -371,6 +373,7 @@ pub async fn discard(State(state): State<AppState>, Path(id): Path<String>) -> R
 /// Discards `id` as the lifecycle decides: 404 unknown, 409 not a dead letter.
 pub async fn discard_one(state: &AppState, id: &ReceiptId) -> Result<(), ApiError> {
     let had = state.store.discard_receipt(id).await?.ok_or_else(|| ApiError::NotFound(format!("no receipt {id}")))?;
+    state.overview_counts.forget().await;
     match idem_core::event::discard(had) {
         Discard::Refused(status) => {
             Err(ApiError::Conflict(format!("receipt {id} is {}; only dead receipts can be discarded", status.as_str())))

@@ -13,6 +13,9 @@
 
 mod html;
 mod pages;
+pub mod tally;
+
+pub use pages::OverviewCounts;
 
 use axum::Router;
 use axum::extract::{Request, State};

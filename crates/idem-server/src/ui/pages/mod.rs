@@ -10,7 +10,7 @@ mod receipts;
 
 pub use bulk::{bulk, bulk_run};
 pub use lookup::{lookup, lookup_delete};
-pub use overview::overview;
+pub use overview::{OverviewCounts, overview};
 pub use receipts::{discard_one, receipt, receipts, replay_one};
 
 use axum::http::{HeaderValue, header};

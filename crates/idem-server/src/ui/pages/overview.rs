@@ -7,12 +7,30 @@ use std::time::Instant;
 
 use axum::extract::State;
 use axum::response::Response;
-use idem_core::event::ReceiptStatus;
+use idem_core::StoreError;
+use idem_core::event::{QueueStats, ReceiptStatus};
 
 use super::html::{Tab, age, esc, query};
 use super::{STATUSES, live, now, render, source_names};
 use crate::api::AppState;
 use crate::config::StoreConfig;
+use crate::ui::tally::Tally;
+
+/// What the overview counts: receipts by source and status, the jobs due, claims by namespace.
+#[derive(Clone, Default)]
+pub struct Counted {
+    receipts: Vec<(String, ReceiptStatus, u64)>,
+    queue: QueueStats,
+    claims: Vec<(String, u64)>,
+}
+
+pub type OverviewCounts = Tally<Counted>;
+
+async fn count(state: &AppState) -> Result<Counted, StoreError> {
+    let store = state.store.as_ref();
+    let (receipts, queue, claims) = tokio::join!(store.count_receipts(), store.queue_stats(), store.count_claims());
+    Ok(Counted { receipts: receipts?, queue: queue?, claims: claims? })
+}
 
 /// Requests and errors per second, from the server's own counters, over the time since the last
 /// look (at least a second; the live refresh makes that five).
@@ -83,9 +101,11 @@ fn series(text: &str, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
 }
 
 pub async fn overview(State(state): State<AppState>) -> Response {
-    let store = state.store.as_ref();
-    let (ready, counts, queue, claims) =
-        tokio::join!(store.check_ready(), store.count_receipts(), store.queue_stats(), store.count_claims());
+    let (ready, counted) = tokio::join!(state.store.check_ready(), state.overview_counts.get(|| count(&state)));
+    let (counted, counted_ago) = match counted {
+        Ok((counted, ago)) => (Ok(counted), ago),
+        Err(e) => (Err(e), std::time::Duration::ZERO),
+    };
     let now = now(&state);
     let t = traffic();
     let kind = match state.config.store {
@@ -99,7 +119,10 @@ pub async fn overview(State(state): State<AppState>) -> Response {
             esc(&e.to_string())
         ),
     };
-    let counts = counts.unwrap_or_default();
+    let (counts, queue, claims) = match counted {
+        Ok(c) => (c.receipts, Ok(c.queue), c.claims),
+        Err(e) => (Vec::new(), Err(e), Vec::new()),
+    };
     let dead: u64 = counts.iter().filter(|c| c.1 == ReceiptStatus::Dead).map(|c| c.2).sum();
     let (due, oldest) = match queue {
         Ok(q) => (
@@ -127,8 +150,16 @@ pub async fn overview(State(state): State<AppState>) -> Response {
 </div>"#,
         t.per_second, t.total, t.errors_per_second, t.client_errors_per_second
     );
+    if counted_ago.as_secs() > 0 {
+        let _ = write!(
+            inner,
+            r#"<p class="muted" data-testid="counted-ago">Counts as of {} ago: counting this store takes a while, so a count is reused for {}× what it took.</p>"#,
+            age(counted_ago.as_secs()),
+            OverviewCounts::REUSE
+        );
+    }
     inner.push_str(&events_table(&state, &counts));
-    inner.push_str(&namespaces_table(&claims.unwrap_or_default()));
+    inner.push_str(&namespaces_table(&claims));
     render(&state, "Overview", Tab::Overview, &format!("<h1>Overview</h1>{}", live(5, &inner)))
 }
 
