@@ -30,7 +30,12 @@ async fn start<S: RequestStore + ?Sized>(h: &Harness<S>, r: &NewRequest) -> Leas
 
 pub async fn first_begin_holds_the_key_and_others_see_it_in_flight<S: RequestStore + ?Sized>(h: &Harness<S>) {
     let r = request("k", 1);
-    start(h, &r).await;
+    match h.store.begin_request(r.clone()).await.expect("begin") {
+        Begin::Started { lease_until, lease_expired: false, .. } => {
+            assert_eq!(lease_until, crate::START.plus(LEASE), "the holder is told the lease as stored");
+        }
+        other => panic!("expected to start, got {other:?}"),
+    }
     match h.store.begin_request(r.clone()).await.expect("begin") {
         Begin::InFlight { same_fingerprint: true, lease_until } => assert_eq!(lease_until, crate::START.plus(LEASE)),
         other => panic!("expected in flight, got {other:?}"),
@@ -89,7 +94,7 @@ pub async fn an_expired_lease_frees_the_key_and_voids_the_old_token<S: RequestSt
     assert!(matches!(h.store.begin_request(r.clone()).await.expect("begin"), Begin::InFlight { .. }));
     h.clock.advance(Duration::from_millis(1));
     let new = match h.store.begin_request(r.clone()).await.expect("begin") {
-        Begin::Started { token, lease_expired: true } => token,
+        Begin::Started { token, lease_expired: true, .. } => token,
         other => panic!("an expired lease frees the key: {other:?}"),
     };
     assert!(

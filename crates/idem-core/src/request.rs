@@ -10,29 +10,40 @@ use crate::gateway::Fingerprint;
 use crate::{ClaimId, Timestamp};
 
 /// A lease token: proof of holding a key. Only its holder may complete, release or extend the
-/// key, so a request whose lease ran out cannot overwrite what its successor stored.
+/// key, so a request whose lease ran out cannot overwrite what its successor stored, and a client
+/// of the operations API cannot work out another's token from its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LeaseToken(pub [u8; 16]);
 
 impl LeaseToken {
-    /// A token no other begin will ever get: a per-process random seed (from the standard
-    /// library's randomly keyed hasher) and a counter.
+    /// 128 bits from a cryptographically secure generator seeded by the OS (`rand`'s thread-local
+    /// ChaCha): unguessable, and no other begin on any node will get the same.
     pub fn generate() -> Self {
-        use std::hash::{BuildHasher, Hasher};
-        use std::sync::OnceLock;
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static SEED: OnceLock<u64> = OnceLock::new();
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let seed = *SEED.get_or_init(|| {
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_u32(std::process::id());
-            h.finish()
-        });
+        use rand::RngCore;
         let mut token = [0; 16];
-        token[..8].copy_from_slice(&seed.to_be_bytes());
-        token[8..].copy_from_slice(&COUNTER.fetch_add(1, Ordering::Relaxed).to_be_bytes());
+        rand::rng().fill_bytes(&mut token);
         Self(token)
     }
+}
+
+/// 16 bytes no other call in any process will get, in the order of the calls within this one: a
+/// per-process random seed (from the standard library's randomly keyed hasher) and a counter. For
+/// identifiers that must be unique and sort by creation (receipt ids), not for secrets.
+pub fn sequence() -> [u8; 16] {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEED: OnceLock<u64> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let seed = *SEED.get_or_init(|| {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        h.finish()
+    });
+    let mut unique = [0; 16];
+    unique[..8].copy_from_slice(&seed.to_be_bytes());
+    unique[8..].copy_from_slice(&COUNTER.fetch_add(1, Ordering::Relaxed).to_be_bytes());
+    unique
 }
 
 /// A key to begin, as the store needs it.
@@ -49,8 +60,9 @@ pub struct NewRequest {
 /// What `begin_request` found.
 #[derive(Debug, Clone)]
 pub enum Begin {
-    /// The key was free (new, expired, or its lease ran out): this caller holds it now.
-    Started { token: LeaseToken, lease_expired: bool },
+    /// The key was free (new, expired, or its lease ran out): this caller holds it now, until
+    /// `lease_until` (as stored: what any later begin or read of the key will report).
+    Started { token: LeaseToken, lease_until: Timestamp, lease_expired: bool },
     /// Another caller holds the key.
     InFlight { same_fingerprint: bool, lease_until: Timestamp },
     /// The key completed earlier; its result is stored.
@@ -73,4 +85,29 @@ pub enum Forget {
     InFlight,
     /// Nothing live had that key.
     Absent,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_share_nothing_a_holder_could_use_to_guess_another() {
+        let tokens: Vec<[u8; 16]> = (0..2_000).map(|_| LeaseToken::generate().0).collect();
+        let distinct: std::collections::HashSet<_> = tokens.iter().collect();
+        assert_eq!(distinct.len(), tokens.len());
+        // The earlier scheme (a per-process seed and a counter) kept 8 bytes fixed and 6 more
+        // nearly so; random bytes take about 256 values each over 2,000 tokens.
+        for i in 0..16 {
+            let values: std::collections::HashSet<u8> = tokens.iter().map(|t| t[i]).collect();
+            assert!(values.len() > 200, "byte {i} takes only {} values", values.len());
+        }
+    }
+
+    #[test]
+    fn sequences_are_unique_and_in_call_order() {
+        let (a, b) = (sequence(), sequence());
+        assert_eq!(a[..8], b[..8], "one process, one seed");
+        assert!(a < b);
+    }
 }

@@ -149,7 +149,7 @@ impl Engine {
                 NewRequest { id: identity.id, fingerprint: identity.fingerprint, lease: route.lease, held: Vec::new() };
             match self.store.begin_request(new).await {
                 Err(e) => return Err(store_unavailable(route, &e)),
-                Ok(Begin::Started { token, lease_expired }) => {
+                Ok(Begin::Started { token, lease_expired, .. }) => {
                     if lease_expired {
                         metrics::counter!("idem_gateway_lease_expiries_total", "route" => route.path.shared())
                             .increment(1);

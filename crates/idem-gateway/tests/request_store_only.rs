@@ -74,7 +74,7 @@ impl RequestStore for MemoryStore {
         let token = LeaseToken::generate();
         let until = now.plus(request.lease);
         keys.insert(request.id, Entry::Held { fingerprint: request.fingerprint, token, until, held: request.held });
-        Ok(Begin::Started { token, lease_expired })
+        Ok(Begin::Started { token, lease_until: until, lease_expired })
     }
 
     async fn complete_request(

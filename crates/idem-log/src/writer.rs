@@ -559,16 +559,17 @@ impl Group<'_> {
             });
         }
         let token = LeaseToken::generate();
+        let lease_until = Timestamp(now).plus(request.lease);
         self.put_request(RequestRec {
             id: request.id,
             fingerprint: request.fingerprint,
             completed: false,
             token: token.0,
-            until: Timestamp(now).plus(request.lease).millis(),
+            until: lease_until.millis(),
             body: request.held,
         })?;
         let lease_expired = existing.is_some_and(|(e, _)| !e.completed);
-        Ok(Begin::Started { token, lease_expired })
+        Ok(Begin::Started { token, lease_until, lease_expired })
     }
 
     /// The record of a key that `token` holds right now.

@@ -49,6 +49,7 @@ async fn try_begin(
         return Ok(answer);
     }
     let token = LeaseToken::generate();
+    let lease_until = now.plus(request.lease);
     let taken = tx
         .query_opt(
             "INSERT INTO requests (id, fingerprint, state, token, until, response) VALUES ($1, $2, 0, $3, $4, $6)
@@ -56,18 +57,13 @@ async fn try_begin(
                  until = excluded.until, response = excluded.response
              WHERE requests.until <= $5
              RETURNING 1",
-            &[
-                &id,
-                &&request.fingerprint[..],
-                &&token.0[..],
-                &now.plus(request.lease).millis(),
-                &now.millis(),
-                &request.held,
-            ],
+            &[&id, &&request.fingerprint[..], &&token.0[..], &lease_until.millis(), &now.millis(), &request.held],
         )
         .await?;
     let answer = match taken {
-        Some(_) => Ok(Begin::Started { token, lease_expired: existing.is_some_and(|r| r.get::<_, i16>(1) == 0) }),
+        Some(_) => {
+            Ok(Begin::Started { token, lease_until, lease_expired: existing.is_some_and(|r| r.get::<_, i16>(1) == 0) })
+        }
         // Another node's begin committed first: report what it holds.
         None => match tx.query_opt(READ, &[&id]).await? {
             Some(row) => state(&request.id, &row, &request.fingerprint),

@@ -66,7 +66,7 @@ pub fn begin(conn: &Connection, request: &NewRequest, now: Timestamp) -> Result<
     })
     .map_err(store_error)?;
     let lease_expired = existing.is_some_and(|row| row.state == IN_FLIGHT);
-    Ok(Begin::Started { token, lease_expired })
+    Ok(Begin::Started { token, lease_until, lease_expired })
 }
 
 pub fn complete(

@@ -16,7 +16,7 @@ pub struct ReceiptId(String);
 
 impl ReceiptId {
     pub fn generate(now: Timestamp) -> Self {
-        let unique = LeaseToken::generate().0;
+        let unique = crate::request::sequence();
         let tail = crate::key::hex(&unique[4..]);
         Self(format!("rcpt_{:012x}{tail}", now.millis().max(0)))
     }

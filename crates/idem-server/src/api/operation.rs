@@ -225,14 +225,13 @@ pub async fn begin(
         let new =
             NewRequest { id: key, fingerprint: op.fingerprint, lease: op.lease, held: operation::encode_held(op.ttl) };
         let lease_until = match state.store.begin_request(new).await? {
-            Begin::Started { token, .. } => {
+            Begin::Started { token, lease_until, .. } => {
                 count(&path.ns, "started");
-                let until = state.clock.now().plus(op.lease);
                 let started = Started {
                     status: "started",
                     id: id.to_string(),
                     token: operation::token_text(&token),
-                    lease_expires_at: until.to_rfc3339(),
+                    lease_expires_at: lease_until.to_rfc3339(),
                 };
                 return Ok((StatusCode::CREATED, Json(started)).into_response());
             }

@@ -73,6 +73,21 @@ async fn work_runs_once_and_its_result_is_replayed() {
     s.stop().await;
 }
 
+/// On the real clock, a begin's answer names the lease the store keeps, to the millisecond: not a
+/// time worked out after the store's durable write returned (which ran later, by the write).
+#[tokio::test]
+async fn the_lease_a_begin_answers_is_the_lease_stored() {
+    let s = TestServer::start_with(|_| {}, Arc::new(SystemClock)).await;
+    for n in 0..20 {
+        let first = started(&s, "jobs", json!({"key": format!("job-{n}"), "lease_seconds": 30})).await;
+        let held = s
+            .expect(Method::GET, &format!("/v1/operations/jobs/{}", first["id"].as_str().expect("id")), None, 200)
+            .await;
+        assert_eq!(held["lease_expires_at"], first["lease_expires_at"], "begin {n}");
+    }
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn another_request_is_422_whether_held_or_completed() {
     let s = TestServer::start().await;
