@@ -33,6 +33,8 @@ export interface Receipt {
     round: number;
     /** Present on `get`, not in `list` pages. */
     attempts?: Attempt[];
+    /** While `retrying`: when the next delivery attempt is due (RFC 3339). */
+    next_attempt_at?: string;
     result_webhook: ResultWebhookState | null;
     /** On `get`: the event as received, when it was JSON. */
     body?: unknown;

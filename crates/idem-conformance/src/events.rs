@@ -133,7 +133,8 @@ pub async fn failures_retry_when_due_then_go_dead_and_queue_the_result<S: EventS
     let retry_at = crate::START.plus(Duration::from_secs(10));
     let failed = delivered(attempt(1, 500), ReceiptStatus::Retrying, Some(retry_at));
     assert!(h.store.finish_job(&first, failed).await.expect("finish"));
-    assert_eq!(h.store.get_receipt(&id).await.expect("get").expect("receipt").status, ReceiptStatus::Retrying);
+    let retrying = h.store.get_receipt(&id).await.expect("get").expect("receipt");
+    assert_eq!((retrying.status, retrying.next_attempt_at), (ReceiptStatus::Retrying, Some(retry_at)));
     assert!(h.store.lease_jobs(10, LEASE, &[]).await.expect("lease").is_empty(), "not due yet");
     assert_eq!(
         h.store.queue_stats().await.expect("stats"),
@@ -148,6 +149,8 @@ pub async fn failures_retry_when_due_then_go_dead_and_queue_the_result<S: EventS
     );
     let second = lease_one(h).await;
     assert_eq!(second.attempt, 2);
+    let processing = h.store.get_receipt(&id).await.expect("get").expect("receipt");
+    assert_eq!((processing.status, processing.next_attempt_at), (ReceiptStatus::Processing, None), "under way");
     let result_job = Some(br#"{"type":"receipt.dead"}"#.to_vec());
     let last = Transition {
         attempt: attempt(2, 503),
@@ -156,7 +159,7 @@ pub async fn failures_retry_when_due_then_go_dead_and_queue_the_result<S: EventS
     };
     assert!(h.store.finish_job(&second, last).await.expect("finish"));
     let receipt = h.store.get_receipt(&id).await.expect("get").expect("receipt");
-    assert_eq!(receipt.status, ReceiptStatus::Dead);
+    assert_eq!((receipt.status, receipt.next_attempt_at), (ReceiptStatus::Dead, None));
     assert_eq!(receipt.attempts.iter().map(|a| a.status_code).collect::<Vec<_>>(), [Some(500), Some(503)]);
     assert_eq!(receipt.result.as_ref().map(|r| r.status.as_str()), Some("pending"));
     let result = lease_one(h).await;

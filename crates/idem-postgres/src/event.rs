@@ -237,8 +237,8 @@ async fn persist(tx: &Transaction<'_>, job: &Job, t: &Transition, now: Timestamp
         Change::Receipt { status, result_job } => {
             record_attempt(tx, rid, &t.attempt).await?;
             tx.execute(
-                "UPDATE receipts SET status = $2, updated_at = $3 WHERE id = $1",
-                &[&rid, &status_column(*status), &now.millis()],
+                "UPDATE receipts SET status = $2, updated_at = $3, next_attempt_at = $4 WHERE id = $1",
+                &[&rid, &status_column(*status), &now.millis(), &t.next_attempt_at()],
             )
             .await?;
             if let Some(body) = result_job {
@@ -443,14 +443,16 @@ fn filter_sql(filter: &ReceiptFilter) -> (String, Vec<String>) {
     (clause, values)
 }
 
-const RECEIPT_COLUMNS: &str = "id, source, event_id, status, created_at, updated_at, round, result_status, result_attempts, result_status_code, result_error";
+const RECEIPT_COLUMNS: &str = "id, source, event_id, status, created_at, updated_at, round, result_status, result_attempts, result_status_code, result_error, next_attempt_at";
 
 fn to_receipt(r: &Row) -> Result<Receipt, StoreError> {
+    let status = status_of(&r.get::<_, String>(3))?;
     Ok(Receipt {
         id: receipt_id(&r.get::<_, String>(0))?,
         source: r.get(1),
         event_id: r.get(2),
-        status: status_of(&r.get::<_, String>(3))?,
+        status,
+        next_attempt_at: r.get::<_, Option<i64>>(11).filter(|_| status == ReceiptStatus::Retrying).map(Timestamp),
         created_at: Timestamp(r.get(4)),
         updated_at: Timestamp(r.get(5)),
         round: r.get::<_, i32>(6) as u32,
@@ -476,7 +478,7 @@ pub async fn get(client: &Object, id: &ReceiptId) -> Result<Option<Receipt>, Sto
         .map_err(store_error)?;
     let Some(row) = row else { return Ok(None) };
     let mut receipt = to_receipt(&row)?;
-    (receipt.body, receipt.content_type) = (Some(row.get(11)), row.get(12));
+    (receipt.body, receipt.content_type) = (Some(row.get(12)), row.get(13));
     let rows = client
         .query(
             "SELECT n, started_at, duration_ms, status_code, error, response FROM attempts WHERE receipt_id = $1 AND round = $2 ORDER BY n",

@@ -71,6 +71,9 @@ const MIGRATIONS: &[&str] = &[
      CREATE TABLE meta (key text PRIMARY KEY, value bigint);",
     // 2: finding a receipt by its event id alone (the dashboard's search, bulk replay by id).
     "CREATE INDEX receipts_by_event_id ON receipts (event_id);",
+    // 3: when a retrying receipt's next attempt is due (set with its status; read only while
+    // `retrying`), so that reading a receipt needs no look into the jobs.
+    "ALTER TABLE receipts ADD COLUMN next_attempt_at bigint;",
 ];
 
 /// An arbitrary constant naming idem's migration lock.

@@ -18,7 +18,8 @@ use crate::row::store_error;
 type LeasedRow = (i64, String, i64, u32, Option<Vec<u8>>);
 
 /// A receipt row, in the order of `RECEIPT_COLUMNS`.
-type ReceiptRow = (String, String, String, String, i64, i64, u32, Option<String>, u32, Option<u16>, Option<String>);
+type ReceiptRow =
+    (String, String, String, String, i64, i64, u32, Option<String>, u32, Option<u16>, Option<String>, Option<i64>);
 
 const DELIVERY: i64 = 0;
 const RESULT: i64 = 1;
@@ -176,7 +177,9 @@ pub fn finish(conn: &Connection, job: &Job, t: &Transition, now: Timestamp) -> R
     match &t.change {
         Change::Receipt { status, result_job } => {
             record_attempt(conn, rid, &t.attempt)?;
-            set_status(conn, rid, *status, now)?;
+            conn.prepare_cached("UPDATE receipts SET status = ?2, updated_at = ?3, next_attempt_at = ?4 WHERE id = ?1")
+                .and_then(|mut s| s.execute(params![rid, status_column(*status), now.millis(), t.next_attempt_at()]))
+                .map_err(store_error)?;
             if let Some(body) = result_job {
                 enqueue(conn, &job.receipt_id, RESULT, now, Some(body))?;
                 set_result(conn, rid, ResultWebhookState::Pending, 0, None, None)?;
@@ -370,7 +373,7 @@ fn filter_sql(filter: &ReceiptFilter) -> (String, Vec<Value>) {
 }
 
 const RECEIPT_COLUMNS: &str = "id, source, event_id, status, created_at, updated_at, round, \
-     result_status, result_attempts, result_status_code, result_error";
+     result_status, result_attempts, result_status_code, result_error, next_attempt_at";
 
 fn receipt_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ReceiptRow> {
     Ok((
@@ -385,16 +388,19 @@ fn receipt_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ReceiptRow> {
         r.get(8)?,
         r.get(9)?,
         r.get(10)?,
+        r.get(11)?,
     ))
 }
 
 fn to_receipt(row: ReceiptRow) -> Result<Receipt, StoreError> {
-    let (id, source, event_id, status, created, updated, round, rstatus, rattempts, rcode, rerror) = row;
+    let (id, source, event_id, status, created, updated, round, rstatus, rattempts, rcode, rerror, next) = row;
+    let status = status_of(&status)?;
     Ok(Receipt {
         id: receipt_id(id)?,
         source,
         event_id,
-        status: status_of(&status)?,
+        status,
+        next_attempt_at: next.filter(|_| status == ReceiptStatus::Retrying).map(Timestamp),
         created_at: Timestamp(created),
         updated_at: Timestamp(updated),
         round,
@@ -413,7 +419,7 @@ fn to_receipt(row: ReceiptRow) -> Result<Receipt, StoreError> {
 pub fn get(conn: &Connection, id: &ReceiptId) -> Result<Option<Receipt>, StoreError> {
     let row = conn
         .prepare_cached(&format!("SELECT {RECEIPT_COLUMNS}, body, content_type FROM receipts WHERE id = ?1"))
-        .and_then(|mut s| s.query_row([id.as_str()], |r| Ok((receipt_row(r)?, r.get(11)?, r.get(12)?))).optional())
+        .and_then(|mut s| s.query_row([id.as_str()], |r| Ok((receipt_row(r)?, r.get(12)?, r.get(13)?))).optional())
         .map_err(store_error)?;
     let Some((row, body, content_type)) = row else { return Ok(None) };
     let mut receipt = to_receipt(row)?;

@@ -80,6 +80,9 @@ const MIGRATIONS: &[&str] = &[
      ) WITHOUT ROWID, STRICT;",
     // 4: finding a receipt by its event id alone (the dashboard's search, bulk replay by id).
     "CREATE INDEX receipts_by_event_id ON receipts (event_id);",
+    // 5: when a retrying receipt's next attempt is due (set with its status; read only while
+    // `retrying`), so that reading a receipt needs no look into the jobs.
+    "ALTER TABLE receipts ADD COLUMN next_attempt_at INTEGER;",
 ];
 
 /// The writer connection: WAL with `synchronous = FULL`, so every commit is on disk before it is

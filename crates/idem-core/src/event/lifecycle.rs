@@ -103,6 +103,17 @@ pub struct Transition {
     pub change: Change,
 }
 
+impl Transition {
+    /// When the receipt's next delivery attempt is due, if this transition schedules one (in
+    /// milliseconds, as the stores keep it).
+    pub fn next_attempt_at(&self) -> Option<i64> {
+        match (&self.job, &self.change) {
+            (JobNext::RetryAt(at), Change::Receipt { status: ReceiptStatus::Retrying, .. }) => Some(at.millis()),
+            _ => None,
+        }
+    }
+}
+
 /// Decides what follows an attempt of `job`. `retry_after` is the handler's `Retry-After`, if it
 /// sent one; `now` is when the attempt ended.
 pub fn after_attempt(

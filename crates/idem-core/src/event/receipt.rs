@@ -181,6 +181,8 @@ pub struct Receipt {
     pub round: u32,
     /// Attempts of the current round, in order.
     pub attempts: Vec<AttemptRecord>,
+    /// When the next delivery attempt is due, while the receipt is `retrying`.
+    pub next_attempt_at: Option<Timestamp>,
     pub result: Option<ResultState>,
     /// The event as it was received: filled in by `get_receipt`, not by listings.
     pub body: Option<Vec<u8>>,

@@ -60,6 +60,10 @@ pub struct ReceiptView {
     pub round: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attempts: Option<Vec<AttemptView>>,
+    /// When the next delivery attempt is due: only while `retrying`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub next_attempt_at: Option<String>,
     pub result_webhook: Option<ResultView>,
     /// The event as received, when it was JSON (one receipt only, not in listings).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -111,6 +115,7 @@ pub fn view(r: Receipt, with_attempts: bool) -> ReceiptView {
         updated_at: r.updated_at.to_rfc3339(),
         round: r.round,
         attempts,
+        next_attempt_at: r.next_attempt_at.map(|at| at.to_rfc3339()),
         result_webhook: r.result.map(|s| ResultView {
             status: s.status.as_str().into(),
             attempts: s.attempts,

@@ -416,6 +416,45 @@ async fn a_refused_connection_is_recorded_with_its_cause_and_address() {
     s.stop().await;
 }
 
+/// A receipt waiting for its next attempt says when that is, in the API and on its dashboard
+/// page: the end of the failed attempt plus the source's backoff.
+#[tokio::test]
+async fn a_retrying_receipt_says_when_its_next_attempt_is_due() {
+    let port = crate::support::binary::free_port();
+    let config: SourceConfig = toml::from_str(&format!(
+        "name = \"partner\"\nhandler_url = \"http://127.0.0.1:{port}/handle\"\nevent_id = \"/external_event_id\"\n\
+         signing_secret = \"{SECRET}\"\nbackoff = [\"1h\"]\nmax_attempts = 3\n"
+    ))
+    .expect("source config");
+    let s = TestServer::start_with(|c| c.sources = vec![config], Arc::new(SystemClock)).await;
+    let json = [("content-type", "application/json")];
+    let reply = post(&s.client, "/v1/sources/partner/events", r#"{"external_event_id":"e1"}"#, &json).await;
+    let id = reply.json()["receipt_id"].as_str().expect("id").to_owned();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let receipt = loop {
+        let receipt = s.expect(Method::GET, &format!("/v1/receipts/{id}"), None, 200).await;
+        if receipt["status"] == "retrying" {
+            break receipt;
+        }
+        assert!(receipt.get("next_attempt_at").is_none(), "only while retrying: {receipt}");
+        assert!(Instant::now() < deadline, "never retrying: {receipt}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let at = |field: &serde_json::Value| {
+        idem_core::Timestamp::parse_rfc3339(field.as_str().expect("a time")).expect("RFC 3339").millis()
+    };
+    let first = &receipt["attempts"][0];
+    let ended = at(&first["started_at"]) + first["duration_ms"].as_i64().expect("duration");
+    let due = at(&receipt["next_attempt_at"]) - ended;
+    assert!((3_599_000..=3_601_000).contains(&due), "due {due} ms after the attempt ended: {receipt}");
+    let page = s.client.send(Method::GET, &format!("/ui/receipts/{id}"), None).await.expect("page");
+    let page = String::from_utf8_lossy(&page.body).into_owned();
+    assert!(page.contains(r#"data-testid="next-attempt""#) && page.contains("Attempt 2"), "{page}");
+    let listed = s.expect(Method::GET, "/v1/receipts?status=retrying", None, 200).await;
+    assert_eq!(listed["receipts"][0]["next_attempt_at"], receipt["next_attempt_at"], "listings say it too");
+    s.stop().await;
+}
+
 /// Waits until the receipts matching `query` number `n`.
 async fn until_count(s: &TestServer, query: &str, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(15);

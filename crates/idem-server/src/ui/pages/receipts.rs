@@ -208,6 +208,14 @@ fn receipt_view(state: &AppState, r: &Receipt) -> String {
         }
         attempts.push_str("</ol>");
     }
+    if let Some(at) = r.next_attempt_at {
+        let n = r.attempts.last().map_or(1, |a| a.n + 1);
+        let _ = write!(
+            attempts,
+            r#"<p data-testid="next-attempt"><strong>Attempt {n}</strong> is due {}</p>"#,
+            time(at, now)
+        );
+    }
     let result = match &r.result {
         None => "<p class=\"muted\">None for this round (the source has no result webhook, or the receipt has not ended).</p>".to_owned(),
         Some(res) => format!(
