@@ -18,6 +18,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use table::Table;
 
 #[derive(Debug, Parser)]
 #[command(name = "idem-bench", about = "idem beside its anchors, in one run")]
@@ -36,6 +37,10 @@ struct Cli {
     /// Also write the results as JSON.
     #[arg(long, global = true)]
     json: Option<PathBuf>,
+    /// Runs of each scenario (anchors included, so each round's ratios compare measurements a
+    /// minute apart); the table shows each row's median round and each ratio's median and range.
+    #[arg(long, global = true, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+    rounds: u32,
     /// The store of the idem under test: `embedded` (the log engine, events in SQLite), or
     /// `postgres` (a fresh schema in the --database-url database, dropped afterwards).
     #[arg(long, global = true, value_enum, default_value_t = StoreKind::Embedded)]
@@ -111,13 +116,16 @@ async fn main() -> std::process::ExitCode {
         StoreKind::Embedded => target::Backend::Embedded,
         StoreKind::Postgres => target::Backend::Postgres(cli.database_url.clone()),
     };
-    let ctx = scenario::Context {
-        plan,
-        database_url: cli.database_url.clone(),
-        backend,
-        quick: cli.quick,
-        claim_anchors: Default::default(),
-    };
+    // One context per round: `claims` and `claims-batch` share a round's anchors.
+    let contexts: Vec<scenario::Context> = (0..cli.rounds)
+        .map(|_| scenario::Context {
+            plan,
+            database_url: cli.database_url.clone(),
+            backend: backend.clone(),
+            quick: cli.quick,
+            claim_anchors: Default::default(),
+        })
+        .collect();
     let which: Vec<Which> = match cli.scenario.clone() {
         Which::All => vec![
             Which::Claims,
@@ -130,29 +138,39 @@ async fn main() -> std::process::ExitCode {
         ],
         one => vec![one],
     };
-    let mut tables = Vec::new();
+    let (mut tables, mut failed) = (Vec::new(), 0u64);
     for w in which {
-        let table = match &w {
-            Which::Claims => scenario::claims(&ctx).await,
-            Which::ClaimsBatch => scenario::claims_batch(&ctx).await,
-            Which::Gateway => scenario::gateway(&ctx).await,
-            Which::Events => scenario::events(&ctx).await,
-            Which::Replay { dead } => {
-                replay::replay(&ctx, dead.unwrap_or(if ctx.quick { 2_000 } else { 10_000 })).await
+        let mut rounds = Vec::new();
+        for (round, ctx) in contexts.iter().enumerate() {
+            if contexts.len() > 1 {
+                eprintln!("  {w:?}: round {} of {}", round + 1, contexts.len());
             }
-            Which::Lookup => stored::lookup(&ctx).await,
-            Which::Scale { stages } => stored::scale(&ctx, stages.clone()).await,
-            Which::All | Which::Upstream { .. } => unreachable!("handled above"),
-        };
-        match table {
-            Ok(table) => {
-                table.print();
-                tables.push(table);
+            let table = match &w {
+                Which::Claims => scenario::claims(ctx).await,
+                Which::ClaimsBatch => scenario::claims_batch(ctx).await,
+                Which::Gateway => scenario::gateway(ctx).await,
+                Which::Events => scenario::events(ctx).await,
+                Which::Replay { dead } => {
+                    replay::replay(ctx, dead.unwrap_or(if ctx.quick { 2_000 } else { 10_000 })).await
+                }
+                Which::Lookup => stored::lookup(ctx).await,
+                Which::Scale { stages } => stored::scale(ctx, stages.clone()).await,
+                Which::All | Which::Upstream { .. } => unreachable!("handled above"),
+            };
+            match table {
+                Ok(table) => {
+                    failed += table.rows.iter().chain(&table.anchors).map(|m| m.errors).sum::<u64>();
+                    rounds.push(table);
+                }
+                Err(e) => {
+                    eprintln!("idem-bench: {w:?} failed: {e}");
+                    return std::process::ExitCode::FAILURE;
+                }
             }
-            Err(e) => {
-                eprintln!("idem-bench: {w:?} failed: {e}");
-                return std::process::ExitCode::FAILURE;
-            }
+        }
+        if let Some(table) = Table::combine(rounds) {
+            table.print();
+            tables.push(table);
         }
     }
     if let Some(path) = cli.json {
@@ -160,6 +178,7 @@ async fn main() -> std::process::ExitCode {
             "machine": { "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0) },
             "seconds_per_measurement": seconds,
             "connections": cli.connections,
+            "rounds": cli.rounds,
             "store": format!("{:?}", cli.store).to_lowercase(),
             "scenarios": tables,
         });
@@ -170,7 +189,6 @@ async fn main() -> std::process::ExitCode {
     }
     // A run in which requests failed measured something else than it says: fail it (CI's smoke
     // test relies on this).
-    let failed: u64 = tables.iter().flat_map(|t| t.rows.iter().chain(&t.anchors)).map(|m| m.errors).sum();
     if failed > 0 {
         eprintln!("idem-bench: {failed} requests failed; the figures above do not stand");
         return std::process::ExitCode::FAILURE;

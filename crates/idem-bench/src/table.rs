@@ -19,13 +19,19 @@ pub struct Table {
     pub memory: Option<Memory>,
     /// Other findings of the scenario, as sentences (memory per claim, restart time).
     pub notes: Vec<String>,
+    /// How many runs of the scenario this table sums up (`--rounds`).
+    pub rounds: usize,
 }
 
 #[derive(Debug, Serialize)]
 pub struct Ratio {
     pub row: String,
     pub to: String,
+    /// With several rounds, the median of the rounds' ratios.
     pub ratio: f64,
+    /// With several rounds, the lowest and highest of the rounds' ratios.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub range: Option<(f64, f64)>,
 }
 
 /// The idem process's memory over a scenario, from `/proc/PID`.
@@ -45,7 +51,73 @@ impl Table {
     /// A table whose ratios compare every row with every anchor.
     pub fn new(scenario: &'static str, rows: Vec<Measured>, anchors: Vec<Measured>) -> Self {
         let ratios = rows.iter().flat_map(|r| anchors.iter().map(move |a| Ratio::of(r, a))).collect();
-        Self { scenario, rows, anchors, ratios, skipped: Vec::new(), memory: None, notes: Vec::new() }
+        Self { scenario, rows, anchors, ratios, skipped: Vec::new(), memory: None, notes: Vec::new(), rounds: 1 }
+    }
+
+    /// Several rounds of one scenario as one table. Each row and anchor is the round with the
+    /// median items per second (so that its latencies belong to one measurement); each ratio is the
+    /// median of the rounds' own ratios, each taken between measurements a minute apart, with their
+    /// range. A ratio from one round can be off by as much as this machine drifts between two
+    /// minutes; the median of several is what to quote.
+    pub fn combine(mut rounds: Vec<Table>) -> Option<Table> {
+        if rounds.len() <= 1 {
+            return rounds.pop();
+        }
+        let n = rounds.len();
+        let median_of = |pick: &dyn Fn(&Table) -> Option<&Measured>| -> Option<Measured> {
+            let mut all: Vec<&Measured> = rounds.iter().filter_map(pick).collect();
+            all.sort_by(|a, b| a.items_per_sec().total_cmp(&b.items_per_sec()));
+            all.get(all.len().saturating_sub(1) / 2).map(|m| (*m).clone())
+        };
+        let first = &rounds[0];
+        let rows = first
+            .rows
+            .iter()
+            .filter_map(|r| median_of(&|t: &Table| t.rows.iter().find(|m| m.name == r.name)))
+            .collect();
+        let anchors = first
+            .anchors
+            .iter()
+            .filter_map(|a| median_of(&|t: &Table| t.anchors.iter().find(|m| m.name == a.name)))
+            .collect();
+        let ratios = first
+            .ratios
+            .iter()
+            .map(|r| {
+                let mut all: Vec<f64> = rounds
+                    .iter()
+                    .filter_map(|t| t.ratios.iter().find(|x| x.row == r.row && x.to == r.to))
+                    .map(|x| x.ratio)
+                    .collect();
+                all.sort_by(f64::total_cmp);
+                Ratio {
+                    row: r.row.clone(),
+                    to: r.to.clone(),
+                    ratio: all[(all.len() - 1) / 2],
+                    range: Some((all[0], all[all.len() - 1])),
+                }
+            })
+            .collect();
+        let memory = rounds.iter().filter_map(|t| t.memory).reduce(|a, b| Memory {
+            peak_rss_mib: a.peak_rss_mib.max(b.peak_rss_mib),
+            peak_pss_mib: a.peak_pss_mib.max(b.peak_pss_mib),
+            peak_heap_mib: a.peak_heap_mib.max(b.peak_heap_mib),
+        });
+        let notes = rounds
+            .iter()
+            .enumerate()
+            .flat_map(|(i, t)| t.notes.iter().map(move |note| format!("round {}: {note}", i + 1)))
+            .collect();
+        Some(Table {
+            scenario: first.scenario,
+            rows,
+            anchors,
+            ratios,
+            skipped: first.skipped.clone(),
+            memory,
+            notes,
+            rounds: n,
+        })
     }
 
     pub fn skipped(mut self, skipped: Vec<String>) -> Self {
@@ -59,7 +131,10 @@ impl Table {
     }
 
     pub fn print(&self) {
-        println!("\n## {}", self.scenario);
+        match self.rounds {
+            1 => println!("\n## {}", self.scenario),
+            n => println!("\n## {} (each row: the median of {n} rounds)", self.scenario),
+        }
         println!(
             "{:<46} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>6}",
             "", "ops/s", "items/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "errors"
@@ -79,7 +154,13 @@ impl Table {
             );
         }
         for r in &self.ratios {
-            println!("  {} / {}: {:.2}x", r.row, r.to, r.ratio);
+            match r.range {
+                None => println!("  {} / {}: {:.2}x", r.row, r.to, r.ratio),
+                Some((low, high)) => println!(
+                    "  {} / {}: {:.2}x, median of {} rounds ({low:.2}x to {high:.2}x)",
+                    r.row, r.to, r.ratio, self.rounds
+                ),
+            }
         }
         for note in &self.skipped {
             println!("  (skipped: {note})");
@@ -103,6 +184,7 @@ impl Ratio {
             row: row.name.clone(),
             to: to.name.clone(),
             ratio: row.items_per_sec() / to.items_per_sec().max(f64::MIN_POSITIVE),
+            range: None,
         }
     }
 }
@@ -125,6 +207,19 @@ mod tests {
         let ratios: Vec<(&str, &str, f64)> =
             table.ratios.iter().map(|r| (r.row.as_str(), r.to.as_str(), r.ratio)).collect();
         assert_eq!(ratios, vec![("batches", "redis", 0.5), ("singles", "redis", 0.2)]);
+    }
+
+    #[test]
+    fn rounds_combine_into_medians_with_the_range_of_their_ratios() {
+        let round =
+            |idem: f64, redis: f64| Table::new("t", vec![measured("idem", idem, 1)], vec![measured("redis", redis, 1)]);
+        let table = Table::combine(vec![round(60.0, 100.0), round(90.0, 100.0), round(70.0, 70.0)]).unwrap();
+        assert_eq!(table.rounds, 3);
+        assert_eq!((table.rows[0].ops_per_sec, table.anchors[0].ops_per_sec), (70.0, 100.0));
+        let r = &table.ratios[0];
+        assert_eq!((r.ratio, r.range), (0.9, Some((0.6, 1.0))), "the median of the rounds' own ratios");
+        let one = Table::combine(vec![round(1.0, 2.0)]).unwrap();
+        assert_eq!((one.rounds, one.ratios[0].range), (1, None));
     }
 
     #[test]
