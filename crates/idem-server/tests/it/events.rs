@@ -20,12 +20,32 @@ type Case<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, u16);
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
+/// A source named `name`, with `extra` config lines; its backoff is 50 ms unless `extra` sets one.
 fn source(name: &str, handler: &str, extra: &str) -> SourceConfig {
+    let backoff = if extra.contains("backoff") { "" } else { "backoff = [\"50ms\"]\n" };
     toml::from_str(&format!(
         "name = \"{name}\"\nhandler_url = \"{handler}\"\nevent_id = \"/external_event_id\"\nsigning_secret = \"{SECRET}\"\n\
-         backoff = [\"50ms\"]\n{extra}"
+         {backoff}{extra}"
     ))
     .expect("source config")
+}
+
+/// Sends one JSON event to `partner` and polls its receipt until it is `status`; `meanwhile` sees
+/// every earlier answer.
+async fn until_status(s: &TestServer, status: &str, meanwhile: impl Fn(&serde_json::Value)) -> serde_json::Value {
+    let json = [("content-type", "application/json")];
+    let reply = post(&s.client, "/v1/sources/partner/events", r#"{"external_event_id":"e1"}"#, &json).await;
+    let id = reply.json()["receipt_id"].as_str().expect("id").to_owned();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let receipt = s.expect(Method::GET, &format!("/v1/receipts/{id}"), None, 200).await;
+        if receipt["status"] == status {
+            return receipt;
+        }
+        meanwhile(&receipt);
+        assert!(Instant::now() < deadline, "never {status}: {receipt}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 async fn post(client: &ApiClient, path: &str, body: &str, headers: &[(&str, &str)]) -> idem_server::cli::client::Reply {
@@ -398,18 +418,7 @@ async fn a_refused_connection_is_recorded_with_its_cause_and_address() {
         Arc::new(SystemClock),
     )
     .await;
-    let json = [("content-type", "application/json")];
-    let reply = post(&s.client, "/v1/sources/partner/events", r#"{"external_event_id":"e1"}"#, &json).await;
-    let id = reply.json()["receipt_id"].as_str().expect("id").to_owned();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let receipt = loop {
-        let receipt = s.expect(Method::GET, &format!("/v1/receipts/{id}"), None, 200).await;
-        if receipt["status"] == "dead" {
-            break receipt;
-        }
-        assert!(Instant::now() < deadline, "never went dead: {receipt}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let receipt = until_status(&s, "dead", |_| {}).await;
     let error = receipt["attempts"][0]["error"].as_str().expect("an error").to_owned();
     assert!(error.contains(&format!("could not connect to 127.0.0.1:{port}")), "{error}");
     assert!(error.to_ascii_lowercase().contains("connection refused"), "{error}");
@@ -420,26 +429,17 @@ async fn a_refused_connection_is_recorded_with_its_cause_and_address() {
 /// page: the end of the failed attempt plus the source's backoff.
 #[tokio::test]
 async fn a_retrying_receipt_says_when_its_next_attempt_is_due() {
-    let port = crate::support::binary::free_port();
-    let config: SourceConfig = toml::from_str(&format!(
-        "name = \"partner\"\nhandler_url = \"http://127.0.0.1:{port}/handle\"\nevent_id = \"/external_event_id\"\n\
-         signing_secret = \"{SECRET}\"\nbackoff = [\"1h\"]\nmax_attempts = 3\n"
-    ))
-    .expect("source config");
-    let s = TestServer::start_with(|c| c.sources = vec![config], Arc::new(SystemClock)).await;
-    let json = [("content-type", "application/json")];
-    let reply = post(&s.client, "/v1/sources/partner/events", r#"{"external_event_id":"e1"}"#, &json).await;
-    let id = reply.json()["receipt_id"].as_str().expect("id").to_owned();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let receipt = loop {
-        let receipt = s.expect(Method::GET, &format!("/v1/receipts/{id}"), None, 200).await;
-        if receipt["status"] == "retrying" {
-            break receipt;
-        }
-        assert!(receipt.get("next_attempt_at").is_none(), "only while retrying: {receipt}");
-        assert!(Instant::now() < deadline, "never retrying: {receipt}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let handler = format!("http://127.0.0.1:{}/handle", crate::support::binary::free_port());
+    let s = TestServer::start_with(
+        |c| c.sources = vec![source("partner", &handler, "backoff = [\"1h\"]\nmax_attempts = 3")],
+        Arc::new(SystemClock),
+    )
+    .await;
+    let receipt = until_status(&s, "retrying", |earlier| {
+        assert!(earlier.get("next_attempt_at").is_none(), "only while retrying: {earlier}");
+    })
+    .await;
+    let id = receipt["id"].as_str().expect("id").to_owned();
     let at = |field: &serde_json::Value| {
         idem_core::Timestamp::parse_rfc3339(field.as_str().expect("a time")).expect("RFC 3339").millis()
     };
