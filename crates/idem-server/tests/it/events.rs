@@ -450,6 +450,9 @@ async fn a_retrying_receipt_says_when_its_next_attempt_is_due() {
     let page = s.client.send(Method::GET, &format!("/ui/receipts/{id}"), None).await.expect("page");
     let page = String::from_utf8_lossy(&page.body).into_owned();
     assert!(page.contains(r#"data-testid="next-attempt""#) && page.contains("Attempt 2"), "{page}");
+    let list = s.client.send(Method::GET, "/ui/receipts?status=retrying", None).await.expect("list");
+    let list = String::from_utf8_lossy(&list.body).into_owned();
+    assert!(list.contains(r#"data-testid="next-attempt">next in 59 min"#) || list.contains("next in 1 h"), "{list}");
     let listed = s.expect(Method::GET, "/v1/receipts?status=retrying", None, 200).await;
     assert_eq!(listed["receipts"][0]["next_attempt_at"], receipt["next_attempt_at"], "listings say it too");
     s.stop().await;

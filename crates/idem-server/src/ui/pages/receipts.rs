@@ -8,7 +8,7 @@ use axum::response::Response;
 use idem_core::event::{Receipt, ReceiptFilter, ReceiptId, ReceiptStatus};
 use serde::Deserialize;
 
-use super::html::{Tab, badge, esc, notice, options, query, time};
+use super::html::{Tab, badge, esc, notice, options, query, relative, time};
 use super::{PAGE, Page, STATUSES, at, failed, filled, live, now, render, source_names};
 use crate::api::receipt as api;
 use crate::api::{ApiError, AppState};
@@ -84,9 +84,13 @@ pub async fn receipts(State(state): State<AppState>, query_: Result<Query<Receip
             r#"<div class="scroll"><table class="receipts"><thead><tr><th>Status</th><th>Event id</th><th>Source</th><th>Created</th><th>Updated</th><th>Receipt</th></tr></thead><tbody>"#,
         );
         for r in &list {
+            let next = r
+                .next_attempt_at
+                .map(|at| format!(r#"<div class="muted" data-testid="next-attempt">next {}</div>"#, relative(at, now)))
+                .unwrap_or_default();
             let _ = write!(
                 table,
-                r#"<tr data-testid="receipt-row" data-receipt-id="{id}"><td>{}</td><td><a href="/ui/receipts/{id}">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td class="mono"><a href="/ui/receipts/{id}">{id}</a></td></tr>"#,
+                r#"<tr data-testid="receipt-row" data-receipt-id="{id}"><td>{}{next}</td><td><a href="/ui/receipts/{id}">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td class="mono"><a href="/ui/receipts/{id}">{id}</a></td></tr>"#,
                 badge(r.status),
                 esc(&r.event_id),
                 esc(&r.source),
