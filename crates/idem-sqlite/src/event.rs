@@ -177,9 +177,7 @@ pub fn finish(conn: &Connection, job: &Job, t: &Transition, now: Timestamp) -> R
     match &t.change {
         Change::Receipt { status, result_job } => {
             record_attempt(conn, rid, &t.attempt)?;
-            conn.prepare_cached("UPDATE receipts SET status = ?2, updated_at = ?3, next_attempt_at = ?4 WHERE id = ?1")
-                .and_then(|mut s| s.execute(params![rid, status_column(*status), now.millis(), t.next_attempt_at()]))
-                .map_err(store_error)?;
+            set_status(conn, rid, *status, now, t.next_attempt_at())?;
             if let Some(body) = result_job {
                 enqueue(conn, &job.receipt_id, RESULT, now, Some(body))?;
                 set_result(conn, rid, ResultWebhookState::Pending, 0, None, None)?;
@@ -240,9 +238,16 @@ fn set_result(
     .map_err(store_error)
 }
 
-fn set_status(conn: &Connection, rid: &str, status: ReceiptStatus, now: Timestamp) -> Result<(), StoreError> {
-    conn.prepare_cached("UPDATE receipts SET status = ?2, updated_at = ?3 WHERE id = ?1")
-        .and_then(|mut s| s.execute(params![rid, status_column(status), now.millis()]))
+/// Sets a receipt's status, and when its next attempt is due (`None` unless it is retrying).
+fn set_status(
+    conn: &Connection,
+    rid: &str,
+    status: ReceiptStatus,
+    now: Timestamp,
+    next_attempt_at: Option<i64>,
+) -> Result<(), StoreError> {
+    conn.prepare_cached("UPDATE receipts SET status = ?2, updated_at = ?3, next_attempt_at = ?4 WHERE id = ?1")
+        .and_then(|mut s| s.execute(params![rid, status_column(status), now.millis(), next_attempt_at]))
         .map(drop)
         .map_err(store_error)
 }
@@ -301,7 +306,7 @@ pub fn replay_matching(conn: &Connection, filter: &ReceiptFilter, now: Timestamp
 pub fn discard(conn: &Connection, id: &ReceiptId, now: Timestamp) -> Result<Option<ReceiptStatus>, StoreError> {
     let Some(status) = status_now(conn, id)? else { return Ok(None) };
     if idem_core::event::discard(status) == Discard::Discard && status != ReceiptStatus::Discarded {
-        set_status(conn, id.as_str(), ReceiptStatus::Discarded, now)?;
+        set_status(conn, id.as_str(), ReceiptStatus::Discarded, now, None)?;
     }
     Ok(Some(status))
 }

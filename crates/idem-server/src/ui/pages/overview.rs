@@ -102,10 +102,6 @@ fn series(text: &str, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
 
 pub async fn overview(State(state): State<AppState>) -> Response {
     let (ready, counted) = tokio::join!(state.store.check_ready(), state.overview_counts.get(|| count(&state)));
-    let (counted, counted_ago) = match counted {
-        Ok((counted, ago)) => (Ok(counted), ago),
-        Err(e) => (Err(e), std::time::Duration::ZERO),
-    };
     let now = now(&state);
     let t = traffic();
     let kind = match state.config.store {
@@ -119,9 +115,9 @@ pub async fn overview(State(state): State<AppState>) -> Response {
             esc(&e.to_string())
         ),
     };
-    let (counts, queue, claims) = match counted {
-        Ok(c) => (c.receipts, Ok(c.queue), c.claims),
-        Err(e) => (Vec::new(), Err(e), Vec::new()),
+    let (counts, queue, claims, counted_ago) = match counted {
+        Ok((c, ago)) => (c.receipts, Ok(c.queue), c.claims, ago),
+        Err(e) => (Vec::new(), Err(e), Vec::new(), std::time::Duration::ZERO),
     };
     let dead: u64 = counts.iter().filter(|c| c.1 == ReceiptStatus::Dead).map(|c| c.2).sum();
     let (due, oldest) = match queue {
