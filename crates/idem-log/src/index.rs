@@ -214,7 +214,8 @@ pub enum PrefixAnswer {
 struct Shard {
     claims: TagMap<ClaimEntry>,
     prefixes: HashMap<u128, Prefix, BuildHasherDefault<TagHasher>>,
-    requests: HashMap<ClaimId, RequestEntry>,
+    // A fixed hasher (ids are already random), so that what a sweep picks is the same every run.
+    requests: HashMap<ClaimId, RequestEntry, BuildHasherDefault<TagHasher>>,
 }
 
 /// A claim whose tag collided with another key's; found by its full key.

@@ -5,27 +5,34 @@
 //!   `pwrite`, and makes them durable with one `fdatasync` before anyone is answered.
 //! - **Reads** find a record's place in the index ([`index`]) and read it with `pread` (from the OS
 //!   page cache, usually); they never wait for the writer.
-//! - **Start-up** replays every segment ([`segment::scan`]); a group cut short by a crash is
-//!   dropped, damage anywhere else stops start-up naming the file and the offset.
+//! - **Start-up** replays every segment the [`manifest`] lists; [`verify`] tells the group a crash
+//!   cut short at the end (dropped: never acknowledged) from damage (acknowledged records missing:
+//!   start-up stops, naming file, offset and records lost; [`repair`] fixes what it can).
 //! - **Compaction** ([`compact`]) rewrites the live records of a segment that is more than half
-//!   garbage at the head of the log, then deletes it, without holding the writer for more than one
-//!   group at a time.
+//!   garbage at the head of the log, then retires and deletes it, without holding the writer for
+//!   more than one group at a time.
 //!
-//! A lock file keeps a second process out of the directory. Events stay in SQLite; the server
-//! combines the two.
+//! Every file operation goes through a [`disk::Disk`], so that tests run the engine on a simulated
+//! disk ([`sim`]) that loses, tears and reorders what was not synced. A lock file keeps a second
+//! process out of the directory. Events stay in SQLite; the server combines the two.
 
 mod backup;
 mod compact;
+mod counts;
+pub mod disk;
 mod index;
+mod manifest;
 mod record;
 mod recover;
+mod repair;
 mod segment;
+pub mod sim;
+mod verify;
 mod writer;
 
-use std::collections::{BTreeMap, HashMap};
-use std::fs::{File, OpenOptions};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -40,11 +47,17 @@ use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot};
 
 pub use backup::{BackupReport, backup};
+pub use counts::counts_at;
 pub use recover::{CheckReport, check};
-pub use segment::{Damage, PREALLOCATE, Torn};
+pub use repair::{RepairReport, repair};
+pub use segment::PREALLOCATE;
+pub use verify::{Damage, Fix, Torn};
 
+use counts::Counts;
+use disk::{Disk, LockGuard, LockKind, OsDisk};
 use index::{ClaimEntry, Index, Slot, claim_tag, prefix_tag};
-use record::{ClaimRec, NEVER, Record};
+use record::{ClaimRec, NEVER, Record, RequestRec};
+use segment::Read;
 use writer::Command;
 
 /// How the engine is tuned; the defaults suit a small server.
@@ -56,8 +69,14 @@ pub struct LogOptions {
     pub max_group_items: usize,
     /// How often the compactor looks for a segment worth compacting.
     pub compact_every: Duration,
-    /// Failures to inject, for tests of what a failed write leaves behind.
-    pub faults: Arc<Faults>,
+    /// How often the manifest's mark is moved up to what is acknowledged (when it moved at all);
+    /// `None`: only at a clean close and when asked ([`LogStore::mark`]).
+    pub mark_every: Option<Duration>,
+    /// How far the newest segment is kept zero-filled beyond its last group (at most
+    /// [`PREALLOCATE`], the default; 0: not at all).
+    pub preallocate: u64,
+    /// The file system: the real one, or a simulated disk in tests.
+    pub disk: Arc<dyn Disk>,
 }
 
 impl Default for LogOptions {
@@ -66,56 +85,10 @@ impl Default for LogOptions {
             segment_bytes: 64 << 20,
             max_group_items: 20_000,
             compact_every: Duration::from_secs(1),
-            faults: Arc::default(),
+            mark_every: Some(Duration::from_secs(2)),
+            preallocate: PREALLOCATE,
+            disk: OsDisk::shared(),
         }
-    }
-}
-
-/// Write failures injected on purpose: `fail_write_after(n)` lets `n` more group writes succeed,
-/// then makes the next one write half its bytes and fail, as a disk that fills up mid-write would.
-#[derive(Debug)]
-pub struct Faults {
-    writes_left: AtomicI64,
-    syncs_left: AtomicI64,
-}
-
-impl Default for Faults {
-    fn default() -> Self {
-        Self { writes_left: AtomicI64::new(-1), syncs_left: AtomicI64::new(-1) }
-    }
-}
-
-/// Counts a budget down; answers whether this call is the one that fails.
-fn spend(left: &AtomicI64) -> bool {
-    let now = left.load(Ordering::SeqCst);
-    if now < 0 {
-        return false;
-    }
-    left.store(now - 1, Ordering::SeqCst);
-    now == 0
-}
-
-impl Faults {
-    pub fn fail_write_after(&self, writes: i64) {
-        self.writes_left.store(writes, Ordering::SeqCst);
-    }
-
-    /// Lets `syncs` more `fdatasync`s succeed, then fails the next one (as an I/O error would).
-    pub fn fail_sync_after(&self, syncs: i64) {
-        self.syncs_left.store(syncs, Ordering::SeqCst);
-    }
-
-    fn before_sync(&self) -> std::io::Result<()> {
-        if spend(&self.syncs_left) { Err(std::io::Error::other("injected sync failure")) } else { Ok(()) }
-    }
-
-    fn before_write(&self, file: &File, at: u64, buf: &[u8]) -> std::io::Result<()> {
-        use std::os::unix::fs::FileExt;
-        if !spend(&self.writes_left) {
-            return Ok(());
-        }
-        file.write_all_at(&buf[..buf.len() / 2], at)?;
-        Err(std::io::Error::other("injected write failure"))
     }
 }
 
@@ -129,9 +102,14 @@ pub enum OpenError {
     )]
     Locked(PathBuf),
     #[error(
-        "the log cannot be read, so idem will not start: {0}. `idem check` reports every segment; restore the data dir from a backup, or move the damaged file aside to start without it"
+        "the log is damaged, so idem will not start: {}. `idem check` reports it; `idem repair` shows what it would drop and with --yes keeps every intact record; or restore the data dir from a backup",
+        list_damage(.0)
     )]
-    Damaged(#[from] Damage),
+    Damaged(Vec<Damage>),
+}
+
+fn list_damage(damage: &[Damage]) -> String {
+    damage.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
 }
 
 /// A segment's bytes, and how many of them are dead (superseded, deleted or expired records,
@@ -150,8 +128,12 @@ pub struct Shared {
     space: Mutex<BTreeMap<u32, Space>>,
     /// The segment being appended to; older ones are sealed.
     head: AtomicU32,
-    fault: Arc<Faults>,
-    namespaces: Mutex<HashMap<String, i64>>,
+    /// Live claims per namespace.
+    counts: Mutex<Counts>,
+    /// Retired segments whose files could not be deleted yet (the compactor tries again).
+    doomed: Mutex<Vec<u32>>,
+    /// [`LogOptions::preallocate`].
+    preallocate: u64,
 }
 
 /// What looking a claim up found.
@@ -162,42 +144,64 @@ pub struct Found {
 }
 
 impl Shared {
-    fn read_claim(&self, entry: ClaimEntry) -> Result<ClaimRec, StoreError> {
+    /// The claim record an entry points at; `None` if its segment was retired meanwhile (the
+    /// caller looks in the index again: the entry has moved or gone).
+    fn read_claim(&self, entry: ClaimEntry) -> Result<Option<ClaimRec>, StoreError> {
         match self.segments.read(entry.loc())? {
-            (Record::Claim(rec), _) => Ok(rec),
-            _ => Err(StoreError::Internal("a claim entry points at another kind of record".into())),
+            Read::Found(Record::Claim(rec), _) => Ok(Some(rec)),
+            Read::Found(..) => Err(StoreError::Internal("a claim entry points at another kind of record".into())),
+            Read::Gone => Ok(None),
         }
     }
 
     /// The index's entry for a claim, live or not, with its record.
     fn find_claim(&self, ns: &str, id: &ClaimId) -> Result<Found, StoreError> {
+        for _ in 0..RETRIES {
+            if let Some(found) = self.try_find_claim(ns, id)? {
+                return Ok(found);
+            }
+        }
+        Err(gone_again())
+    }
+
+    /// `None`: an entry's segment was retired while reading it.
+    fn try_find_claim(&self, ns: &str, id: &ClaimId) -> Result<Option<Found>, StoreError> {
         let mut main_taken = false;
         if let Some(entry) = self.index.claim_by_tag(claim_tag(ns, id)) {
-            let rec = self.read_claim(entry)?;
+            let Some(rec) = self.read_claim(entry)? else { return Ok(None) };
             if rec.ns == ns && rec.id == *id {
-                return Ok(Found { hit: Some((Slot::Main, entry, rec)), main_taken: true });
+                return Ok(Some(Found { hit: Some((Slot::Main, entry, rec)), main_taken: true }));
             }
             main_taken = true;
         }
         let hit = match self.index.claim_in_overflow(ns, id) {
-            Some(entry) => Some((Slot::Overflow, entry, self.read_claim(entry)?)),
+            Some(entry) => match self.read_claim(entry)? {
+                Some(rec) => Some((Slot::Overflow, entry, rec)),
+                None => return Ok(None),
+            },
             None => None,
         };
-        Ok(Found { hit, main_taken })
+        Ok(Some(Found { hit, main_taken }))
     }
 
     /// A live claim's record. An expired entry is not even read.
     fn live_claim(&self, ns: &str, id: &ClaimId, now: i64) -> Result<Option<ClaimRec>, StoreError> {
-        if let Some(entry) = self.index.claim_by_tag(claim_tag(ns, id)).filter(|e| e.is_live(now)) {
-            let rec = self.read_claim(entry)?;
-            if rec.ns == ns && rec.id == *id {
-                return Ok(Some(rec));
+        'again: for _ in 0..RETRIES {
+            if let Some(entry) = self.index.claim_by_tag(claim_tag(ns, id)).filter(|e| e.is_live(now)) {
+                let Some(rec) = self.read_claim(entry)? else { continue 'again };
+                if rec.ns == ns && rec.id == *id {
+                    return Ok(Some(rec));
+                }
             }
+            return match self.index.claim_in_overflow(ns, id).filter(|e| e.is_live(now)) {
+                Some(entry) => match self.read_claim(entry)? {
+                    Some(rec) => Ok(Some(rec)),
+                    None => continue 'again,
+                },
+                None => Ok(None),
+            };
         }
-        match self.index.claim_in_overflow(ns, id).filter(|e| e.is_live(now)) {
-            Some(entry) => Ok(Some(self.read_claim(entry)?)),
-            None => Ok(None),
-        }
+        Err(gone_again())
     }
 
     fn prefix_exists(&self, ns: &str, prefix: &Parts, now: i64) -> Result<bool, StoreError> {
@@ -214,7 +218,8 @@ impl Shared {
                 index::PrefixAnswer::Candidates(members) => members,
             };
             for entry in &members {
-                if under(&self.read_claim(*entry)?) {
+                // A member whose segment was retired meanwhile was expired (live ones move first).
+                if self.read_claim(*entry)?.is_some_and(|rec| under(&rec)) {
                     return Ok(true);
                 }
             }
@@ -223,7 +228,7 @@ impl Shared {
             }
         }
         for entry in self.index.live_overflow(now) {
-            if under(&self.read_claim(entry)?) {
+            if self.read_claim(entry)?.is_some_and(|rec| under(&rec)) {
                 return Ok(true);
             }
         }
@@ -243,19 +248,24 @@ impl Shared {
         Ok(Some(out))
     }
 
+    /// A leased key's live entry and record, as of `now`.
+    fn live_request(&self, id: &ClaimId, now: i64) -> Result<Option<(index::RequestEntry, RequestRec)>, StoreError> {
+        for _ in 0..RETRIES {
+            let Some(entry) = self.index.request(id).filter(|e| e.until > now) else { return Ok(None) };
+            match self.segments.read(entry.loc)? {
+                Read::Found(Record::Request(rec), _) => return Ok(Some((entry, rec))),
+                Read::Found(..) => {
+                    return Err(StoreError::Internal(format!("request {id}: its entry points at another record")));
+                }
+                Read::Gone => continue,
+            }
+        }
+        Err(gone_again())
+    }
+
     /// What a begin finds when the key is held or completed; `None` when it is free.
     fn held_or_completed(&self, request: &NewRequest) -> Result<Option<Begin>, StoreError> {
-        let now = self.clock.now().millis();
-        let Some(entry) = self.index.request(&request.id).filter(|e| e.until > now) else { return Ok(None) };
-        let rec = match self.segments.read(entry.loc)? {
-            (Record::Request(rec), _) => rec,
-            _ => {
-                return Err(StoreError::Internal(format!(
-                    "request {}: its entry points at another record",
-                    request.id
-                )));
-            }
-        };
+        let Some((entry, rec)) = self.live_request(&request.id, self.clock.now().millis())? else { return Ok(None) };
         let same_fingerprint = rec.fingerprint == request.fingerprint;
         Ok(Some(if entry.completed {
             Begin::Completed { same_fingerprint, result: rec.body, expires_at: Timestamp(entry.until) }
@@ -263,16 +273,13 @@ impl Shared {
             Begin::InFlight { same_fingerprint, lease_until: Timestamp(entry.until) }
         }))
     }
+}
 
-    fn count_namespace(&self, ns: &str, delta: i64) {
-        let mut namespaces = self.namespaces.lock().unwrap_or_else(|e| e.into_inner());
-        match namespaces.get_mut(ns) {
-            Some(n) => *n += delta,
-            None => {
-                namespaces.insert(ns.to_owned(), delta);
-            }
-        }
-    }
+/// How often a reader looks again when the segment it was reading from was retired under it.
+const RETRIES: usize = 8;
+
+fn gone_again() -> StoreError {
+    StoreError::Unavailable("the log was compacting under this read; try again".into())
 }
 
 /// A stored claim as the domain has it.
@@ -309,7 +316,7 @@ pub struct LogStore {
     shared: Arc<Shared>,
     writer: Mutex<Option<JoinHandle<()>>>,
     compactor: Mutex<Option<compact::Compactor>>,
-    _lock: File,
+    _lock: LockGuard,
 }
 
 impl LogStore {
@@ -320,10 +327,17 @@ impl LogStore {
     /// compactor.
     pub fn open(dir: &Path, clock: Arc<dyn Clock>, options: LogOptions) -> Result<Self, OpenError> {
         let dir_error = |source| OpenError::Dir { dir: dir.to_owned(), source };
-        std::fs::create_dir_all(dir).map_err(dir_error)?;
-        let lock = lock(dir)?;
+        let disk = Arc::clone(&options.disk);
+        // A new directory's entry is data too: without syncing it a power cut could take the
+        // whole log away after its first writes were acknowledged.
+        disk::create_dir_durable(disk.as_ref(), dir).map_err(dir_error)?;
+        let lock = match disk.lock(&dir.join(Self::LOCK_FILE), LockKind::Exclusive, false) {
+            Ok(Some(lock)) => lock,
+            Ok(None) => return Err(OpenError::Locked(dir.to_owned())),
+            Err(source) => return Err(dir_error(source)),
+        };
         let started = std::time::Instant::now();
-        let (shared, active) = recover::open(dir, clock, &options)?;
+        let (shared, active, manifest) = recover::open(dir, clock, &options)?;
         let shared = Arc::new(shared);
         let (claims, keys) = shared.index.counts();
         tracing::info!(
@@ -335,6 +349,7 @@ impl LogStore {
             shared: Arc::clone(&shared),
             queue,
             active,
+            manifest,
             max_group_items: options.max_group_items,
             segment_bytes: options.segment_bytes,
             sweep_cursor: 0,
@@ -342,7 +357,7 @@ impl LogStore {
         };
         let writer = std::thread::Builder::new().name("idem-log-writer".into()).spawn(move || writer.run());
         let writer = writer.map_err(dir_error)?;
-        let compactor = compact::Compactor::spawn(Arc::clone(&shared), commands.clone(), options.compact_every);
+        let compactor = compact::Compactor::spawn(Arc::clone(&shared), commands.clone(), &options);
         let compactor = compactor.map_err(dir_error)?;
         Ok(Self {
             commands,
@@ -401,6 +416,12 @@ impl LogStore {
         self.shared.space.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// Moves the manifest's mark up to everything acknowledged so far (the writer does so by
+    /// itself every `mark_every`, and at a clean close).
+    pub async fn mark(&self) -> Result<(), StoreError> {
+        self.send(|reply| Command::Mark { reply: Some(reply) }).await
+    }
+
     /// Compacts every sealed segment that is more than half dead now, instead of waiting for the
     /// compactor's next look.
     pub async fn compact_now(&self) -> Result<usize, StoreError> {
@@ -409,20 +430,6 @@ impl LogStore {
         tokio::task::spawn_blocking(move || compact::compact_all(&shared, &commands))
             .await
             .map_err(|e| StoreError::Internal(e.to_string()))?
-    }
-}
-
-fn lock(dir: &Path) -> Result<File, OpenError> {
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join(LogStore::LOCK_FILE))
-        .map_err(|source| OpenError::Dir { dir: dir.to_owned(), source })?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(OpenError::Locked(dir.to_owned())),
-        Err(std::fs::TryLockError::Error(source)) => Err(OpenError::Dir { dir: dir.to_owned(), source }),
     }
 }
 
@@ -458,12 +465,10 @@ impl ClaimStore for LogStore {
         self.send(|reply| Command::SweepClaims { limit, reply }).await
     }
 
+    /// Live claims per namespace, kept as claims come and go (no scan): exact to the second.
     async fn count_claims(&self) -> Result<Vec<(String, u64)>, StoreError> {
-        let namespaces = self.shared.namespaces.lock().unwrap_or_else(|e| e.into_inner());
-        let mut counts: Vec<(String, u64)> =
-            namespaces.iter().filter(|(_, n)| **n > 0).map(|(ns, n)| (ns.clone(), *n as u64)).collect();
-        counts.sort();
-        Ok(counts)
+        let now = self.shared.clock.now().millis();
+        Ok(self.shared.counts.lock().unwrap_or_else(|e| e.into_inner()).live(now))
     }
 }
 
@@ -506,11 +511,7 @@ impl RequestStore for LogStore {
 
     async fn peek_request(&self, id: &ClaimId) -> Result<Option<RequestState>, StoreError> {
         let now = self.shared.clock.now().millis();
-        let Some(entry) = self.shared.index.request(id).filter(|e| e.until > now) else { return Ok(None) };
-        let rec = match self.shared.segments.read(entry.loc)? {
-            (Record::Request(rec), _) => rec,
-            _ => return Err(StoreError::Internal(format!("request {id}: its entry points at another record"))),
-        };
+        let Some((entry, rec)) = self.shared.live_request(id, now)? else { return Ok(None) };
         Ok(Some(if entry.completed {
             RequestState::Completed { fingerprint: rec.fingerprint, result: rec.body, expires_at: Timestamp(rec.until) }
         } else {
@@ -534,11 +535,10 @@ impl StoreLifecycle for LogStore {
     /// goes through. (A bare probe write is a few bytes, which a nearly full disk still takes while
     /// every real write fails.)
     async fn check_ready(&self) -> Result<(), StoreError> {
-        if let Ok(stats) = rustix::fs::statvfs(&self.shared.segments.dir) {
-            let free = stats.f_bavail.saturating_mul(stats.f_frsize);
-            if free < MIN_FREE_BYTES {
-                return Err(StoreError::Unavailable(format!("the log's disk is full: {free} bytes free")));
-            }
+        if let Some(free) = self.shared.segments.disk.free_bytes(&self.shared.segments.dir)
+            && free < MIN_FREE_BYTES
+        {
+            return Err(StoreError::Unavailable(format!("the log's disk is full: {free} bytes free")));
         }
         self.send(|reply| Command::Probe { reply }).await
     }

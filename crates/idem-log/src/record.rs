@@ -2,7 +2,14 @@
 //!
 //! A frame is `[body length: u32 LE][CRC-32 of the body: u32 LE][body]`; the body's first byte is
 //! its kind. A group commit writes its records followed by one [`Record::Commit`] frame, so that
-//! recovery applies a group only when all of it reached the disk.
+//! recovery applies a group only when all of it reached the disk. The commit frame says how many
+//! records the group has and how many bytes they take, so that a commit frame found anywhere tells
+//! where its group began: recovery uses it to tell a torn last group from damage with whole
+//! groups after it, and `idem repair` to find the next intact group after damage. (Logs written
+//! before idem 0.1's manifest have commit frames with the count only; they are still read.)
+//!
+//! A padding frame covers bytes `idem repair` took out of the log (a damaged stretch), so that
+//! every other record keeps its offset: tombstones name records by their place.
 
 use idem_core::ClaimId;
 
@@ -73,9 +80,11 @@ pub enum Record {
         id: ClaimId,
         gone: Gone,
     },
-    /// Ends a group of `count` records.
+    /// Ends a group of `count` records taking `group_bytes` bytes before this frame (`None` only
+    /// in logs written before the manifest).
     Commit {
         count: u32,
+        group_bytes: Option<u32>,
     },
 }
 
@@ -84,13 +93,18 @@ const CLAIM_GONE: u8 = 2;
 const REQUEST: u8 = 3;
 const REQUEST_GONE: u8 = 4;
 const COMMIT: u8 = 5;
+const PAD: u8 = 6;
 
 /// Bytes of a frame's header.
 pub const HEADER: usize = 8;
 /// Largest body a frame may have; a header claiming more is damage.
 pub const MAX_BODY: usize = 1 << 30;
-/// The body length of every commit frame.
-pub const COMMIT_BODY: usize = 5;
+/// The body length of a commit frame, and of one written before the manifest.
+pub const COMMIT_BODY: usize = 9;
+pub const COMMIT_BODY_V1: usize = 5;
+/// The length of a commit frame as written now.
+#[cfg(test)]
+pub const COMMIT_FRAME: usize = HEADER + COMMIT_BODY;
 
 impl Record {
     /// Appends this record's frame to `out`; answers the frame's length.
@@ -131,9 +145,12 @@ impl Record {
                 out.extend_from_slice(&id.0);
                 put_gone(out, gone);
             }
-            Record::Commit { count } => {
+            Record::Commit { count, group_bytes } => {
                 out.push(COMMIT);
                 out.extend_from_slice(&count.to_le_bytes());
+                if let Some(bytes) = group_bytes {
+                    out.extend_from_slice(&bytes.to_le_bytes());
+                }
             }
         }
         seal(out, start)
@@ -170,7 +187,11 @@ impl Record {
                 body: r.bytes()?.to_vec(),
             }),
             REQUEST_GONE => Record::RequestGone { id: r.id()?, gone: r.gone()? },
-            COMMIT => Record::Commit { count: u32::from_le_bytes(r.array()?) },
+            COMMIT => {
+                let count = u32::from_le_bytes(r.array()?);
+                let group_bytes = if body.len() == COMMIT_BODY { Some(u32::from_le_bytes(r.array()?)) } else { None };
+                Record::Commit { count, group_bytes }
+            }
             kind => return Err(format!("unknown record kind {kind}")),
         };
         if r.at != body.len() {
@@ -219,12 +240,37 @@ fn seal(out: &mut [u8], start: usize) -> usize {
     out.len() - start
 }
 
-/// The record count of a commit frame's body, or `None` for any other record.
-pub fn commit_count(body: &[u8]) -> Option<u32> {
+/// What a commit frame says of its group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommitInfo {
+    pub count: u32,
+    /// Bytes of the group's records, before the commit frame (`None` in a pre-manifest log).
+    pub group_bytes: Option<u32>,
+}
+
+/// A commit frame's body read, or `None` for any other record.
+pub fn commit_info(body: &[u8]) -> Option<CommitInfo> {
     match body {
-        [COMMIT, a, b, c, d] => Some(u32::from_le_bytes([*a, *b, *c, *d])),
+        [COMMIT, a, b, c, d] => Some(CommitInfo { count: u32::from_le_bytes([*a, *b, *c, *d]), group_bytes: None }),
+        [COMMIT, a, b, c, d, e, f, g, h] => Some(CommitInfo {
+            count: u32::from_le_bytes([*a, *b, *c, *d]),
+            group_bytes: Some(u32::from_le_bytes([*e, *f, *g, *h])),
+        }),
         _ => None,
     }
+}
+
+/// Is this body a padding frame's?
+pub fn is_pad(body: &[u8]) -> bool {
+    body.first() == Some(&PAD)
+}
+
+/// A padding frame exactly `len` bytes long (`len > HEADER`).
+pub fn pad_frame(len: usize) -> Vec<u8> {
+    let mut out = vec![0; len.max(HEADER + 1)];
+    out[HEADER] = PAD;
+    seal(&mut out, 0);
+    out
 }
 
 /// What start-up needs of a claim record, borrowed from the segment's bytes (no allocation).
@@ -280,13 +326,23 @@ pub fn frame(buf: &[u8]) -> Frame<'_> {
     Frame::Valid { body, len: HEADER + len }
 }
 
-/// Is there a valid commit frame at the start of `buf`? Cheap to ask at every byte offset: it
-/// rejects on the length before computing a checksum.
-pub fn is_commit_frame(buf: &[u8]) -> bool {
-    if buf.len() < HEADER + COMMIT_BODY || buf[..4] != (COMMIT_BODY as u32).to_le_bytes() || buf[HEADER] != COMMIT {
-        return false;
+/// The valid commit frame at the start of `buf`, with its length. Cheap to ask at every byte
+/// offset: it rejects on the length and the kind before computing a checksum.
+pub fn commit_frame_at(buf: &[u8]) -> Option<(CommitInfo, usize)> {
+    let len = u32::from_le_bytes(buf.get(..4)?.try_into().ok()?) as usize;
+    if (len != COMMIT_BODY && len != COMMIT_BODY_V1) || buf.get(HEADER) != Some(&COMMIT) {
+        return None;
     }
-    matches!(frame(buf), Frame::Valid { .. })
+    match frame(buf) {
+        Frame::Valid { body, len } => commit_info(body).map(|info| (info, len)),
+        _ => None,
+    }
+}
+
+/// Is there a valid commit frame at the start of `buf`?
+#[cfg(test)]
+pub fn is_commit_frame(buf: &[u8]) -> bool {
+    commit_frame_at(buf).is_some()
 }
 
 fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
@@ -382,7 +438,8 @@ mod tests {
                 body: vec![0, 1, 2],
             }),
             Record::RequestGone { id, gone },
-            Record::Commit { count: 4 },
+            Record::Commit { count: 4, group_bytes: Some(321) },
+            Record::Commit { count: 4, group_bytes: None },
         ]
     }
 
@@ -411,9 +468,23 @@ mod tests {
 
     #[test]
     fn commit_frames_are_recognised_and_nothing_else_is() {
-        assert!(is_commit_frame(&Record::Commit { count: 3 }.encode()));
+        let commit = Record::Commit { count: 3, group_bytes: Some(99) }.encode();
+        assert_eq!(commit.len(), COMMIT_FRAME);
+        assert_eq!(commit_frame_at(&commit), Some((CommitInfo { count: 3, group_bytes: Some(99) }, COMMIT_FRAME)));
+        assert!(is_commit_frame(&Record::Commit { count: 3, group_bytes: None }.encode()));
         for record in &samples()[..5] {
             assert!(!is_commit_frame(&record.encode()));
+        }
+        assert!(!is_commit_frame(&pad_frame(40)));
+    }
+
+    #[test]
+    fn padding_frames_are_valid_frames_of_the_length_asked() {
+        for len in [HEADER + 1, 13, 4096] {
+            let pad = pad_frame(len);
+            let Frame::Valid { body, len: got } = frame(&pad) else { panic!("a padding frame is valid") };
+            assert_eq!(got, len);
+            assert!(is_pad(body) && commit_info(body).is_none());
         }
     }
 }

@@ -3,27 +3,34 @@
 //! Records replay in log order and the last one of a key wins, with two exceptions that make the
 //! replay agree with what was acknowledged: a record already expired is dropped (with whatever
 //! older record of its key the index held), and a tombstone removes only the very record it names.
+//! What the files hold is judged by [`crate::verify`]: damage stops start-up; a torn tail is cut
+//! off; segment files the manifest no longer lists are deleted. Start-up then syncs the head and
+//! writes the manifest with its mark at the head's end.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::OpenOptions;
 use std::path::Path;
 use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex};
 
 use idem_core::Clock;
 
+use crate::counts::Counts;
+use crate::disk::{Disk, OpenMode};
 use crate::index::{ClaimEntry, Index, RequestEntry, Slot, claim_part, request_part};
+use crate::manifest::Manifest;
 use crate::record::{self, Loc, Record, RequestRec};
-use crate::segment::{self, Damage, Scanned, Segments, Torn};
+use crate::segment::{self, Segments};
+use crate::verify::{self, Damage, Torn, Verdict};
 use crate::writer::Active;
 use crate::{LogOptions, OpenError, Shared, Space};
 
-pub fn open(dir: &Path, clock: Arc<dyn Clock>, options: &LogOptions) -> Result<(Shared, Active), OpenError> {
+pub fn open(dir: &Path, clock: Arc<dyn Clock>, options: &LogOptions) -> Result<(Shared, Active, Manifest), OpenError> {
+    let disk = Arc::clone(&options.disk);
     let dir_error = |source| OpenError::Dir { dir: dir.to_owned(), source };
-    let segments = Segments::new(dir.to_owned());
-    for number in segment::list(dir).map_err(dir_error)? {
-        let file = OpenOptions::new().read(true).write(true).open(segments.path(number)).map_err(dir_error)?;
-        segments.insert(number, Arc::new(file));
+    let segments = Segments::new(Arc::clone(&disk), dir.to_owned());
+    for number in segment::list(disk.as_ref(), dir).map_err(dir_error)? {
+        let file = disk.open(&segments.path(number), OpenMode::ReadWrite).map_err(dir_error)?;
+        segments.insert(number, file);
     }
     let shared = Shared {
         index: Index::default(),
@@ -31,52 +38,89 @@ pub fn open(dir: &Path, clock: Arc<dyn Clock>, options: &LogOptions) -> Result<(
         clock,
         space: Mutex::new(BTreeMap::new()),
         head: AtomicU32::new(0),
-        fault: Arc::clone(&options.faults),
-        namespaces: Mutex::new(HashMap::new()),
+        counts: Mutex::new(Counts::default()),
+        doomed: Mutex::new(Vec::new()),
+        preallocate: options.preallocate,
     };
     let now = shared.clock.now().millis();
     // Two threads read the whole log, each replaying the keys of its half of the index's shards
-    // (every record of a key in one thread, in order); only the first repairs a torn tail.
-    let (mine, other) = std::thread::scope(|scope| {
-        let other = scope.spawn(|| replay_part(&shared, dir, now, 1, false));
-        (replay_part(&shared, dir, now, 0, true), other.join())
-    });
-    let (scanned, mut counts) = mine?;
-    let (_, other_counts) = other.map_err(|_| dir_error(std::io::Error::other("a start-up thread panicked")))??;
-    for (ns, n) in other_counts {
-        count(&mut counts, &ns, n);
+    // (every record of a key in one thread, in order); both judge it the same way.
+    let (verdict, counts) = std::thread::scope(|scope| {
+        let other = scope.spawn(|| replay_part(&shared, dir, now, 1));
+        let (verdict, mut counts) = replay_part(&shared, dir, now, 0);
+        let other = other.join().map_err(|_| dir_error(std::io::Error::other("a start-up thread panicked")))?;
+        counts.merge(other.1);
+        Ok::<_, OpenError>((verdict, counts))
+    })?;
+    if !verdict.damage.is_empty() {
+        return Err(OpenError::Damaged(verdict.damage));
     }
-    *shared.namespaces.lock().unwrap_or_else(|e| e.into_inner()) =
-        counts.into_iter().map(|(ns, n)| (ns.into_string(), n)).collect();
-    let active = match scanned.segments.last() {
-        Some(&(number, len)) => {
-            let file =
-                shared.segments.file(number).ok_or_else(|| dir_error(std::io::Error::other("segment vanished")))?;
-            let allocated = file.metadata().map_err(dir_error)?.len().max(len);
-            Active { number, file, len, allocated }
+    *shared.counts.lock().unwrap_or_else(|e| e.into_inner()) = counts;
+    settle(disk.as_ref(), dir, &shared, &verdict).map_err(dir_error)?;
+    let active = match verdict.segments.last() {
+        Some(head) => {
+            let file = disk.open(&shared.segments.path(head.number), OpenMode::ReadWrite).map_err(dir_error)?;
+            // What start-up read may be in the page cache only (after a kill -9): made durable
+            // before the mark vouches for it.
+            file.sync_data().map_err(dir_error)?;
+            let allocated = file.size().map_err(dir_error)?.max(head.end);
+            Active { number: head.number, file, len: head.end, allocated, records: head.records, dirty: false }
         }
         None => {
-            let file = Arc::new(segment::create(dir, 1).map_err(dir_error)?);
+            let file = segment::create(disk.as_ref(), dir, 1).map_err(dir_error)?;
             shared.segments.insert(1, Arc::clone(&file));
             let len = segment::SEGMENT_HEADER as u64;
-            Active { number: 1, file, len, allocated: len }
+            Active { number: 1, file, len, allocated: len, records: 0, dirty: false }
         }
     };
+    if verdict.without_manifest {
+        // A log from before the manifest: its sealed segments are made durable once, before the
+        // manifest vouches for their lengths.
+        for found in verdict.segments.iter().rev().skip(1) {
+            let file = disk.open(&shared.segments.path(found.number), OpenMode::ReadWrite).map_err(dir_error)?;
+            file.sync_data().map_err(dir_error)?;
+        }
+    }
+    let manifest = verdict.manifest_now().unwrap_or_else(|| Manifest::new(active.number, active.len));
+    manifest.write(disk.as_ref(), dir).map_err(dir_error)?;
+    if verdict.without_manifest && verdict.segments.len() > 1 {
+        tracing::info!(dir = %dir.display(), segments = verdict.segments.len(), "the log now keeps a manifest");
+    }
     shared.head.store(active.number, std::sync::atomic::Ordering::Release);
-    *shared.space.lock().unwrap_or_else(|e| e.into_inner()) = space(&shared, &scanned, &active);
-    Ok((shared, active))
+    *shared.space.lock().unwrap_or_else(|e| e.into_inner()) = space(&shared, &verdict, &active);
+    Ok((shared, active, manifest))
+}
+
+/// Cuts a torn tail off and deletes the files the manifest no longer lists.
+fn settle(disk: &dyn Disk, dir: &Path, shared: &Shared, verdict: &Verdict) -> std::io::Result<()> {
+    if let Some(torn) = &verdict.torn {
+        tracing::warn!(
+            file = %shared.segments.path(torn.segment).display(), offset = torn.offset, bytes = torn.bytes,
+            "dropping a torn tail: the group a crash cut short (it was never acknowledged)"
+        );
+        segment::cut(disk, &shared.segments.path(torn.segment), torn.segment, torn.offset)?;
+    }
+    for &number in &verdict.leftovers {
+        tracing::info!(segment = number, "deleting a segment the log no longer lists (compacted, or never used)");
+        shared.segments.remove(number);
+        disk.remove_file(&shared.segments.path(number))?;
+    }
+    if !verdict.leftovers.is_empty() {
+        disk.sync_dir(dir)?;
+    }
+    Ok(())
 }
 
 /// Each segment's size, and as garbage whatever no index entry points at.
-fn space(shared: &Shared, scanned: &Scanned, active: &Active) -> BTreeMap<u32, Space> {
+fn space(shared: &Shared, verdict: &Verdict, active: &Active) -> BTreeMap<u32, Space> {
     let mut live: HashMap<u32, u64> = HashMap::new();
     shared.index.for_each_location(|loc, len| *live.entry(loc.segment).or_default() += u64::from(len));
-    let mut space: BTreeMap<u32, Space> = scanned
+    let mut space: BTreeMap<u32, Space> = verdict
         .segments
         .iter()
-        .map(|&(number, size)| {
-            let used = live.get(&number).copied().unwrap_or(0) + segment::SEGMENT_HEADER as u64;
-            (number, Space { size, garbage: size.saturating_sub(used) })
+        .map(|found| {
+            let used = live.get(&found.number).copied().unwrap_or(0) + segment::SEGMENT_HEADER as u64;
+            (found.number, Space { size: found.end, garbage: found.end.saturating_sub(used) })
         })
         .collect();
     space.entry(active.number).or_insert(Space { size: active.len, garbage: 0 });
@@ -85,23 +129,13 @@ fn space(shared: &Shared, scanned: &Scanned, active: &Active) -> BTreeMap<u32, S
 
 const PARTS: usize = 2;
 
-fn replay_part(shared: &Shared, dir: &Path, now: i64, part: usize, repair: bool) -> Result<(Scanned, Counts), Damage> {
-    let mut counts = Counts::new();
-    let scanned =
-        segment::scan(dir, repair, &mut |loc, body, len| replay(shared, &mut counts, now, part, loc, body, len))?;
-    Ok((scanned, counts))
-}
-
-/// Claims counted per namespace while replaying, without a lock or an allocation per record.
-type Counts = HashMap<Box<str>, i64>;
-
-fn count(counts: &mut Counts, ns: &str, delta: i64) {
-    match counts.get_mut(ns) {
-        Some(n) => *n += delta,
-        None => {
-            counts.insert(ns.into(), delta);
-        }
-    }
+fn replay_part(shared: &Shared, dir: &Path, now: i64, part: usize) -> (Verdict, Counts) {
+    let mut counts = Counts::default();
+    let disk = Arc::clone(&shared.segments.disk);
+    let verdict = verify::verify(disk.as_ref(), dir, &mut |loc, body, len| {
+        replay(shared, &mut counts, now, part, loc, body, len)
+    });
+    (verdict, counts)
 }
 
 fn replay(
@@ -126,10 +160,13 @@ fn replay(
             None => (if found.main_taken { Slot::Overflow } else { Slot::Main }, None),
         };
         index.update_claim(slot, claim.ns, &claim.id, claim.parts, before, after);
-        match (before, after) {
-            (None, Some(_)) => count(counts, claim.ns, 1),
-            (Some(_), None) => count(counts, claim.ns, -1),
-            _ => {}
+        if before != after {
+            if let Some(before) = before {
+                counts.add(claim.ns, before.expires_at(), -1);
+            }
+            if let Some(after) = after {
+                counts.add(claim.ns, after.expires_at(), 1);
+            }
         }
         return Ok(());
     }
@@ -148,7 +185,7 @@ fn replay(
                 && entry.loc() == gone.target
             {
                 index.update_claim(slot, &ns, &id, &old.parts, Some(entry), None);
-                count(counts, &ns, -1);
+                counts.add(&ns, entry.expires_at(), -1);
             }
         }
         Record::Request(rec) => replay_request(index, loc, len, &rec, now),
@@ -177,18 +214,41 @@ pub struct CheckReport {
     pub segments: usize,
     pub bytes: u64,
     pub records: u64,
+    /// Acknowledged records that cannot be read, and files that should not be there: `idem repair`
+    /// fixes them. Start-up refuses a log with any.
+    pub damage: Vec<Damage>,
     /// A group a crash cut short at the end (start-up drops it; nothing acknowledged is in it).
     pub torn: Option<Torn>,
+    /// Segment files the manifest no longer lists (start-up deletes them).
+    pub leftovers: Vec<u32>,
+    /// The log has no manifest yet (written before idem kept one; start-up writes it).
+    pub without_manifest: bool,
 }
 
-/// Reads and verifies every segment without changing anything (safe while idem runs: the group
-/// being written at that moment may show as a torn tail).
-pub fn check(dir: &Path) -> Result<CheckReport, Damage> {
-    let scanned = segment::scan(dir, false, &mut |_, body, _| Record::decode(body).map(drop))?;
+/// Reads and verifies every segment without changing anything. Safe while idem runs: it holds
+/// the backup lock (so compaction deletes nothing meanwhile), judges again if a segment was started
+/// while it read, and the group being written at that moment may show as a torn tail.
+pub fn check(disk: &dyn Disk, dir: &Path) -> std::io::Result<CheckReport> {
+    let _pin = disk.lock(&dir.join(crate::compact::BACKUP_LOCK), crate::disk::LockKind::Exclusive, true)?;
+    let manifest_bytes = || {
+        disk.open(&dir.join(crate::manifest::FILE), OpenMode::Read).and_then(|f| crate::disk::read_all(f.as_ref())).ok()
+    };
+    let mut tries = 0;
+    let verdict = loop {
+        let before = manifest_bytes();
+        let verdict = verify::verify(disk, dir, &mut |_, body, _| Record::decode(body).map(drop));
+        tries += 1;
+        if before == manifest_bytes() || tries == 5 {
+            break verdict;
+        }
+    };
     Ok(CheckReport {
-        segments: scanned.segments.len(),
-        bytes: scanned.segments.iter().map(|(_, len)| len).sum(),
-        records: scanned.records,
-        torn: scanned.torn,
+        segments: verdict.segments.len(),
+        bytes: verdict.segments.iter().map(|s| s.end).sum(),
+        records: verdict.segments.iter().map(|s| s.records).sum(),
+        damage: verdict.damage,
+        torn: verdict.torn,
+        leftovers: verdict.leftovers,
+        without_manifest: verdict.without_manifest,
     })
 }

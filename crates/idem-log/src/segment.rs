@@ -1,73 +1,92 @@
 //! Segment files: `NNNNNNNN.log` in the log directory, each a 16-byte header and then frames.
-//! Only the newest segment is ever appended to; older ones are immutable until compaction
-//! deletes them. Recovery reads them all in order ([`scan`]).
+//! Only the newest segment (the head) is ever appended to; older ones are sealed, immutable until
+//! compaction deletes them. [`scan`] reads one segment's groups and notes every stretch it cannot
+//! read; [`crate::verify`] decides what such a stretch means (a torn tail or damage).
 //!
-//! The newest segment is kept zero-filled a little beyond its last group ([`preallocate`]): an
-//! `fdatasync` of bytes written over blocks the file already has need not commit a new file size
-//! through the file system's journal, which made a group's sync about a third slower here. A frame
-//! never starts with a zero length, so the zeros read as the end of the log; a segment is cut back
-//! to its last group before the next one is started.
+//! The head is kept zero-filled a little beyond its last group ([`preallocate`]): an `fdatasync` of
+//! bytes written over blocks the file already has need not commit a new file size through the
+//! file system's journal, which made a group's sync about a third slower here. A frame never
+//! starts with a zero length, so the zeros read as the end of the log; a segment is cut back to its
+//! last group before the next one is started. Because of them, whatever a crash did not let reach
+//! the disk of a group being written reads as zeros (or as the end of the file): recovery relies on
+//! that to tell a torn write from damage.
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use idem_core::StoreError;
 
+use crate::disk::{self, Disk, FileRef, OpenMode};
 use crate::record::{self, Frame, HEADER, Loc, Record};
 
 /// Bytes before the first frame: magic, format version, segment number, and their checksum.
 pub const SEGMENT_HEADER: usize = 16;
 const MAGIC: &[u8; 7] = b"idemlog";
-const VERSION: u8 = 1;
+/// Version 2: commit frames say how long their group is, and the log has a manifest. Segments
+/// of version 1 (before the manifest) are still read.
+const VERSION: u8 = 2;
 
 pub fn file_name(number: u32) -> String {
     format!("{number:08}.log")
 }
 
-pub fn header(number: u32) -> [u8; SEGMENT_HEADER] {
+fn header_of(number: u32, version: u8) -> [u8; SEGMENT_HEADER] {
     let mut out = [0; SEGMENT_HEADER];
     out[..7].copy_from_slice(MAGIC);
-    out[7] = VERSION;
+    out[7] = version;
     out[8..12].copy_from_slice(&number.to_le_bytes());
     let crc = crc32fast::hash(&out[..12]);
     out[12..].copy_from_slice(&crc.to_le_bytes());
     out
 }
 
+pub fn header(number: u32) -> [u8; SEGMENT_HEADER] {
+    header_of(number, VERSION)
+}
+
+/// The format version of a segment whose header is valid for `number`.
+pub fn version(bytes: &[u8], number: u32) -> Option<u8> {
+    let head = bytes.get(..SEGMENT_HEADER)?;
+    [1, VERSION].into_iter().find(|v| head == header_of(number, *v))
+}
+
 /// Segment numbers in `dir`, ascending.
-pub fn list(dir: &Path) -> std::io::Result<Vec<u32>> {
-    let mut numbers = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let name = entry?.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if let Some(n) = name.strip_suffix(".log").filter(|n| n.len() == 8).and_then(|n| n.parse().ok()) {
-            numbers.push(n);
-        }
-    }
+pub fn list(disk: &dyn Disk, dir: &Path) -> std::io::Result<Vec<u32>> {
+    let mut numbers: Vec<u32> = disk
+        .list(dir)?
+        .iter()
+        .filter_map(|name| name.strip_suffix(".log").filter(|n| n.len() == 8).and_then(|n| n.parse().ok()))
+        .collect();
     numbers.sort_unstable();
     Ok(numbers)
 }
 
-/// The open segment files, shared by readers (who keep an `Arc` while they read, so a segment
+/// The open segment files, shared by readers (who keep a handle while they read, so a segment
 /// that compaction deletes meanwhile stays readable to them).
 pub struct Segments {
     pub dir: PathBuf,
-    files: RwLock<BTreeMap<u32, Arc<File>>>,
+    pub disk: Arc<dyn Disk>,
+    files: RwLock<BTreeMap<u32, FileRef>>,
+}
+
+/// A record read, or why not.
+pub enum Read {
+    Found(Record, u32),
+    /// The segment was retired (by compaction) after the caller found this place: look again.
+    Gone,
 }
 
 impl Segments {
-    pub fn new(dir: PathBuf) -> Self {
-        Self { dir, files: RwLock::new(BTreeMap::new()) }
+    pub fn new(disk: Arc<dyn Disk>, dir: PathBuf) -> Self {
+        Self { dir, disk, files: RwLock::new(BTreeMap::new()) }
     }
 
     pub fn path(&self, number: u32) -> PathBuf {
         self.dir.join(file_name(number))
     }
 
-    pub fn insert(&self, number: u32, file: Arc<File>) {
+    pub fn insert(&self, number: u32, file: FileRef) {
         self.files.write().unwrap_or_else(|e| e.into_inner()).insert(number, file);
     }
 
@@ -79,204 +98,283 @@ impl Segments {
         self.files.read().unwrap_or_else(|e| e.into_inner()).contains_key(&number)
     }
 
-    pub fn file(&self, number: u32) -> Option<Arc<File>> {
+    fn file(&self, number: u32) -> Option<FileRef> {
         self.files.read().unwrap_or_else(|e| e.into_inner()).get(&number).cloned()
     }
 
     /// Reads and verifies the record at `loc`; answers it with its frame length.
-    pub fn read(&self, loc: Loc) -> Result<(Record, u32), StoreError> {
+    pub fn read(&self, loc: Loc) -> Result<Read, StoreError> {
         let damaged =
             |why: String| StoreError::Internal(format!("{} at byte {}: {why}", file_name(loc.segment), loc.offset));
-        let file = self.file(loc.segment).ok_or_else(|| damaged("segment is gone".into()))?;
+        let Some(file) = self.file(loc.segment) else { return Ok(Read::Gone) };
         let mut buf = vec![0; 512];
-        let got = read_at_most(&file, &mut buf, u64::from(loc.offset)).map_err(|e| damaged(e.to_string()))?;
+        let got =
+            disk::read_at_most(file.as_ref(), &mut buf, u64::from(loc.offset)).map_err(|e| damaged(e.to_string()))?;
         buf.truncate(got);
         if buf.len() >= HEADER {
             let body = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
             if HEADER + body > buf.len() && body <= record::MAX_BODY {
                 let mut more = vec![0; HEADER + body - buf.len()];
-                file.read_exact_at(&mut more, u64::from(loc.offset) + buf.len() as u64)
-                    .map_err(|e| damaged(e.to_string()))?;
-                buf.extend_from_slice(&more);
+                let at = u64::from(loc.offset) + buf.len() as u64;
+                let got = disk::read_at_most(file.as_ref(), &mut more, at).map_err(|e| damaged(e.to_string()))?;
+                buf.extend_from_slice(&more[..got]);
             }
         }
         match record::frame(&buf) {
-            Frame::Valid { body, len } => Ok((Record::decode(body).map_err(damaged)?, len as u32)),
+            Frame::Valid { body, len } => Ok(Read::Found(Record::decode(body).map_err(damaged)?, len as u32)),
             Frame::Short => Err(damaged("record ends early".into())),
             Frame::Damaged(why) => Err(damaged(why)),
         }
     }
-}
 
-fn read_at_most(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        match file.read_at(&mut buf[got..], offset + got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+    /// Like [`Segments::read`], with a retired segment as an error (for callers that hold the
+    /// writer, before whom no segment is retired).
+    pub fn read_now(&self, loc: Loc) -> Result<(Record, u32), StoreError> {
+        match self.read(loc)? {
+            Read::Found(record, len) => Ok((record, len)),
+            Read::Gone => Err(StoreError::Internal(format!(
+                "{} at byte {}: the index points into a segment that is gone",
+                file_name(loc.segment),
+                loc.offset
+            ))),
         }
     }
-    Ok(got)
 }
 
-/// Damage found where a torn write cannot explain it: start-up stops and names the place.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{file}: damaged at byte {offset}: {reason}")]
-pub struct Damage {
-    pub file: PathBuf,
-    pub offset: u64,
-    pub reason: String,
-}
-
-/// A group that a crash cut short at the end of the newest segment: never acknowledged, dropped.
+/// A stretch of a segment that could not be read as whole groups.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Torn {
-    pub segment: u32,
-    pub offset: u64,
-    pub bytes: u64,
+pub struct Bad {
+    /// Where the last whole group before it ends: everything from here to `resume` is lost.
+    pub start: u64,
+    /// The first frame that could not be read.
+    pub at: u64,
+    pub reason: String,
+    /// Where the next intact group after it begins, if one was found (only commit frames that
+    /// say how long their group is can be found this way).
+    pub resume: Option<u64>,
+    /// A pre-manifest commit frame follows (its group cannot be located, but it proves that a
+    /// group was committed after this stretch was written).
+    pub old_commit_follows: bool,
 }
 
-/// What recovery found: each segment's number and length (after any repair), and a torn tail.
-#[derive(Debug, Default)]
-pub struct Scanned {
-    pub segments: Vec<(u32, u64)>,
-    pub torn: Option<Torn>,
+/// What reading one segment found.
+#[derive(Debug, Clone, Default)]
+pub struct Scan {
+    /// The file's length.
+    pub len: u64,
+    /// Where the last whole group (or padding) ends; before any zeros or unreadable tail.
+    pub end: u64,
+    /// Records of whole groups, applied.
     pub records: u64,
+    /// Records before `mark` (asked for by the caller), when a group ends exactly there.
+    pub records_at_mark: Option<u64>,
+    /// Unreadable stretches, in order.
+    pub bad: Vec<Bad>,
+    /// The segment runs on in zeros after `end` (only the head may).
+    pub zero_tail: bool,
 }
 
 /// Called with each committed record's place, body and frame length; an error is damage there.
 pub type Apply<'a> = dyn FnMut(Loc, &[u8], u32) -> Result<(), String> + 'a;
 
-/// Reads every segment in order and hands each committed record to `apply`, group by group.
-///
-/// A frame that is short or fails its checksum is a torn tail when it is in the newest segment
-/// and no valid commit frame follows it: that group was never acknowledged (its commit frame is
-/// written last and acknowledged only after the fsync), so it is dropped — with `repair`, cut off
-/// the file. Anywhere else it is [`Damage`]: an acknowledged group cannot be read.
-pub fn scan(dir: &Path, repair: bool, apply: &mut Apply<'_>) -> Result<Scanned, Damage> {
-    let io_damage = |path: PathBuf| move |e: std::io::Error| Damage { file: path, offset: 0, reason: e.to_string() };
-    let numbers = list(dir).map_err(io_damage(dir.to_owned()))?;
-    let mut scanned = Scanned::default();
-    for (i, &number) in numbers.iter().enumerate() {
-        let path = dir.join(file_name(number));
-        let bytes = std::fs::read(&path).map_err(io_damage(path.clone()))?;
-        let last = i + 1 == numbers.len();
-        let (end, records) = match scan_segment(number, &bytes, apply) {
-            Ok((end, records)) if end == bytes.len() || last => (end as u64, records),
-            Ok((end, _)) => {
-                let reason = "zeros where records should be (only the newest segment has a zeroed tail)".into();
-                return Err(Damage { file: path, offset: end as u64, reason });
-            }
-            Err((offset, good_end, records, reason)) => {
-                let follows = (offset as usize + 1..bytes.len()).any(|at| record::is_commit_frame(&bytes[at..]));
-                if !last || follows {
-                    let reason = if follows { format!("{reason}, and committed records follow") } else { reason };
-                    return Err(Damage { file: path, offset, reason });
-                }
-                let torn = Torn { segment: number, offset: good_end, bytes: bytes.len() as u64 - good_end };
-                tracing::warn!(
-                    file = %path.display(), offset = good_end, bytes = torn.bytes,
-                    "dropping a torn tail: a group the crash cut short (it was never acknowledged)"
-                );
-                if repair {
-                    cut(&path, number, good_end).map_err(io_damage(path.clone()))?;
-                }
-                scanned.torn = Some(torn);
-                (good_end.max(SEGMENT_HEADER as u64), records)
-            }
-        };
-        scanned.records += records;
-        scanned.segments.push((number, end));
+/// Reads the groups of one segment in order, handing each committed record to `apply`. A
+/// stretch that cannot be read is noted in [`Scan::bad`], and reading goes on at the next intact
+/// group, if any. `Err` is a header that is not this segment's.
+pub fn scan(number: u32, bytes: &[u8], mark: Option<u64>, apply: &mut Apply<'_>) -> Result<Scan, String> {
+    if version(bytes, number).is_none() {
+        return Err("bad segment header".into());
     }
-    Ok(scanned)
-}
-
-/// Parses one segment: answers where its records end (before any zeroed tail) and how many were
-/// applied. On damage: (offset of the bad frame, end of the last whole group, records applied, why).
-fn scan_segment(number: u32, bytes: &[u8], apply: &mut Apply<'_>) -> Result<(usize, u64), (u64, u64, u64, String)> {
-    if bytes.len() < SEGMENT_HEADER || bytes[..SEGMENT_HEADER] != header(number) {
-        return Err((0, 0, 0, "bad segment header".into()));
-    }
-    let (mut at, mut group_end, mut applied) = (SEGMENT_HEADER, SEGMENT_HEADER, 0u64);
+    let mut out = Scan { len: bytes.len() as u64, end: SEGMENT_HEADER as u64, ..Scan::default() };
+    let (mut at, mut group_start) = (SEGMENT_HEADER, SEGMENT_HEADER);
     // The group's records as (place, start of body, end of body), applied once its commit is read.
     let mut group: Vec<(Loc, usize, usize)> = Vec::new();
+    let note_mark = |out: &mut Scan, end: usize| {
+        if mark == Some(end as u64) {
+            out.records_at_mark = Some(out.records);
+        }
+    };
+    note_mark(&mut out, SEGMENT_HEADER);
     while at < bytes.len() {
         if group.is_empty() && bytes[at..].iter().all(|&b| b == 0) {
-            return Ok((at, applied));
+            out.zero_tail = true;
+            break;
         }
-        let (body_len, len, commit) = match record::frame(&bytes[at..]) {
-            Frame::Valid { body, len } => (body.len(), len, record::commit_count(body)),
-            Frame::Short => return Err((at as u64, group_end as u64, applied, "a record ends early".into())),
-            Frame::Damaged(why) => return Err((at as u64, group_end as u64, applied, why)),
-        };
-        let loc = Loc { segment: number, offset: at as u32 };
-        match commit {
-            Some(count) if count as usize == group.len() => {
-                for (loc, start, end) in group.drain(..) {
-                    apply(loc, &bytes[start..end], (HEADER + end - start) as u32)
-                        .map_err(|why| (u64::from(loc.offset), group_end as u64, applied, why))?;
-                    applied += 1;
+        let problem = match record::frame(&bytes[at..]) {
+            Frame::Valid { body, len } => {
+                let loc = Loc { segment: number, offset: at as u32 };
+                match record::commit_info(body) {
+                    _ if record::is_pad(body) && group.is_empty() => {
+                        at += len;
+                        group_start = at;
+                        out.end = at as u64;
+                        continue;
+                    }
+                    Some(info)
+                        if info.count as usize == group.len()
+                            && info.group_bytes.is_none_or(|g| g as usize == at - group_start) =>
+                    {
+                        let applied = group.drain(..).try_for_each(|(loc, start, end)| {
+                            apply(loc, &bytes[start..end], (HEADER + end - start) as u32)?;
+                            out.records += 1;
+                            Ok::<(), String>(())
+                        });
+                        match applied {
+                            Ok(()) => {
+                                at += len;
+                                group_start = at;
+                                out.end = at as u64;
+                                note_mark(&mut out, at);
+                                continue;
+                            }
+                            Err(why) => why,
+                        }
+                    }
+                    Some(info) => format!("a commit of {} records ends a group of {}", info.count, group.len()),
+                    None => {
+                        group.push((loc, at + HEADER, at + HEADER + body.len()));
+                        at += len;
+                        continue;
+                    }
                 }
-                group_end = at + len;
             }
-            Some(count) => {
-                let why = format!("a commit of {count} records ends a group of {}", group.len());
-                return Err((at as u64, group_end as u64, applied, why));
+            Frame::Short => "a record ends early".into(),
+            Frame::Damaged(why) => why,
+        };
+        let bad_at = at;
+        let (resume, old_commit_follows) = next_group(bytes, group_start, bad_at);
+        out.bad.push(Bad { start: group_start as u64, at: bad_at as u64, reason: problem, resume, old_commit_follows });
+        group.clear();
+        match resume {
+            Some(next) => {
+                at = next as usize;
+                group_start = at;
             }
-            None => group.push((loc, at + HEADER, at + HEADER + body_len)),
+            None => return Ok(out),
         }
-        at += len;
     }
-    if group.is_empty() {
-        Ok((at, applied))
-    } else {
-        Err((group_end as u64, group_end as u64, applied, "a group has no commit".into()))
+    if !group.is_empty() {
+        let (resume, old_commit_follows) = (None, false);
+        let reason = "a group has no commit".into();
+        out.bad.push(Bad { start: group_start as u64, at: group_start as u64, reason, resume, old_commit_follows });
     }
+    Ok(out)
+}
+
+/// The first intact group that begins after `from` (the start of an unreadable stretch) and
+/// whose commit frame lies beyond `bad_at`; and whether any pre-manifest commit frame follows.
+fn next_group(bytes: &[u8], from: usize, bad_at: usize) -> (Option<u64>, bool) {
+    let mut old_commit = false;
+    for commit_at in bad_at + 1..bytes.len() {
+        let Some((info, _)) = record::commit_frame_at(&bytes[commit_at..]) else { continue };
+        let Some(group_bytes) = info.group_bytes else {
+            old_commit = true;
+            continue;
+        };
+        let Some(start) = commit_at.checked_sub(group_bytes as usize).filter(|s| *s > from) else { continue };
+        if whole_group(&bytes[start..commit_at], info.count) {
+            return (Some(start as u64), old_commit);
+        }
+    }
+    (None, old_commit)
+}
+
+/// Do these bytes read as exactly `count` valid record frames?
+fn whole_group(mut bytes: &[u8], count: u32) -> bool {
+    let mut n = 0;
+    while !bytes.is_empty() {
+        match record::frame(bytes) {
+            Frame::Valid { body, len } if record::commit_info(body).is_none() && !record::is_pad(body) => {
+                n += 1;
+                bytes = &bytes[len..];
+            }
+            _ => return false,
+        }
+    }
+    n == count
+}
+
+/// A commit frame whose group starts after `start`, anywhere after `from`: proof that the group
+/// at `start` was written whole and synced before it (groups are written one after another).
+pub fn later_group_committed(bytes: &[u8], start: u64, from: u64) -> Option<u64> {
+    (from as usize + 1..bytes.len()).find_map(|at| {
+        let (info, _) = record::commit_frame_at(&bytes[at..])?;
+        let group_start = at as u64 - u64::from(info.group_bytes?);
+        (group_start > start).then_some(group_start)
+    })
+}
+
+/// The end of the commit frame, anywhere after `from`, of the group that starts at `start`.
+pub fn own_commit_end(bytes: &[u8], start: u64, from: u64) -> Option<u64> {
+    (from as usize + 1..bytes.len()).find_map(|at| {
+        let (info, len) = record::commit_frame_at(&bytes[at..])?;
+        (at as u64).checked_sub(u64::from(info.group_bytes?)).filter(|s| *s == start).map(|_| (at + len) as u64)
+    })
+}
+
+/// Could a crash have left the frame at `at` unreadable, in a group written from `start`? Only if
+/// some sector it spans was never written, or it runs past the end of the file. The bytes a group
+/// is written over are zeros (the head is zero-filled ahead), so a sector that did not land reads
+/// as zeros from `start` (or its own beginning) to its end; a frame all of whose sectors landed
+/// must read whole. (This assumes what databases assume of disks: a sector, 512 bytes, is written
+/// whole or not at all.)
+pub fn torn_write_explains(bytes: &[u8], start: u64, at: u64) -> bool {
+    const SECTOR: usize = 512;
+    let (start, at) = (start as usize, at as usize);
+    if at + HEADER > bytes.len() {
+        return true;
+    }
+    let claimed = u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]) as usize;
+    let extent = if claimed == 0 || claimed > record::MAX_BODY { HEADER } else { HEADER + claimed };
+    if at + extent > bytes.len() {
+        return true;
+    }
+    let (first, last) = (at / SECTOR, (at + extent - 1) / SECTOR);
+    (first..=last).any(|s| {
+        let from = (s * SECTOR).max(start);
+        let to = ((s + 1) * SECTOR).min(bytes.len());
+        bytes[from..to].iter().all(|&b| b == 0)
+    })
 }
 
 /// Cuts a segment back to `end` (at least its header), durably.
-fn cut(path: &Path, number: u32, end: u64) -> std::io::Result<()> {
-    let file = std::fs::OpenOptions::new().write(true).open(path)?;
+pub fn cut(disk: &dyn Disk, path: &Path, number: u32, end: u64) -> std::io::Result<()> {
+    let file = disk.open(path, OpenMode::ReadWrite)?;
     if end < SEGMENT_HEADER as u64 {
         file.set_len(0)?;
         file.write_all_at(&header(number), 0)?;
     } else {
         file.set_len(end)?;
     }
-    file.sync_all()
+    file.sync_data()
 }
 
 /// Creates a new, empty segment and makes its directory entry durable.
-pub fn create(dir: &Path, number: u32) -> std::io::Result<File> {
+pub fn create(disk: &dyn Disk, dir: &Path, number: u32) -> std::io::Result<FileRef> {
     let path = dir.join(file_name(number));
-    let file = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
+    let file = disk.open(&path, OpenMode::CreateNew)?;
     file.write_all_at(&header(number), 0)?;
-    file.sync_all()?;
-    sync_dir(dir)?;
+    file.sync_data()?;
+    disk.sync_dir(dir)?;
     Ok(file)
 }
 
-/// How far beyond its last group the newest segment is kept zero-filled. Extending it costs one
-/// group's sync about 0.8 ms here, once per MiB of log.
+/// How far beyond its last group the newest segment is kept zero-filled, by default
+/// ([`crate::LogOptions::preallocate`]). Extending it costs one group's sync about 0.8 ms here,
+/// once per MiB of log.
 pub const PREALLOCATE: u64 = 1 << 20;
 
-/// With less than this free on its disk, the log is not zero-filled ahead: that would bring a
-/// full disk nearer (and take the room a freed disk has back), where room matters more than speed.
-const PREALLOCATE_MIN_FREE: u64 = 64 * PREALLOCATE;
-
-/// Zero-fills `file` from `end` for [`PREALLOCATE`] bytes (not synced: the next group's sync
-/// carries it). Answers the new zero-filled end, or `end` if the disk is short of room, which only
-/// costs speed: the next group appends as it would have anyway.
-pub fn preallocate(file: &File, end: u64) -> u64 {
+/// Zero-fills `file` from `end` for `ahead` bytes (not synced: the next group's sync carries it).
+/// Answers the new zero-filled end, or `end` if the disk is short of room (under 64 times `ahead`
+/// free: that would bring a full disk nearer, and take the room a freed disk has back, where room
+/// matters more than speed), which only costs speed: the next group appends as it would have.
+pub fn preallocate(disk: &dyn Disk, dir: &Path, file: &dyn disk::DiskFile, end: u64, ahead: u64) -> u64 {
     static ZEROS: [u8; PREALLOCATE as usize] = [0; PREALLOCATE as usize];
-    let free = rustix::fs::fstatvfs(file).map_or(0, |s| s.f_bavail.saturating_mul(s.f_frsize));
-    if free < PREALLOCATE_MIN_FREE {
+    let ahead = ahead.min(PREALLOCATE);
+    if ahead == 0 || disk.free_bytes(dir).unwrap_or(0) < 64 * ahead {
         return end;
     }
-    match file.write_all_at(&ZEROS, end) {
-        Ok(()) => end + PREALLOCATE,
+    match file.write_all_at(&ZEROS[..ahead as usize], end) {
+        Ok(()) => end + ahead,
         Err(e) => {
             tracing::debug!(error = %e, "could not zero-fill ahead of the log's head");
             end
@@ -284,6 +382,91 @@ pub fn preallocate(file: &File, end: u64) -> u64 {
     }
 }
 
-pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    File::open(dir)?.sync_all()
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Record;
+
+    /// A segment of `groups` groups of two records each, of about `size` bytes; answers it with
+    /// each group's end.
+    fn segment_of(groups: usize, size: usize) -> (Vec<u8>, Vec<u64>) {
+        let mut bytes = header(1).to_vec();
+        let mut ends = Vec::new();
+        for g in 0..groups {
+            let start = bytes.len();
+            for r in 0..2u8 {
+                let rec = Record::Request(record::RequestRec {
+                    id: idem_core::ClaimId([g as u8 ^ r; 32]),
+                    fingerprint: [7; 32],
+                    completed: true,
+                    token: [1; 16],
+                    until: 5,
+                    body: vec![b'x'; size],
+                });
+                rec.encode_into(&mut bytes);
+            }
+            let group_bytes = Some((bytes.len() - start) as u32);
+            Record::Commit { count: 2, group_bytes }.encode_into(&mut bytes);
+            ends.push(bytes.len() as u64);
+        }
+        (bytes, ends)
+    }
+
+    fn segment(groups: usize) -> (Vec<u8>, Vec<u64>) {
+        segment_of(groups, 10)
+    }
+
+    fn count(bytes: &[u8]) -> Scan {
+        scan(1, bytes, None, &mut |_, _, _| Ok(())).expect("header")
+    }
+
+    #[test]
+    fn reads_whole_groups_and_stops_at_zeros() {
+        let (mut bytes, ends) = segment(3);
+        bytes.extend_from_slice(&[0; 1000]);
+        let scan = count(&bytes);
+        assert_eq!((scan.end, scan.records, scan.zero_tail, scan.bad.len()), (ends[2], 6, true, 0));
+    }
+
+    #[test]
+    fn a_damaged_group_is_noted_and_reading_resumes_at_the_next_intact_one() {
+        let (mut bytes, ends) = segment(4);
+        bytes[ends[0] as usize + 12] ^= 1;
+        let scan = count(&bytes);
+        assert_eq!(scan.records, 6, "groups 1, 3 and 4");
+        assert_eq!(scan.bad.len(), 1);
+        assert_eq!((scan.bad[0].start, scan.bad[0].resume), (ends[0], Some(ends[1])));
+        assert_eq!(scan.end, ends[3]);
+    }
+
+    #[test]
+    fn a_torn_write_is_told_from_a_flipped_byte_by_its_zero_sectors() {
+        let (bytes, ends) = segment_of(4, 1000);
+        let last_start = ends[2] as usize;
+        let mut flipped = bytes.clone();
+        flipped[last_start + 20] ^= 1;
+        assert!(!torn_write_explains(&flipped, last_start as u64, last_start as u64), "every sector was written");
+        let mut torn = bytes[..last_start].to_vec();
+        torn.extend(std::iter::repeat_n(0, bytes.len() - last_start));
+        let sector_end = (last_start / 512 + 1) * 512;
+        torn[last_start..sector_end.min(bytes.len())].copy_from_slice(&bytes[last_start..sector_end.min(bytes.len())]);
+        let scan = count(&torn);
+        let bad_at = scan.bad.first().map(|b| b.at);
+        assert!(bad_at.is_none() || torn_write_explains(&torn, last_start as u64, bad_at.unwrap_or(0)));
+        // The group's second sector landed and its first did not: zeros from the group's start.
+        let mut out_of_order = bytes[..last_start].to_vec();
+        out_of_order.extend(std::iter::repeat_n(0, sector_end - last_start));
+        out_of_order.extend_from_slice(&bytes[sector_end..]);
+        let scan = count(&out_of_order);
+        let bad = scan.bad.last().expect("the group does not read");
+        assert!(torn_write_explains(&out_of_order, bad.start, bad.at));
+    }
+
+    #[test]
+    fn commit_frames_locate_their_groups() {
+        let (bytes, ends) = segment(3);
+        assert_eq!(later_group_committed(&bytes, ends[0], ends[0]), Some(ends[1]));
+        assert_eq!(later_group_committed(&bytes, ends[1], ends[1]), None);
+        assert_eq!(own_commit_end(&bytes, ends[1], ends[1]), Some(ends[2]));
+    }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use idem_conformance::{Harness, START, new_claim, ns, parts};
 use idem_core::request::{Begin, NewRequest};
 use idem_core::{ClaimStore, ManualClock, RequestStore, StoreError, StoreLifecycle};
+use idem_log::sim::{FaultOp, SimDisk};
 use idem_log::{LogOptions, LogStore, OpenError};
 
 fn open(dir: &std::path::Path, clock: Arc<ManualClock>, options: LogOptions) -> LogStore {
@@ -85,26 +86,27 @@ async fn a_second_store_on_the_same_dir_is_refused() {
 
 #[tokio::test]
 async fn a_write_failing_mid_group_fails_the_group_whole_and_nothing_of_it_survives() {
-    a_failed_group_leaves_nothing(|faults| faults.fail_write_after(0)).await;
+    a_failed_group_leaves_nothing(FaultOp::Write).await;
 }
 
 #[tokio::test]
 async fn a_failed_sync_fails_its_group_whole_and_nothing_of_it_survives() {
-    a_failed_group_leaves_nothing(|faults| faults.fail_sync_after(0)).await;
+    a_failed_group_leaves_nothing(FaultOp::Sync).await;
 }
 
-/// A 50-claim group whose write or sync `fail`s: it fails whole with `Unavailable`, none of it is
-/// visible, writes go on (the failed claim can be made again, and is new), and after a restart the
-/// claims before and after are there and the failed group is not.
-async fn a_failed_group_leaves_nothing(fail: impl FnOnce(&idem_log::Faults)) {
-    let dir = tempfile::tempdir().expect("temp dir");
+/// A 50-claim group whose write or sync fails (a failing write writes part of its bytes first):
+/// it fails whole with `Unavailable`, none of it is visible, writes go on (the failed claim can be
+/// made again, and is new), and after a clean restart, and after any power cut, the claims before
+/// and after are there and the failed group is not.
+async fn a_failed_group_leaves_nothing(fail: FaultOp) {
+    let disk = SimDisk::new(7);
+    let dir = std::path::Path::new("/data/log");
     let clock = Arc::new(ManualClock::new(START));
-    let options = LogOptions::default();
-    let faults = Arc::clone(&options.faults);
-    let store = open(dir.path(), clock.clone(), options);
+    let options = LogOptions { disk: Arc::new(disk.clone()), mark_every: None, ..LogOptions::default() };
+    let store = open(dir, clock.clone(), options);
     let n = ns("n");
     store.claim(&n, vec![new_claim(&["before"], None, None)]).await.expect("claim");
-    fail(&faults);
+    disk.fail_next(fail);
     let items = (0..50).map(|i| new_claim(&["batch", &i.to_string()], None, None)).collect();
     let failed = store.claim(&n, items).await;
     assert!(matches!(failed, Err(StoreError::Unavailable(_))), "the group failed: {failed:?}");
@@ -112,17 +114,23 @@ async fn a_failed_group_leaves_nothing(fail: impl FnOnce(&idem_log::Faults)) {
     assert!(store.get(&n, &parts(&["batch", "0"]).id()).await.expect("get").is_none());
     let retry = store.claim(&n, vec![new_claim(&["batch", "0"], None, None)]).await.expect("writes resume");
     assert!(retry[0].claimed, "the failed claim can be made again, and is new");
+
+    let mut disks: Vec<SimDisk> = (0..40).map(|seed| disk.crash(seed)).collect();
     store.close().await;
     drop(store);
-
-    let store = open(dir.path(), clock, LogOptions::default());
-    for key in [&["before"][..], &["batch", "0"]] {
-        assert!(store.get(&n, &parts(key).id()).await.expect("get").is_some(), "{key:?} was acknowledged");
+    disks.push(disk);
+    for disk in disks {
+        let options = LogOptions { disk: Arc::new(disk), mark_every: None, ..LogOptions::default() };
+        let store = open(dir, clock.clone(), options);
+        for key in [&["before"][..], &["batch", "0"]] {
+            assert!(store.get(&n, &parts(key).id()).await.expect("get").is_some(), "{key:?} was acknowledged");
+        }
+        assert!(
+            store.get(&n, &parts(&["batch", "1"]).id()).await.expect("get").is_none(),
+            "the failed group never comes back"
+        );
+        store.close().await;
     }
-    assert!(
-        store.get(&n, &parts(&["batch", "1"]).id()).await.expect("get").is_none(),
-        "the failed group never comes back"
-    );
 }
 
 #[tokio::test]
@@ -180,7 +188,8 @@ async fn the_head_is_zero_filled_ahead_and_sealed_segments_are_cut_back() {
     }
     // One more group: answered after the writer has started the segment the last round filled.
     store.claim(&ns("n"), vec![new_claim(&["last"], None, None)]).await.expect("claim");
-    let report = idem_log::check(dir.path()).expect("a zero-filled head is no damage");
+    let report = check(dir.path());
+    assert!(report.damage.is_empty(), "a zero-filled head is no damage: {report:?}");
     assert!(report.segments > 2, "segments were rolled: {report:?}");
     assert_eq!(report.torn, None, "the zeros are the end of the log, not a torn group");
     let on_disk: u64 = std::fs::read_dir(dir.path())
@@ -207,7 +216,11 @@ async fn the_head_is_zero_filled_ahead_and_sealed_segments_are_cut_back() {
             assert!(store.get(&ns("n"), &parts(&["k", &key]).id()).await.expect("get").is_some(), "claim {key}");
         }
     }
-    assert_eq!(idem_log::check(dir.path()).expect("check").torn, None);
+    assert_eq!(check(dir.path()).torn, None);
+}
+
+fn check(dir: &std::path::Path) -> idem_log::CheckReport {
+    idem_log::check(&idem_log::disk::OsDisk, dir).expect("check")
 }
 
 async fn claim_fifty(store: &LogStore, round: usize) {

@@ -18,6 +18,7 @@ use idem_core::{
     ClaimId, ClaimOutcome, ClaimRecord, ClaimStore, Clock, EventStore, Namespace, NewClaim, Parts, RequestStore,
     StoreError, StoreLifecycle, Timestamp,
 };
+use idem_log::disk::Disk;
 use idem_log::{LogOptions, LogStore};
 use idem_sqlite::{SqliteOptions, SqliteStore};
 
@@ -34,6 +35,9 @@ pub fn log_dir(data_dir: &Path) -> PathBuf {
 impl EmbeddedStore {
     /// Opens both parts; moves claims and keys of an older data dir into the log first.
     pub async fn open(data_dir: &Path, clock: Arc<dyn Clock>) -> Result<Self, String> {
+        // A new data dir's entry in its parent is made durable before anything is acknowledged.
+        idem_log::disk::create_dir_durable(&idem_log::disk::OsDisk, data_dir)
+            .map_err(|e| format!("cannot create the data dir {}: {e}", data_dir.display()))?;
         let events =
             SqliteStore::open(data_dir, Arc::clone(&clock), SqliteOptions::default()).map_err(|e| e.to_string())?;
         let dir = log_dir(data_dir);
@@ -83,6 +87,11 @@ async fn upgrade(events: &SqliteStore, data_dir: &Path, clock: &Arc<dyn Clock>) 
     drop(log);
     std::fs::rename(&staging, log_dir(data_dir))
         .map_err(|e| format!("cannot move the upgraded log into place: {e}"))?;
+    // The rename is data too: lost to a power cut, the next start would upgrade again into a
+    // fresh staging directory, deleting what is by then the live log.
+    idem_log::disk::OsDisk
+        .sync_dir(data_dir)
+        .map_err(|e| format!("cannot make the upgraded log's place durable: {e}"))?;
     tracing::info!("claims and keys moved into the log; idem.db keeps its old copies (unused, in case of a downgrade)");
     Ok(())
 }

@@ -47,9 +47,20 @@ pub enum Command {
     /// Operations (idempotent work) on a running server.
     #[command(subcommand)]
     Operations(OperationsCommand),
-    /// Verify the embedded store's files without starting (safe while idem runs): every log
-    /// record's checksum, and SQLite's integrity check of the events (exit 1 on damage).
+    /// Verify the embedded store's files without starting (safe while idem runs): every segment
+    /// the log's manifest lists, every record's checksum, and SQLite's integrity check of the
+    /// events (exit 1 when anything acknowledged cannot be read).
     Check(ConfigArgs),
+    /// Mend a damaged log so that idem starts again: shows what it would drop (nothing is changed
+    /// without --yes); with --yes drops the damaged stretches, keeps every intact record and says
+    /// how many it dropped. idem must not be running.
+    Repair {
+        /// Do it (every file changed is first copied into the log's damaged/ directory).
+        #[arg(long)]
+        yes: bool,
+        #[command(flatten)]
+        config: ConfigArgs,
+    },
     /// Copy the embedded store into DIR while idem keeps serving: a consistent copy to restore
     /// from (start idem with `--data-dir DIR`).
     Backup {
@@ -278,6 +289,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Check(args) => serve::check(&load_config(&args)?),
+        Command::Repair { yes, config } => serve::repair(&load_config(&config)?, yes),
         Command::Backup { dir, config } => serve::backup(&load_config(&config)?, &dir).await,
         Command::Import(args) => import::run(args).await,
         Command::Claims(command) => verbs::claims(command).await,

@@ -365,7 +365,8 @@ async fn a_full_disk_refuses_writes_keeps_reads_and_recovers_by_itself() {
 
 /// `idem backup` while claims keep coming: the copy passes `idem check`, and idem started on it
 /// has every claim acknowledged before the backup began. Damage to the copy is then reported by
-/// `idem check` (exit 1, naming the file and byte) and stops `idem serve` on it.
+/// `idem check` (exit 1, naming the file and byte) and stops `idem serve` on it; `idem repair`
+/// shows what it would drop, then drops only that, and idem serves the rest again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backup_while_serving_is_consistent_and_check_finds_damage() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -433,5 +434,29 @@ async fn backup_while_serving_is_consistent_and_check_finds_damage() {
     let serve = ["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir", copy.to_str().expect("utf-8")];
     let (code, _, err) = run(&serve, &[]);
     assert_ne!(code, 0, "serve refuses a damaged log");
-    assert!(err.contains("00000001.log") && err.contains("idem check"), "{err}");
+    assert!(err.contains("00000001.log") && err.contains("idem repair"), "{err}");
+
+    // `idem repair` says what it would drop and changes nothing; with --yes it drops only the
+    // damaged group, and idem serves every other claim again.
+    let data_dir = copy.to_str().expect("utf-8");
+    let (code, out, err) = run(&["repair", "--data-dir", data_dir], &[]);
+    assert_eq!(code, 0, "repair dry run: {out}{err}");
+    assert!(out.contains("would") && out.contains("00000001.log"), "{out}");
+    assert_eq!(std::fs::read(&segment).expect("segment"), bytes, "a dry run changes nothing");
+    let (code, out, err) = run(&["repair", "--yes", "--data-dir", data_dir], &[]);
+    assert_eq!(code, 0, "repair: {out}{err}");
+    assert!(out.contains("acknowledged records dropped"), "{out}");
+    let (code, out, err) = run(&["check", "--data-dir", data_dir], &[]);
+    assert_eq!(code, 0, "check after repair: {out}{err}");
+    let restored = Idem::serve(&copy, &[]);
+    let client = ApiClient::new(&restored.url, None).expect("client");
+    let mut missing = 0;
+    for chunk in before.chunks(5_000) {
+        let items: Vec<_> = chunk.iter().map(|k| json!({ "key": k })).collect();
+        let reply = client.send(Method::POST, "/v1/claims/backup/lookup", Some(&json!({ "items": items }))).await;
+        let body = reply.expect("lookup").json();
+        missing += body["results"].as_array().expect("results").iter().filter(|r| r["exists"] != true).count();
+    }
+    assert!(missing <= 64, "only the damaged group's claims are gone: {missing} missing");
+    drop(restored);
 }
