@@ -21,6 +21,7 @@ type Record struct {
 	ExpiresAt *time.Time `json:"expires_at"`
 }
 
+// UnmarshalJSON normalises a JSON null data to nil.
 func (r *Record) UnmarshalJSON(b []byte) error {
 	type plain Record
 	if err := json.Unmarshal(b, (*plain)(r)); err != nil {
@@ -53,6 +54,7 @@ type ClaimResult struct {
 	Record  Record
 }
 
+// UnmarshalJSON reads the API's flat {"claimed", …record} answer.
 func (r *ClaimResult) UnmarshalJSON(b []byte) error {
 	var flag struct {
 		Claimed bool `json:"claimed"`

@@ -73,9 +73,7 @@ func New(baseURL string, opts ...Option) *Client {
 	}
 	u, err := url.Parse(strings.TrimRight(baseURL, "/"))
 	switch {
-	case err != nil:
-		t.err = fmt.Errorf("idem: the server URL %q: %w", baseURL, err)
-	case (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
 		t.err = fmt.Errorf("idem: the server URL must be http:// or https:// and name a host, not %q", baseURL)
 	default:
 		t.base = u.String()

@@ -41,6 +41,7 @@ func (o *Operation) Started() bool { return o.Status == StatusStarted }
 // Completed reports whether the work was done and Result is stored.
 func (o *Operation) Completed() bool { return o.Status == StatusCompleted }
 
+// UnmarshalJSON normalises a JSON null result to nil.
 func (o *Operation) UnmarshalJSON(b []byte) error {
 	type plain Operation
 	if err := json.Unmarshal(b, (*plain)(o)); err != nil {
