@@ -246,22 +246,30 @@ func (o *Operations) Run(ctx context.Context, ns string, key KeyRef, fn func(ctx
 			if left <= 0 {
 				return nil, err
 			}
-			// The server answered before its wait was over (it had no wait to give, or the holder
-			// released and another caller won): ask again after Retry-After.
-			if time.Since(sent) < serverWait || serverWait == 0 {
-				wait := o.t.backoff(attempt)
+			var wait time.Duration
+			switch {
+			case serverWait == 0:
+				// Less than a second left to wait on the server: ask again after Retry-After.
+				wait = o.t.backoff(attempt)
 				var ie *Error
 				if errors.As(err, &ie) && ie.RetryAfter > 0 {
 					wait = ie.RetryAfter
 				}
-				if wait > left {
-					wait = left
+			case time.Since(sent) < serverWait:
+				// The server answered before its wait was over: the key changed hands (the holder
+				// released and another waiter took it). Wait on the server again, after a short
+				// pause (not Retry-After: the new holder may complete much sooner).
+				wait = o.t.backoff(attempt)
+				if wait > time.Second {
+					wait = time.Second
 				}
-				if wait < 10*time.Millisecond {
-					wait = 10 * time.Millisecond
-				}
+			}
+			if wait > left {
+				wait = left
+			}
+			if wait > 0 {
 				if serr := sleep(ctx, wait); serr != nil {
-					return nil, err
+					return nil, serr
 				}
 			}
 			continue
@@ -285,6 +293,7 @@ func (o *Operations) hold(ctx context.Context, ns string, op *Operation, c *call
 		interval = c.lease / 2
 	}
 	var lost atomic.Bool
+	var lostErr error // the Extend's lease-lost error, set before lost
 	beatCtx, stopBeats := context.WithCancel(ctx)
 	beats := make(chan struct{})
 	go func() {
@@ -298,6 +307,7 @@ func (o *Operations) hold(ctx context.Context, ns string, op *Operation, c *call
 			case <-ticker.C:
 				_, err := o.Extend(beatCtx, ns, op.ID, op.Token, c.lease)
 				if errors.Is(err, ErrLeaseLost) {
+					lostErr = err
 					lost.Store(true)
 					cancelFn()
 					return
@@ -319,6 +329,10 @@ func (o *Operations) hold(ctx context.Context, ns string, op *Operation, c *call
 		}
 		if panicked != nil {
 			panic(panicked)
+		}
+		if lost.Load() {
+			// fn most likely stopped because its context was cancelled for the lost lease.
+			return nil, fmt.Errorf("%w (the function returned: %v)", lostErr, ferr)
 		}
 		return nil, ferr
 	}

@@ -362,3 +362,32 @@ func TestRunContextCancelled(t *testing.T) {
 		t.Fatalf("the key must be released: %+v %v", v, err)
 	}
 }
+
+// A lease that runs out while fn runs (heartbeats too rare to keep it): fn's context is cancelled
+// when a heartbeat is answered lease-lost, nothing is stored, and Run returns ErrLeaseLost.
+func TestRunLeaseLost(t *testing.T) {
+	ctx, c, ns := ctxFor(t), client(), namespace(t)
+	_, err := c.Operations.Run(ctx, ns, idem.Key("lost"), func(ctx context.Context) (any, error) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(10 * time.Second):
+			return "too late", nil
+		}
+	}, idem.WithLease(time.Second), idem.WithHeartbeat(1500*time.Millisecond))
+	if !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("want ErrLeaseLost, got %v", err)
+	}
+	if v, err := c.Operations.Get(ctx, ns, idem.Key("lost")); v != nil || err != nil {
+		t.Fatalf("nothing may be stored: %+v %v", v, err)
+	}
+
+	// fn finishes after its lease ended, before any heartbeat: the complete is refused.
+	_, err = c.Operations.Run(ctx, ns, idem.Key("late"), func(ctx context.Context) (any, error) {
+		time.Sleep(1500 * time.Millisecond)
+		return "late", nil
+	}, idem.WithLease(time.Second), idem.WithHeartbeat(time.Hour))
+	if !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("a complete after the lease: want ErrLeaseLost, got %v", err)
+	}
+}
