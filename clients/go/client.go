@@ -101,6 +101,9 @@ func (c *Client) String() string {
 // backoff is the wait before retry attempt (0-based): between half and all of base·2^attempt,
 // capped at maxDelay.
 func (t *transport) backoff(attempt int) time.Duration {
+	if t.baseDelay <= 0 {
+		return 0
+	}
 	if attempt > 30 {
 		attempt = 30
 	}
