@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Every test of the project, as the README's quick start runs it: the Rust workspace, then the
-# TypeScript and Python clients against the `idem` binary that cargo built (target/debug/idem), then
-# the dashboard in a real headless Chromium, then the OpenAPI document against an independent
-# validator and Schemathesis, then the deploy/ pack.
+# TypeScript, Python and Go clients against the `idem` binary that cargo built (target/debug/idem)
+# (the Go suite also runs the Go example and the PHP handler under `php -S`), then the dashboard in
+# a real headless Chromium, then the OpenAPI document against an independent validator and
+# Schemathesis, then the deploy/ pack.
 # Ends with one line summing every runner's counts: `tests: N passed, M failed`.
 #
-# Needs: a Rust toolchain, Node 18+ with npm, Python 3.9+ with pip, and Debian's chromium and
-# chromium-driver (installed here when missing and run as root; .ci/run does the same). Tests that need PostgreSQL run
+# Needs: a Rust toolchain, Node 18+ with npm, Python 3.9+ with pip, Go 1.19+ and PHP 8.2's CLI
+# (Debian's golang-go and php-cli: skipped loudly when missing; .ci/run installs them), and
+# Debian's chromium and chromium-driver (installed here when missing and run as root; .ci/run does
+# the same). Tests that need PostgreSQL run
 # when IDEM_TEST_DATABASE_URL is set and say loudly that they skipped otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +27,27 @@ say "TypeScript client (clients/typescript): npm ci && npm test"
 say "Python client (clients/python): mypy --strict and pytest"
 python3 -m pip install --quiet --disable-pip-version-check -e './clients/python[test]' 2>&1 | tee -a "$LOG"
 (cd clients/python && python3 -m mypy --strict src tests && python3 -m pytest -q -p no:cacheprovider) 2>&1 | tee -a "$LOG"
+
+say "Go client (clients/go) and Go example (examples/articles-go): gofmt, go vet, go test; the PHP handler under php -S"
+if command -v go >/dev/null 2>&1; then
+    command -v php >/dev/null 2>&1 ||
+        say "WARNING: php is not installed (Debian: php-cli): TestPHPHandler will SKIP; .ci/run installs it"
+    # Standard library only, and the example's one requirement is replaced by ./clients/go:
+    # nothing is downloaded (GOPROXY=off), and no newer toolchain is fetched (GOTOOLCHAIN=local).
+    idem_bin="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/idem"
+    for module in clients/go examples/articles-go; do
+        (
+            cd "$module"
+            export GOPROXY=off GOTOOLCHAIN=local
+            unformatted=$(gofmt -l .)
+            if [ -n "$unformatted" ]; then echo "gofmt: not formatted: $unformatted"; exit 1; fi
+            go vet ./...
+            IDEM_BIN="$idem_bin" go test -count=1 -v ./...
+        ) 2>&1 | tee -a "$LOG"
+    done
+else
+    say "SKIPPED: the Go client's tests, the Go example's and the PHP handler's need go (Debian: golang-go) and php (php-cli); .ci/run installs them"
+fi
 
 say "Dashboard (tests/dashboard): Selenium driving Debian's headless Chromium against a real idem"
 if scripts/ensure-chromium.sh; then
@@ -45,9 +69,12 @@ else
 fi
 
 # cargo: "test result: ok. N passed; M failed"; node --test: "# pass N" / "# fail M";
-# pytest: "N passed[, M failed]".
+# pytest: "N passed[, M failed]"; go test -v: one "--- PASS: Name" / "--- FAIL: Name" line per
+# top-level test (subtests are indented and not counted).
 awk '
     /^test result:/ { p += $4; f += $6 }
+    /^--- PASS: / { p += 1 }
+    /^--- FAIL: / { f += 1 }
     /^# pass / { p += $3 }
     /^# fail / { f += $3 }
     /^[0-9]+ passed/ || /^[0-9]+ failed/ {

@@ -1,0 +1,270 @@
+package idem
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Record is a stored claim, with the API's fields.
+type Record struct {
+	Namespace string `json:"namespace"`
+	// ID is the lowercase hex SHA-256 of the parts joined by NUL (see ClaimID).
+	ID    string   `json:"id"`
+	Parts []string `json:"parts"`
+	// Data is the claim's data as JSON; nil when it was given none.
+	Data      json.RawMessage `json:"data"`
+	CreatedAt time.Time       `json:"created_at"`
+	// ExpiresAt is nil when the claim never expires.
+	ExpiresAt *time.Time `json:"expires_at"`
+}
+
+// UnmarshalJSON normalises a JSON null data to nil.
+func (r *Record) UnmarshalJSON(b []byte) error {
+	type plain Record
+	if err := json.Unmarshal(b, (*plain)(r)); err != nil {
+		return err
+	}
+	r.Data = nullToNil(r.Data)
+	return nil
+}
+
+func nullToNil(m json.RawMessage) json.RawMessage {
+	if string(m) == "null" {
+		return nil
+	}
+	return m
+}
+
+// DecodeData unmarshals the record's Data into v (which is left alone when there is none).
+func (r *Record) DecodeData(v any) error {
+	if len(r.Data) == 0 {
+		return nil
+	}
+	return json.Unmarshal(r.Data, v)
+}
+
+// ClaimResult is the answer to one claim.
+type ClaimResult struct {
+	// Claimed is true when this call created the claim; false when it existed already, and Record
+	// is then the existing one, unchanged.
+	Claimed bool
+	Record  Record
+}
+
+// UnmarshalJSON reads the API's flat {"claimed", …record} answer.
+func (r *ClaimResult) UnmarshalJSON(b []byte) error {
+	var flag struct {
+		Claimed bool `json:"claimed"`
+	}
+	if err := json.Unmarshal(b, &flag); err != nil {
+		return err
+	}
+	r.Claimed = flag.Claimed
+	return json.Unmarshal(b, &r.Record)
+}
+
+// LookupResult is the answer for one key of a Lookup.
+type LookupResult struct {
+	ID     string  `json:"id"`
+	Exists bool    `json:"exists"`
+	Record *Record `json:"record"` // nil when !Exists
+}
+
+// Claims is the Claims API (contract §1): c.Claims.
+type Claims struct{ t *transport }
+
+// CallOption is an optional argument of a call: WithData and WithTTL for Claim; WithRequest,
+// WithLease, WithTTL, WithWait and WithHeartbeat for the Operations calls. A call given an option
+// that does not apply to it returns an error without sending anything.
+type CallOption func(*callOptions)
+
+type callOptions struct {
+	data      any
+	hasData   bool
+	ttl       time.Duration
+	request   any
+	lease     time.Duration
+	wait      time.Duration
+	hasWait   bool
+	heartbeat time.Duration
+	given     []string
+}
+
+// WithData stores v with the claim: any value encoding/json can marshal (a json.RawMessage is
+// sent as it is), at most 64 KiB of JSON.
+func WithData(v any) CallOption {
+	return func(o *callOptions) { o.data, o.hasData = v, true; o.given = append(o.given, "WithData") }
+}
+
+// WithTTL: for Claim, how long the claim lives (default: the namespace's default_ttl, else
+// never); for Begin and Run, how long the result is kept after completion (default: the
+// namespace's default_ttl, else 24 h). Whole seconds, rounded up.
+func WithTTL(d time.Duration) CallOption {
+	return func(o *callOptions) { o.ttl = d; o.given = append(o.given, "WithTTL") }
+}
+
+func collect(what string, allowed []string, opts []CallOption) (*callOptions, error) {
+	o := &callOptions{}
+	for _, f := range opts {
+		f(o)
+	}
+	for _, name := range o.given {
+		ok := false
+		for _, a := range allowed {
+			ok = ok || a == name
+		}
+		if !ok {
+			return nil, fmt.Errorf("idem: %s does not take %s", what, name)
+		}
+	}
+	return o, nil
+}
+
+// seconds is d in whole seconds, rounded up (the API counts in seconds).
+func seconds(d time.Duration) int64 {
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
+}
+
+func claimsPath(ns string) string { return "/v1/claims/" + seg(ns) }
+
+// Claim claims a key in namespace ns: Claimed is true when this call created the claim; false
+// with the existing record, unchanged, when it existed already. Of any number of concurrent
+// claims of one key exactly one is Claimed. Options: WithData, WithTTL.
+func (c *Claims) Claim(ctx context.Context, ns string, key KeyRef, opts ...CallOption) (*ClaimResult, error) {
+	o, err := collect("Claim", []string{"WithData", "WithTTL"}, opts)
+	if err != nil {
+		return nil, err
+	}
+	body := map[string]any{}
+	if err := key.body(body); err != nil {
+		return nil, err
+	}
+	if o.hasData {
+		body["data"] = o.data
+	}
+	if o.ttl != 0 {
+		body["ttl_seconds"] = seconds(o.ttl)
+	}
+	var out ClaimResult
+	if err := c.t.call(ctx, request{method: "POST", path: claimsPath(ns), json: body}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ClaimBatch claims 1 to 10,000 keys in one call; the results are in request order, and of two
+// equal keys in one batch the first wins. One bad item refuses the whole batch (a 400 *Error
+// whose Field is items[i]…).
+func (c *Claims) ClaimBatch(ctx context.Context, ns string, items []Item) ([]ClaimResult, error) {
+	list := make([]map[string]any, len(items))
+	for i, it := range items {
+		field := fmt.Sprintf("items[%d]", i)
+		ref, err := it.ref(field)
+		if err != nil {
+			return nil, err
+		}
+		m := map[string]any{}
+		if err := ref.body(m); err != nil {
+			return nil, fmt.Errorf("%s: %w", field, err)
+		}
+		if it.Data != nil {
+			m["data"] = it.Data
+		}
+		if it.TTL != 0 {
+			m["ttl_seconds"] = seconds(it.TTL)
+		}
+		list[i] = m
+	}
+	var out struct {
+		Results []ClaimResult `json:"results"`
+	}
+	req := request{method: "POST", path: claimsPath(ns) + "/batch", json: map[string]any{"items": list}}
+	if err := c.t.call(ctx, req, &out); err != nil {
+		return nil, err
+	}
+	if len(out.Results) != len(items) {
+		return nil, fmt.Errorf("idem: POST %s: %d results for %d items", req.path, len(out.Results), len(items))
+	}
+	return out.Results, nil
+}
+
+// Lookup looks up 1 to 10,000 keys (their Data and TTL are ignored); the results are in request
+// order.
+func (c *Claims) Lookup(ctx context.Context, ns string, items []Item) ([]LookupResult, error) {
+	list := make([]map[string]any, len(items))
+	for i, it := range items {
+		field := fmt.Sprintf("items[%d]", i)
+		ref, err := it.ref(field)
+		if err != nil {
+			return nil, err
+		}
+		m := map[string]any{}
+		if err := ref.body(m); err != nil {
+			return nil, fmt.Errorf("%s: %w", field, err)
+		}
+		list[i] = m
+	}
+	var out struct {
+		Results []LookupResult `json:"results"`
+	}
+	req := request{method: "POST", path: claimsPath(ns) + "/lookup", json: map[string]any{"items": list}}
+	if err := c.t.call(ctx, req, &out); err != nil {
+		return nil, err
+	}
+	if len(out.Results) != len(items) {
+		return nil, fmt.Errorf("idem: POST %s: %d results for %d items", req.path, len(out.Results), len(items))
+	}
+	return out.Results, nil
+}
+
+// Exists reports whether a live claim's parts begin with prefix (1 to 16 parts): an index range on
+// the server, not a scan. Exists(ctx, "survey", "scenario-1", "user-3") is true once user-3 has
+// answered any node of scenario-1. For one exact key, use Get or Lookup.
+func (c *Claims) Exists(ctx context.Context, ns string, prefix ...string) (bool, error) {
+	var out struct {
+		Exists bool `json:"exists"`
+	}
+	req := request{method: "POST", path: claimsPath(ns) + "/lookup", json: map[string]any{"prefix": prefix}}
+	if err := c.t.call(ctx, req, &out); err != nil {
+		return false, err
+	}
+	return out.Exists, nil
+}
+
+// Get returns the live claim of a key (Key, Parts or ID), or nil, nil when there is none.
+func (c *Claims) Get(ctx context.Context, ns string, key KeyRef) (*Record, error) {
+	id, err := key.resolve()
+	if err != nil {
+		return nil, err
+	}
+	var out Record
+	err = c.t.call(ctx, request{method: "GET", path: claimsPath(ns) + "/" + seg(id)}, &out)
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Delete deletes the claim of a key (Key, Parts or ID): true when it was deleted, false when there
+// was none.
+func (c *Claims) Delete(ctx context.Context, ns string, key KeyRef) (bool, error) {
+	id, err := key.resolve()
+	if err != nil {
+		return false, err
+	}
+	err = c.t.call(ctx, request{method: "DELETE", path: claimsPath(ns) + "/" + seg(id)}, nil)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}

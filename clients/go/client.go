@@ -1,0 +1,133 @@
+package idem
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Client talks to one idem server. Make one with New and share it: it is safe for concurrent use.
+type Client struct {
+	// Claims: atomic first-writer-wins records (contract §1).
+	Claims *Claims
+	// Operations: begin / complete / release / extend, and Run (contract §5).
+	Operations *Operations
+	// Receipts: what became of inbound events; dead letters and replay (contract §3, §6).
+	Receipts *Receipts
+	// Events: event intake, POST /v1/sources/{name}/events (contract §3).
+	Events *Events
+
+	t *transport
+}
+
+// Option configures a Client (see New).
+type Option func(*transport)
+
+// WithToken sends Authorization: Bearer <token> on every call. An empty token sends none, so
+// WithToken(os.Getenv("IDEM_TOKEN")) works with and without auth. The token never appears in an
+// error or a log line of the client.
+func WithToken(token string) Option {
+	return func(t *transport) { t.token = token }
+}
+
+// WithTimeout is the time limit of each HTTP attempt (default 30 s); a Begin that asks the server
+// to wait gets that wait added. The context's deadline bounds the whole call, retries included.
+func WithTimeout(d time.Duration) Option {
+	return func(t *transport) { t.timeout = d }
+}
+
+// WithRetries is how many times a call is retried after the first attempt on connection errors,
+// per-attempt timeouts and 502/503/504 (default 3; 0 turns retries off).
+func WithRetries(n int) Option {
+	return func(t *transport) { t.retries = n }
+}
+
+// WithBackoff sets the wait before retry n (0-based): a random time between half and all of
+// base·2ⁿ, at most max (defaults 200 ms and 30 s). A Retry-After is waited for as given when it
+// is at most max; a longer one is not waited for: the error is returned at once.
+func WithBackoff(base, max time.Duration) Option {
+	return func(t *transport) { t.baseDelay, t.maxDelay = base, max }
+}
+
+// WithHTTPClient sets the *http.Client used (default: one of the client's own, with the
+// standard transport). Its Timeout, if any, applies on top of WithTimeout.
+func WithHTTPClient(hc *http.Client) Option {
+	return func(t *transport) { t.http = hc }
+}
+
+// New makes a client of the idem server at baseURL, e.g. "http://127.0.0.1:7070" (a base path is
+// kept: "https://host/idem"). A baseURL that is not an http:// or https:// URL makes every call
+// return an error saying so.
+func New(baseURL string, opts ...Option) *Client {
+	t := &transport{
+		timeout:   30 * time.Second,
+		retries:   3,
+		baseDelay: 200 * time.Millisecond,
+		maxDelay:  30 * time.Second,
+		http:      &http.Client{},
+		rng:       rand.New(rand.NewSource(time.Now().UnixNano())),
+	}
+	u, err := url.Parse(strings.TrimRight(baseURL, "/"))
+	switch {
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		t.err = fmt.Errorf("idem: the server URL must be http:// or https:// and name a host, not %q", baseURL)
+	default:
+		t.base = u.String()
+	}
+	for _, o := range opts {
+		o(t)
+	}
+	return &Client{
+		Claims:     &Claims{t: t},
+		Operations: &Operations{t: t},
+		Receipts:   &Receipts{t: t},
+		Events:     &Events{t: t},
+		t:          t,
+	}
+}
+
+// String names the server, never the token.
+func (c *Client) String() string {
+	if c.t.token != "" {
+		return fmt.Sprintf("idem.Client(%s, with a token)", c.t.base)
+	}
+	return fmt.Sprintf("idem.Client(%s)", c.t.base)
+}
+
+// backoff is the wait before retry attempt (0-based): between half and all of base·2^attempt,
+// capped at maxDelay.
+func (t *transport) backoff(attempt int) time.Duration {
+	if t.baseDelay <= 0 {
+		return 0
+	}
+	if attempt > 30 {
+		attempt = 30
+	}
+	d := t.baseDelay << uint(attempt)
+	if d > t.maxDelay || d <= 0 {
+		d = t.maxDelay
+	}
+	t.rngMu.Lock()
+	f := t.rng.Float64()
+	t.rngMu.Unlock()
+	return d/2 + time.Duration(f*float64(d/2))
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,18 @@
+// Package idem is the Go client of idem, the server that makes side effects happen once.
+//
+// It covers the whole /v1 API: claims (an atomic first-writer-wins dedup store), the Operations
+// API (Run does a piece of work once per key, from any number of processes), event intake,
+// receipts (dead letters, replay), and Standard Webhooks verification of idem's deliveries
+// (VerifyWebhook). It uses the standard library only.
+//
+//	c := idem.New("http://127.0.0.1:7070", idem.WithToken(os.Getenv("IDEM_TOKEN")))
+//	r, err := c.Claims.Claim(ctx, "survey", idem.Parts("scenario-1", "user-3", "node-2"))
+//	if err != nil { ... }
+//	if r.Claimed { ... } // first time: do the thing
+//
+// Every call takes a context.Context, is retried with exponential backoff and jitter on
+// connection errors and 502/503/504 (honouring Retry-After), and has a time limit per attempt.
+// Error answers are *Error values that match errors.Is against ErrInProgress, ErrMismatch,
+// ErrLeaseLost, ErrConflict, ErrUnavailable, ErrUnauthorized, ErrForbidden, ErrNotFound and
+// ErrConnection. A Client is safe for concurrent use.
+package idem

@@ -1,0 +1,129 @@
+package idem
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Problem types idem answers with that the client gives a sentinel of their own.
+const (
+	ProblemInProgress          = "urn:idem:problem:in-progress"
+	ProblemLeaseLost           = "urn:idem:problem:lease-lost"
+	ProblemFingerprintMismatch = "urn:idem:problem:fingerprint-mismatch"
+	// ProblemConnection and ProblemTimeout are the Type of an *Error that never got an answer.
+	ProblemConnection = "urn:idem:client:connection-error"
+	ProblemTimeout    = "urn:idem:client:timeout"
+)
+
+// Sentinels to test an error against with errors.Is. An *Error matches every sentinel that fits
+// it: a 409 in-progress answer is both ErrInProgress and ErrConflict.
+var (
+	// ErrInProgress: 409 urn:idem:problem:in-progress, another caller holds the operation's key.
+	ErrInProgress = errors.New("idem: in progress")
+	// ErrLeaseLost: 409 urn:idem:problem:lease-lost, the token no longer holds the key (its lease
+	// ran out, or it was completed or released). The result was not stored.
+	ErrLeaseLost = errors.New("idem: lease lost")
+	// ErrConflict: any 409 (in progress, lease lost, an event id resent with another body, a
+	// replay of a receipt still being delivered, a discard of a receipt that is not dead).
+	ErrConflict = errors.New("idem: conflict")
+	// ErrMismatch: 422, the key was used before with another request.
+	ErrMismatch = errors.New("idem: fingerprint mismatch")
+	// ErrUnavailable: 503, the store cannot be written right now (after the client's retries).
+	ErrUnavailable = errors.New("idem: unavailable")
+	// ErrUnauthorized: 401, no token or a wrong one (see WithToken); for event intake with
+	// verify_secret, a bad signature.
+	ErrUnauthorized = errors.New("idem: unauthorized")
+	// ErrForbidden: 403, the token may not do this.
+	ErrForbidden = errors.New("idem: forbidden")
+	// ErrNotFound: 404 where the call has no "absent" answer of its own (Get answers nil, nil and
+	// Delete false instead).
+	ErrNotFound = errors.New("idem: not found")
+	// ErrConnection: no answer at all (connection refused or reset, or the per-attempt timeout),
+	// on every attempt. Status is 0.
+	ErrConnection = errors.New("idem: no answer")
+)
+
+// Error is an error answer from idem: the RFC 9457 problem's members, or, with Status 0, a call
+// that got no answer at all (Err is then the last cause, such as a *net.OpError or
+// context.DeadlineExceeded).
+type Error struct {
+	// Status is the HTTP status, 0 when no answer came.
+	Status int
+	// Type is the problem type URI, e.g. urn:idem:problem:invalid-request; "about:blank" when the
+	// body was not a problem (a proxy's HTML page).
+	Type   string
+	Title  string
+	Detail string
+	// Field is, for an invalid request, the field at fault: parts[0], items[3].parts[0].
+	Field string
+	// RetryAfter is the answer's Retry-After header, 0 when it had none.
+	RetryAfter time.Duration
+	// Method and Path name the call, e.g. "POST" "/v1/claims/survey".
+	Method, Path string
+	// Attempts is how many times the call was sent.
+	Attempts int
+	// Err is the cause when no answer came.
+	Err error
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("idem: ")
+	if e.Method != "" {
+		fmt.Fprintf(&b, "%s %s: ", e.Method, e.Path)
+	}
+	if e.Status == 0 {
+		b.WriteString(e.Title)
+		if e.Err != nil {
+			cause := e.Err
+			var ue *url.Error
+			if errors.As(cause, &ue) {
+				cause = ue.Err // the method and URL are said already
+			}
+			fmt.Fprintf(&b, ": %v", cause)
+		}
+		if e.Attempts > 1 {
+			fmt.Fprintf(&b, " (%d attempts)", e.Attempts)
+		}
+		return b.String()
+	}
+	fmt.Fprintf(&b, "%d %s", e.Status, e.Title)
+	if e.Detail != "" {
+		fmt.Fprintf(&b, ": %s", e.Detail)
+	}
+	if e.Field != "" && !strings.Contains(e.Detail, e.Field) {
+		fmt.Fprintf(&b, " (field %s)", e.Field)
+	}
+	return b.String()
+}
+
+// Unwrap returns the cause of a call that got no answer.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is reports whether e matches one of the package's sentinels (see ErrInProgress and the rest).
+func (e *Error) Is(target error) bool {
+	switch target {
+	case ErrInProgress:
+		return e.Status == 409 && e.Type == ProblemInProgress
+	case ErrLeaseLost:
+		return e.Status == 409 && e.Type == ProblemLeaseLost
+	case ErrConflict:
+		return e.Status == 409
+	case ErrMismatch:
+		return e.Status == 422
+	case ErrUnavailable:
+		return e.Status == 503
+	case ErrUnauthorized:
+		return e.Status == 401
+	case ErrForbidden:
+		return e.Status == 403
+	case ErrNotFound:
+		return e.Status == 404
+	case ErrConnection:
+		return e.Status == 0
+	}
+	return false
+}

@@ -1,0 +1,3 @@
+module github.com/idem-dev/idem/clients/go
+
+go 1.19

@@ -1,0 +1,228 @@
+package idem
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// transport sends one call to idem: a per-attempt timeout, retries with exponential backoff and
+// jitter on connection errors and 502/503/504 (honouring Retry-After), and problem+json answers
+// turned into *Error.
+type transport struct {
+	base      string
+	err       error // a bad base URL, returned by every call
+	token     string
+	timeout   time.Duration
+	retries   int
+	baseDelay time.Duration
+	maxDelay  time.Duration
+	http      *http.Client
+
+	rngMu sync.Mutex
+	rng   *rand.Rand
+}
+
+// request is one call: JSON (a value to marshal) or a raw body with its headers.
+type request struct {
+	method string
+	path   string
+	query  url.Values
+	json   any
+	raw    []byte
+	header http.Header
+	// extraTimeout is added to the per-attempt timeout (a begin the server may hold open).
+	extraTimeout time.Duration
+}
+
+type response struct {
+	status int
+	body   []byte
+}
+
+// maxAnswerBytes bounds what is read of one answer: idem's largest (a page of 1000 receipts) is
+// far smaller.
+const maxAnswerBytes = 64 << 20
+
+func (t *transport) do(ctx context.Context, req request) (*response, error) {
+	if t.err != nil {
+		return nil, t.err
+	}
+	var body []byte
+	contentType := ""
+	switch {
+	case req.json != nil:
+		b, err := json.Marshal(req.json)
+		if err != nil {
+			return nil, fmt.Errorf("idem: %s %s: the request body is not JSON: %w", req.method, req.path, err)
+		}
+		body, contentType = b, "application/json"
+	case req.raw != nil:
+		body = req.raw
+	}
+	u := t.base + req.path
+	if len(req.query) > 0 {
+		u += "?" + req.query.Encode()
+	}
+	for attempt := 0; ; attempt++ {
+		status, header, answer, err := t.once(ctx, req, u, body, contentType)
+		if err != nil {
+			if ctx.Err() != nil {
+				// The caller's context ended: no retry, and its error is in the chain.
+				return nil, t.noAnswer(req, attempt+1, ctx.Err(), false)
+			}
+			timedOut := errors.Is(err, context.DeadlineExceeded)
+			if attempt < t.retries {
+				if serr := sleep(ctx, t.backoff(attempt)); serr != nil {
+					return nil, t.noAnswer(req, attempt+1, serr, false)
+				}
+				continue
+			}
+			return nil, t.noAnswer(req, attempt+1, err, timedOut)
+		}
+		if status >= 200 && status < 300 {
+			return &response{status: status, body: answer}, nil
+		}
+		retryAfter, hasRetryAfter := parseRetryAfter(header.Get("Retry-After"), time.Now())
+		if (status == 502 || status == 503 || status == 504) && attempt < t.retries {
+			wait := t.backoff(attempt)
+			if hasRetryAfter {
+				wait = retryAfter
+			}
+			if wait <= t.maxDelay {
+				if serr := sleep(ctx, wait); serr != nil {
+					return nil, t.noAnswer(req, attempt+1, serr, false)
+				}
+				continue
+			}
+		}
+		return nil, problemError(req, status, header, answer, retryAfter, attempt+1)
+	}
+}
+
+// once sends one attempt and reads the whole answer.
+func (t *transport) once(ctx context.Context, req request, u string, body []byte, contentType string) (int, http.Header, []byte, error) {
+	timeout := t.timeout + req.extraTimeout
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	hr, err := http.NewRequestWithContext(actx, req.method, u, rd)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	for name, values := range req.header {
+		hr.Header[name] = values
+	}
+	if contentType != "" {
+		hr.Header.Set("Content-Type", contentType)
+	}
+	hr.Header.Set("Accept", "application/json, application/problem+json")
+	if t.token != "" {
+		hr.Header.Set("Authorization", "Bearer "+t.token)
+	}
+	res, err := t.http.Do(hr)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer res.Body.Close()
+	answer, err := io.ReadAll(io.LimitReader(res.Body, maxAnswerBytes))
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	return res.StatusCode, res.Header, answer, nil
+}
+
+func (t *transport) noAnswer(req request, attempts int, cause error, timedOut bool) *Error {
+	e := &Error{Method: req.method, Path: req.path, Attempts: attempts, Err: cause, Type: ProblemConnection, Title: "no answer from " + t.base}
+	if timedOut {
+		e.Type = ProblemTimeout
+		e.Title = fmt.Sprintf("no answer from %s within %s", t.base, t.timeout+req.extraTimeout)
+	}
+	return e
+}
+
+// problemError builds the *Error of an error answer from its problem+json body (or, for a body
+// that is not one, from the status alone).
+func problemError(req request, status int, header http.Header, body []byte, retryAfter time.Duration, attempts int) *Error {
+	e := &Error{Status: status, Type: "about:blank", Title: http.StatusText(status), RetryAfter: retryAfter,
+		Method: req.method, Path: req.path, Attempts: attempts}
+	var p struct {
+		Type   *string `json:"type"`
+		Title  *string `json:"title"`
+		Detail *string `json:"detail"`
+		Field  *string `json:"field"`
+	}
+	ct := header.Get("Content-Type")
+	if len(body) > 0 && (ct == "" || strings.Contains(ct, "json")) && json.Unmarshal(body, &p) == nil {
+		set := func(dst *string, v *string) {
+			if v != nil {
+				*dst = *v
+			}
+		}
+		set(&e.Type, p.Type)
+		set(&e.Title, p.Title)
+		set(&e.Detail, p.Detail)
+		set(&e.Field, p.Field)
+	} else {
+		e.Detail = fmt.Sprintf("answered %d", status)
+	}
+	if e.Title == "" {
+		e.Title = fmt.Sprintf("HTTP %d", status)
+	}
+	return e
+}
+
+// parseRetryAfter reads delta-seconds or an HTTP date.
+func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if n, err := strconv.ParseUint(v, 10, 32); err == nil {
+		return time.Duration(n) * time.Second, true
+	}
+	if at, err := http.ParseTime(v); err == nil {
+		d := at.Sub(now)
+		if d < 0 {
+			d = 0
+		}
+		return d, true
+	}
+	return 0, false
+}
+
+// decode unmarshals an answer into v, naming the call when it does not fit.
+func decode(req request, res *response, v any) error {
+	if err := json.Unmarshal(res.body, v); err != nil {
+		return fmt.Errorf("idem: %s %s: an answer the client cannot read (%d bytes): %w", req.method, req.path, len(res.body), err)
+	}
+	return nil
+}
+
+// call sends req and decodes a JSON answer into out (if not nil).
+func (t *transport) call(ctx context.Context, req request, out any) error {
+	res, err := t.do(ctx, req)
+	if err != nil {
+		return err
+	}
+	if out == nil {
+		return nil
+	}
+	return decode(req, res, out)
+}
+
+// seg escapes one path segment.
+func seg(s string) string { return url.PathEscape(s) }
