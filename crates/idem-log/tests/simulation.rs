@@ -342,7 +342,7 @@ impl Sim {
 
     fn say(&self, what: impl FnOnce() -> String) {
         if self.trace {
-            eprintln!("[{:>4}] {}", self.stats.steps, what());
+            eprintln!("[{:>4}] {}", self.stats.steps, compact(&what()));
         }
     }
 
@@ -787,12 +787,38 @@ async fn simulate(seed: u64, trace: bool) -> Result<Stats, (usize, String)> {
     Ok(sim.stats)
 }
 
+/// A failure's text, with long runs (payloads of one repeated byte) written as `d×120`.
+fn compact(text: &str) -> String {
+    let tokens: Vec<&str> = text.split(", ").collect();
+    let mut joined: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < tokens.len() {
+        let run = tokens[i..].iter().take_while(|t| **t == tokens[i]).count();
+        joined.push(if run > 3 { format!("{}×{run}", tokens[i]) } else { tokens[i..i + run].join(", ") });
+        i += run;
+    }
+    let text = joined.join(", ");
+    let mut out = String::new();
+    let chars: Vec<char> = text.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        let run = chars[i..].iter().take_while(|c| **c == chars[i]).count();
+        if run > 8 {
+            out.push_str(&format!("{}×{run}", chars[i]));
+        } else {
+            out.extend(&chars[i..i + run]);
+        }
+        i += run;
+    }
+    out
+}
+
 fn run_seed(seed: u64, trace: bool) -> Result<Stats, String> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runtime.block_on(simulate(seed, trace))));
     match outcome {
         Ok(Ok(stats)) => Ok(stats),
-        Ok(Err((step, why))) => Err(format!("seed {seed} failed at step {step}: {why}")),
+        Ok(Err((step, why))) => Err(format!("seed {seed} failed at step {step}: {}", compact(&why))),
         Err(_) => Err(format!("seed {seed} panicked")),
     }
 }
