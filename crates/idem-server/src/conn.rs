@@ -10,6 +10,9 @@
 //!   connection that breaks either is closed. (hyper's own `header_read_timeout` covers both with
 //!   one duration, and arms a fresh timer for every request, so it is off and the timing lives in
 //!   the connection's reads here, with one timer per connection that is re-armed lazily.)
+//! - **TLS**, when the listener has a certificate: the handshake runs in the connection's own task
+//!   (a slow one holds up no one else) and must finish within `limits.header_read_timeout`; the
+//!   limits above then apply to the decrypted bytes.
 //! - Shutdown: stop accepting, let every connection finish its in-flight request.
 
 use std::future::Future;
@@ -28,6 +31,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 use tokio::time::{Instant, Sleep};
+use tokio_rustls::TlsAcceptor;
 
 /// How a listener treats its connections.
 #[derive(Debug, Clone, Copy)]
@@ -74,8 +78,15 @@ pub fn fit_connections(wanted: usize) -> usize {
     wanted
 }
 
-/// Serves `router` on `listener` until `stopped` turns true, then drains.
-pub async fn serve(listener: TcpListener, router: Router, limits: ConnLimits, mut stopped: watch::Receiver<bool>) {
+/// Serves `router` on `listener` (with TLS when `tls` is given) until `stopped` turns true, then
+/// drains.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: ConnLimits,
+    tls: Option<TlsAcceptor>,
+    mut stopped: watch::Receiver<bool>,
+) {
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let mut builder = http1::Builder::new();
@@ -104,11 +115,26 @@ pub async fn serve(listener: TcpListener, router: Router, limits: ConnLimits, mu
             }
         };
         let _ = stream.set_nodelay(true);
-        let io = TokioIo::new(Guarded::new(stream, limits));
-        let connection = builder.serve_connection(io, TowerToHyperService::new(router.clone()));
-        let watched = graceful.watch(connection);
+        let service = TowerToHyperService::new(router.clone());
+        let Some(tls) = &tls else {
+            let io = TokioIo::new(Guarded::new(stream, limits));
+            let watched = graceful.watch(builder.serve_connection(io, service));
+            tokio::spawn(async move {
+                let _ = watched.await;
+                drop(slot);
+            });
+            continue;
+        };
+        let (tls, builder, watcher) = (tls.clone(), builder.clone(), graceful.watcher());
         tokio::spawn(async move {
-            let _ = watched.await;
+            match tokio::time::timeout(limits.header_read_timeout, tls.accept(stream)).await {
+                Ok(Ok(stream)) => {
+                    let io = TokioIo::new(Guarded::new(stream, limits));
+                    let _ = watcher.watch(builder.serve_connection(io, service)).await;
+                }
+                Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
+                Err(_) => tracing::debug!("TLS handshake took longer than limits.header_read_timeout"),
+            }
             drop(slot);
         });
     }
@@ -155,9 +181,9 @@ enum Phase {
 
 /// A connection whose reads are held to the limits: headers within `header_read_timeout` of their
 /// first byte, and no more than `idle_timeout` between requests. A response written ends a
-/// request; the next byte read begins the next.
-pub struct Guarded {
-    stream: TcpStream,
+/// request; the next byte read begins the next. `S` is the TCP stream, or the TLS stream over it.
+pub struct Guarded<S = TcpStream> {
+    stream: S,
     limits: ConnLimits,
     phase: Phase,
     /// When the current time limit runs out.
@@ -170,8 +196,8 @@ pub struct Guarded {
 
 const END_OF_HEAD: &[u8; 4] = b"\r\n\r\n";
 
-impl Guarded {
-    pub fn new(stream: TcpStream, limits: ConnLimits) -> Self {
+impl<S> Guarded<S> {
+    pub fn new(stream: S, limits: ConnLimits) -> Self {
         // The first request gets the header timeout from connecting: a client that connects and
         // sends nothing is a slow client, not an idle one.
         let due = Instant::now() + limits.header_read_timeout;
@@ -240,7 +266,7 @@ impl Guarded {
     }
 }
 
-impl AsyncRead for Guarded {
+impl<S: AsyncRead + Unpin> AsyncRead for Guarded<S> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
         let before = buf.filled().len();
         match Pin::new(&mut self.stream).poll_read(cx, buf) {
@@ -264,7 +290,7 @@ impl AsyncRead for Guarded {
     }
 }
 
-impl Guarded {
+impl<S> Guarded<S> {
     /// A response is going out: the request is done, and the next one starts the idle clock. An
     /// interim `100 Continue` is not the response: the body is still to come. The timer is polled
     /// here, with the task's waker: hyper reads ahead while it answers and then waits for the
@@ -280,7 +306,7 @@ impl Guarded {
     }
 }
 
-impl AsyncWrite for Guarded {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Guarded<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
         let written = Pin::new(&mut self.stream).poll_write(cx, buf);
         if let Poll::Ready(Ok(n)) = written

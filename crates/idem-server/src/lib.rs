@@ -17,6 +17,7 @@ pub mod conn;
 pub mod embedded;
 pub mod proxy;
 pub mod telemetry;
+pub mod tls;
 pub mod ui;
 pub mod worker;
 
@@ -75,7 +76,18 @@ pub async fn run(
         header_read_timeout: config.limits.header_read_timeout.0,
         idle_timeout: config.limits.idle_timeout.0,
     };
+    let certs = tls::ListenerCerts::load(&config).map_err(std::io::Error::other)?;
+    let client_tls = tls::client_config(config.tls.ca_file.as_deref())
+        .map_err(|e| std::io::Error::other(format!("tls.ca_file: {e}")))?;
+    let acceptor = |cert: &Option<Arc<tls::Certificate>>| cert.as_ref().map(|c| c.acceptor()).transpose();
+    let (api_tls, gateway_tls) = (acceptor(&certs.api), acceptor(&certs.gateway));
+    let (api_tls, gateway_tls) = (api_tls.map_err(std::io::Error::other)?, gateway_tls.map_err(std::io::Error::other)?);
     let (stop, stopped) = watch::channel(false);
+    let watchers: Vec<JoinHandle<()>> = [certs.api, certs.gateway]
+        .into_iter()
+        .flatten()
+        .map(|cert| tokio::spawn(tls::watch(cert, stopped.clone())))
+        .collect();
     let sweeper = tokio::spawn(worker::sweeper::run(
         Arc::clone(&store),
         config.sweeper.clone(),
@@ -89,18 +101,19 @@ pub async fn run(
     let (engine, gateway) = match (&config.gateway, listeners.gateway) {
         (Some(gateway), Some(listener)) => {
             let requests: Arc<dyn RequestStore> = store.clone();
-            let proxy = proxy::Proxy::new(gateway, config.limits.max_body_bytes, requests, Arc::clone(&clock));
+            let proxy =
+                proxy::Proxy::new(gateway, config.limits.max_body_bytes, requests, Arc::clone(&clock), &client_tls);
             let engine = proxy.engine();
-            let served = conn::serve(listener, proxy.router(), limits, stopped.clone());
+            let served = conn::serve(listener, proxy.router(), limits, gateway_tls, stopped.clone());
             (Some(engine), Some(tokio::spawn(served)))
         }
         _ => (None, None),
     };
     let waiters = Arc::new(Waiters::default());
     forward_signals(store.as_ref(), Arc::clone(&wake), engine, Arc::clone(&waiters));
-    let delivery = start_delivery(&config, &store, &clock, &wake, &stopped);
+    let delivery = start_delivery(&config, &store, &clock, &wake, &stopped, &client_tls);
     let router = app(AppState::new(config, Arc::clone(&store), clock, wake, waiters));
-    let api = conn::serve(listeners.api, router, limits, stopped);
+    let api = conn::serve(listeners.api, router, limits, api_tls, stopped);
     let trigger = tokio::spawn(async move {
         shutdown.await;
         let _ = stop.send(true);
@@ -114,6 +127,9 @@ pub async fn run(
         let _ = delivery.await;
     }
     let _ = tokio::join!(sweeper, upkeep, gauges);
+    for watcher in watchers {
+        let _ = watcher.await;
+    }
     store.close().await;
     tracing::info!("idem stopped");
     Ok(())
@@ -144,12 +160,13 @@ fn start_delivery(
     clock: &Arc<dyn Clock>,
     wake: &Arc<Notify>,
     stopped: &watch::Receiver<bool>,
+    tls: &Arc<rustls::ClientConfig>,
 ) -> Option<JoinHandle<()>> {
     if config.sources.is_empty() {
         return None;
     }
     let events: Arc<dyn EventStore> = store.clone();
-    let delivery = worker::delivery::Delivery::new(&config.sources, events, Arc::clone(clock), Arc::clone(wake));
+    let delivery = worker::delivery::Delivery::new(&config.sources, events, Arc::clone(clock), Arc::clone(wake), tls);
     Some(tokio::spawn(Arc::new(delivery).run(stopped.clone())))
 }
 

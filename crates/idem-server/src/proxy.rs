@@ -14,6 +14,7 @@ use http::header::HOST;
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderValue, StatusCode, Uri};
 use http_body_util::BodyExt;
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -33,7 +34,7 @@ pub struct Proxy {
 }
 
 struct Upstream {
-    client: Client<HttpConnector, GatewayBody>,
+    client: Client<HttpsConnector<HttpConnector>, GatewayBody>,
     scheme: Scheme,
     authority: Authority,
     host: HeaderValue,
@@ -46,11 +47,13 @@ impl Proxy {
         max_body_bytes: usize,
         store: Arc<dyn RequestStore>,
         clock: Arc<dyn Clock>,
+        tls: &Arc<rustls::ClientConfig>,
     ) -> Self {
         let upstream = &config.upstream;
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(Duration::from_secs(5)));
         connector.set_nodelay(true);
+        let connector = crate::tls::connector(connector, tls);
         let client = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector);
         Self {
             engine: Arc::new(Engine::new(store, clock, config.engine_config(max_body_bytes))),

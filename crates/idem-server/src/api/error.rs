@@ -27,6 +27,13 @@ pub enum ApiError {
     BadSignature(String),
     #[error("a valid bearer token is required")]
     Unauthorized,
+    /// A known caller outside what it may do; the text names what was refused. Nothing changed.
+    #[error("{0}; nothing was changed")]
+    Forbidden(String),
+    /// With no tokens configured: a `Host` that is not idem's (DNS rebinding), or a cross-site
+    /// `Origin` on a request that changes something.
+    #[error("{0}")]
+    ForbiddenHost(String),
     #[error("the request body is larger than limits.max_body_bytes ({0} bytes)")]
     PayloadTooLarge(usize),
     #[error("the request headers are larger than limits.max_header_bytes ({0} bytes)")]
@@ -67,6 +74,7 @@ impl ApiError {
             ApiError::FingerprintMismatch => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::BadSignature(_) => StatusCode::UNAUTHORIZED,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) | ApiError::ForbiddenHost(_) => StatusCode::FORBIDDEN,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ApiError::ExpectationFailed => StatusCode::EXPECTATION_FAILED,
@@ -89,6 +97,7 @@ impl ApiError {
             ApiError::LeaseLost => "lease-lost",
             ApiError::BadSignature(_) => "invalid-signature",
             ApiError::Unauthorized => "unauthorized",
+            ApiError::Forbidden(_) | ApiError::ForbiddenHost(_) => "forbidden",
             ApiError::PayloadTooLarge(_) => "payload-too-large",
             ApiError::HeadersTooLarge(_) => "headers-too-large",
             ApiError::ExpectationFailed => "expectation-failed",
@@ -109,6 +118,7 @@ impl ApiError {
             ApiError::LeaseLost => "Lease lost",
             ApiError::BadSignature(_) => "Invalid signature",
             ApiError::Unauthorized => "Unauthorized",
+            ApiError::Forbidden(_) | ApiError::ForbiddenHost(_) => "Forbidden",
             ApiError::PayloadTooLarge(_) => "Payload too large",
             ApiError::HeadersTooLarge(_) => "Request header fields too large",
             ApiError::ExpectationFailed => "Expectation failed",

@@ -10,9 +10,11 @@ use axum::response::{IntoResponse, Response};
 use idem_core::event::{Accept, NewEvent, SigningSecret, verify};
 use serde::Serialize;
 
+use super::auth::{Caller, TokenLabel};
 use super::error::ApiError;
 use super::extract::RawBody;
 use super::state::AppState;
+use crate::config::Can;
 
 /// How far a sender's `webhook-timestamp` may be from now.
 const TOLERANCE_SECS: i64 = 300;
@@ -38,21 +40,42 @@ fn count(source: &str, outcome: &'static str) {
         (status = 200, description = "Seen before with the same payload; nothing new queued", body = IntakeResponse),
         (status = 409, description = "Seen before with another payload; nothing stored", body = crate::api::error::Problem),
         (status = 400, description = "No event id", body = crate::api::error::Problem),
-        (status = 401, description = "Bad or stale signature", body = crate::api::error::Problem),
+        (status = 401, description = "A signed source: a missing, bad or stale signature. Another source: no valid bearer token", body = crate::api::error::Problem),
+        (status = 403, description = "The token may not write to this source", body = crate::api::error::Problem),
         (status = 404, description = "Unknown source", body = crate::api::error::Problem),
         (status = 413, description = "Larger than limits.max_body_bytes", body = crate::api::error::Problem),
     ))]
 pub async fn intake(
     State(state): State<AppState>,
+    caller: Caller,
     Path(name): Path<String>,
     headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Result<Response, ApiError> {
     let source = state.config.source(&name).ok_or_else(|| ApiError::NotFound(format!("no source named {name:?}")))?;
+    let signed = source.verify_secret.is_some();
     if let Some(secret) = &source.verify_secret {
         let now_secs = state.clock.now().millis() / 1000;
         check_signature(secret, &headers, &body, now_secs).inspect_err(|_| count(&name, "bad_signature"))?;
+    } else {
+        caller.require(Can::Write, "event intake")?;
+        caller.require_source(&name)?;
     }
+    let mut response = accept(&state, &name, source, &headers, body).await?;
+    if signed {
+        response.extensions_mut().insert(TokenLabel("signature".into()));
+    }
+    Ok(response)
+}
+
+async fn accept(
+    state: &AppState,
+    name: &str,
+    source: &crate::config::SourceConfig,
+    headers: &HeaderMap,
+    body: bytes::Bytes,
+) -> Result<Response, ApiError> {
+    let name = name.to_owned();
     let header = |h: &str| headers.get(h).and_then(|v| v.to_str().ok());
     let event_id = source.event_id.extract(header, &body).inspect_err(|_| count(&name, "invalid"))?;
     let content_type = header(axum::http::header::CONTENT_TYPE.as_str()).map(str::to_owned);

@@ -11,6 +11,7 @@ use axum::http::request::Parts as RequestParts;
 use idem_core::{ClaimId, Invalid, Namespace};
 use serde::de::DeserializeOwned;
 
+use super::auth::Caller;
 use super::error::ApiError;
 use super::state::AppState;
 
@@ -80,10 +81,36 @@ pub fn whole_seconds<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u6
     }
 }
 
-/// `{ns}` and, where the route has one, `{id}`, validated.
+/// A POST that takes no input: no body at all (what the clients send), or JSON (`{}`). Anything
+/// else, a form post above all, is 415, so that a cross-site form cannot make the call.
+pub struct NoInput;
+
+impl FromRequest<AppState> for NoInput {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Nothing {}
+        let json = match req.headers().get(header::CONTENT_TYPE).map(|v| v.to_str()) {
+            None => false,
+            Some(Ok(content_type)) if idem_core::media::is_json(content_type) => true,
+            Some(_) => return Err(ApiError::UnsupportedMediaType),
+        };
+        let RawBody(body) = RawBody::from_request(req, state).await?;
+        match (json, body.iter().all(u8::is_ascii_whitespace)) {
+            (_, true) => Ok(NoInput),
+            (true, false) => parse_json::<Nothing>(&body).map(|_| NoInput),
+            (false, false) => Err(ApiError::UnsupportedMediaType),
+        }
+    }
+}
+
+/// `{ns}` and, where the route has one, `{id}`, validated, and the caller, who may use `ns`.
 pub struct ClaimPath {
     pub ns: Namespace,
     pub id: Option<ClaimId>,
+    pub caller: Caller,
 }
 
 impl FromRequestParts<AppState> for ClaimPath {
@@ -94,13 +121,15 @@ impl FromRequestParts<AppState> for ClaimPath {
             .await
             .map_err(|_| Invalid::new("path", "the path is not valid UTF-8"))?;
         let ns = Namespace::new(params.get("ns").map_or("", String::as_str))?;
+        let caller = parts.extensions.get::<Caller>().cloned().unwrap_or(Caller::Anonymous);
+        caller.require_namespace(ns.as_str())?;
         if !state.admits(&ns) {
             return Err(ApiError::NotFound(format!(
                 "no namespace {ns}: [namespaces] strict = true refuses namespaces without a [namespaces.{ns}] table"
             )));
         }
         let id = params.get("id").map(|id| ClaimId::parse(id)).transpose()?;
-        Ok(ClaimPath { ns, id })
+        Ok(ClaimPath { ns, id, caller })
     }
 }
 

@@ -44,7 +44,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/receipts/replay", post(receipt::replay_matching))
         .route("/v1/receipts/{id}/replay", post(receipt::replay))
         .route("/v1/receipts/{id}/discard", post(receipt::discard))
-        .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth::authenticate));
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
@@ -72,18 +72,25 @@ async fn method_not_allowed(State(_): State<AppState>) -> ApiError {
 /// What every request passes, in one layer: the [`guard`] checks, then the handler; and every
 /// request, refused or not, is counted with its latency, labelled by the matched route (never the
 /// raw path, which would make one series per key), the method (any outside HTTP's standard set is
-/// "other", so a client cannot mint series) and the status. One allocation per request: the route.
+/// "other", so a client cannot mint series), the status and the token's name ("none" without a
+/// valid one; "signature" for an event let in by its signature alone). One allocation per
+/// request: the route. Every answer under `/ui`, whoever gave it, forbids framing.
 async fn front(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let started = Instant::now();
     let route: std::sync::Arc<str> =
         request.extensions().get::<MatchedPath>().map_or_else(|| "unmatched".into(), |p| p.as_str().into());
     let method = method_label(request.method());
-    let response = match guard::refuse(&state, &request) {
+    let ui = request.uri().path().starts_with("/ui");
+    let mut response = match guard::refuse(&state, &request) {
         Some(error) => error.into_response(),
         None => next.run(request).await,
     };
+    if ui {
+        crate::ui::secure_headers(response.headers_mut());
+    }
     let status = status_label(response.status());
-    metrics::counter!("idem_http_requests_total", "method" => method, "route" => route.clone(), "status" => status)
+    let token = response.extensions().get::<auth::TokenLabel>().map_or_else(|| "none".into(), |t| t.0.clone());
+    metrics::counter!("idem_http_requests_total", "method" => method, "route" => route.clone(), "status" => status, "token" => token)
         .increment(1);
     metrics::histogram!("idem_http_request_duration_seconds", "method" => method, "route" => route)
         .record(started.elapsed().as_secs_f64());

@@ -2,7 +2,9 @@
 //! handlers' annotations so that they cannot drift from the code; [`document`] then states what the
 //! annotations cannot, from the same constants the server enforces: the rules of namespaces, ids
 //! and key parts, value ranges, fields that take any JSON, the problem+json errors every call can
-//! answer (400, 401 when tokens are set, 413, 415, 503), and when bearer auth applies.
+//! answer (400, 401 when tokens are set, 403 when a token may not do this, 413, 415, 503), and
+//! when bearer auth applies (never for a signed source's event intake: its signature is the
+//! credential).
 //!
 //! What it still cannot state (JSON Schema counts characters where idem counts a part's bytes, for
 //! instance) is listed in the README's Testing section, with why.
@@ -43,9 +45,14 @@ impl utoipa::Modify for BearerAuth {
         let scheme = HttpBuilder::new()
             .scheme(HttpAuthScheme::Bearer)
             .description(Some(
-                "Applies when the server is configured with `[auth] tokens`: then every /v1 call needs \
-                 `Authorization: Bearer <token>` (401 otherwise). With no tokens configured (loopback only), \
-                 calls need none.",
+                "Applies when the server is configured with tokens (`[auth] tokens`, admin, or \
+                 `[[auth.token]]` tables with `can` = read, write or admin and optional `namespaces` and \
+                 `sources`): then every /v1 call needs `Authorization: Bearer <token>` (401 without a \
+                 known token; 403 `urn:idem:problem:forbidden`, naming what was refused, when the token \
+                 may not do this). `read`: every GET and lookup; `write`: also claims, operations and \
+                 event intake; `admin`: also replay, discard, bulk replay and operation DELETE. Event \
+                 intake for a source with `verify_secret` takes no token: a valid Standard Webhooks \
+                 signature is the credential. With no tokens configured (loopback only), calls need none.",
             ))
             .build();
         components.add_security_scheme("bearer", SecurityScheme::Http(scheme));
@@ -264,7 +271,11 @@ fn refine_schemas(doc: &mut Value) {
 fn common_answers(has_body: bool, json_body: bool) -> Vec<(&'static str, &'static str)> {
     let mut answers = vec![
         ("400", "Invalid request (the field at fault is named); nothing was changed"),
-        ("401", "A valid bearer token is required (when `[auth] tokens` is set)"),
+        ("401", "A valid bearer token is required (when tokens are configured)"),
+        (
+            "403",
+            "The token may not do this (its can, namespaces or sources), or, with no tokens configured, a Host or Origin that is not idem's; nothing was changed",
+        ),
         ("503", "The store is unavailable; nothing was changed; see Retry-After"),
     ];
     if has_body {
@@ -284,6 +295,10 @@ fn refine_paths(doc: &mut Value) {
             refine_parameters(path, op);
             refine_responses(path, op);
         }
+    }
+    // A signed source's intake needs no token: auth is optional there.
+    if let Some(intake) = doc.pointer_mut("/paths/~1v1~1sources~1{name}~1events/post") {
+        intake["security"] = json!([{}, {"bearer": []}]);
     }
 }
 
@@ -361,7 +376,7 @@ mod tests {
         let list = &doc["paths"]["/v1/receipts"]["get"]["parameters"];
         assert!(list.as_array().is_some_and(|ps| ps.iter().all(|p| p["in"] == "query" && p["required"] == false)));
         let claim = &doc["paths"]["/v1/claims/{ns}"]["post"]["responses"];
-        for status in ["400", "401", "413", "415", "503"] {
+        for status in ["400", "401", "403", "413", "415", "503"] {
             assert!(claim[status]["content"]["application/problem+json"].is_object(), "{status}");
         }
         assert!(
@@ -377,7 +392,12 @@ mod tests {
         assert!(
             doc["components"]["securitySchemes"]["bearer"]["description"]
                 .as_str()
-                .is_some_and(|d| d.contains("[auth] tokens"))
+                .is_some_and(|d| d.contains("[auth] tokens") && d.contains("verify_secret"))
         );
+        for replay in ["/v1/receipts/{id}/replay", "/v1/receipts/{id}/discard"] {
+            assert!(doc["paths"][replay]["post"]["responses"]["415"].is_object(), "{replay}: a form post is 415");
+        }
+        let intake = &doc["paths"]["/v1/sources/{name}/events"]["post"];
+        assert_eq!(intake["security"], json!([{}, {"bearer": []}]), "a signed source needs no token");
     }
 }

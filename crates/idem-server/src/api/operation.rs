@@ -422,6 +422,7 @@ pub async fn delete(State(state): State<AppState>, path: ClaimPath) -> Result<St
     match state.store.forget_request(&key).await? {
         Forget::Forgotten => {
             count(&path.ns, "deleted");
+            tracing::info!(token = path.caller.name(), namespace = path.ns.as_str(), operation = %id, "operation deleted");
             Ok(StatusCode::NO_CONTENT)
         }
         Forget::InFlight => Err(ApiError::InProgress(1)),

@@ -11,8 +11,9 @@ use idem_core::event::{Discard, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus
 use idem_core::{Invalid, Namespace, Timestamp};
 use serde::{Deserialize, Serialize};
 
+use super::auth::Caller;
 use super::error::ApiError;
-use super::extract::ApiJson;
+use super::extract::{ApiJson, NoInput};
 use super::state::AppState;
 
 /// What a replay answers: the receipt, now `accepted` again, and that this call replayed it.
@@ -150,10 +151,40 @@ fn check_source(source: Option<&str>) -> Result<(), Invalid> {
 #[utoipa::path(get, path = "/v1/receipts/{id}", operation_id = "getReceipt", tag = "events",
     params(("id" = String, Path, description = "rcpt_…")),
     responses((status = 200, body = ReceiptView), (status = 404, body = crate::api::error::Problem)))]
-pub async fn read(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<ReceiptView>, ApiError> {
+pub async fn read(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<ReceiptView>, ApiError> {
     let id = parse_id(&id)?;
     let receipt = state.store.get_receipt(&id).await?.ok_or_else(|| ApiError::NotFound(format!("no receipt {id}")))?;
+    caller.require_source(&receipt.source)?;
     Ok(Json(view(receipt, true)))
+}
+
+/// A listing or a bulk replay by a caller limited to some sources must name one of them.
+pub fn check_source_scope(caller: &Caller, source: Option<&str>) -> Result<(), ApiError> {
+    match (source, caller.sources()) {
+        (Some(source), _) => caller.require_source(source),
+        (None, Some(sources)) => Err(ApiError::Forbidden(format!(
+            "token {} sees receipts of sources {} only: give source",
+            caller.name(),
+            sources.join(", ")
+        ))),
+        (None, None) => Ok(()),
+    }
+}
+
+/// Before `caller` changes receipt `id`: 403 unless it may use the receipt's source (looked up only
+/// for a caller limited to some sources).
+async fn check_receipt_scope(state: &AppState, caller: &Caller, id: &ReceiptId) -> Result<(), ApiError> {
+    if caller.sources().is_none() {
+        return Ok(());
+    }
+    match state.store.get_receipt(id).await? {
+        Some(receipt) => caller.require_source(&receipt.source),
+        None => Err(ApiError::NotFound(format!("no receipt {id}"))),
+    }
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -182,11 +213,13 @@ pub struct ReceiptPage {
     responses((status = 200, body = ReceiptPage), (status = 400, body = crate::api::error::Problem)))]
 pub async fn list(
     State(state): State<AppState>,
+    caller: Caller,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<ReceiptPage>, ApiError> {
     let Query(q) = query.map_err(|e| Invalid::new("query", e.body_text()))?;
     let status = q.status.as_deref().map(parse_status).transpose()?;
     check_source(q.source.as_deref())?;
+    check_source_scope(&caller, q.source.as_deref())?;
     check_event_id(q.event_id.as_deref())?;
     let limit = q.limit.unwrap_or(50);
     if !(1..=1000).contains(&limit) {
@@ -210,10 +243,18 @@ pub async fn list(
         (status = 202, description = "Queued again from attempt 1", body = ReplayResponse),
         (status = 404, body = crate::api::error::Problem),
         (status = 409, description = "The receipt is still being delivered", body = crate::api::error::Problem),
+        (status = 415, description = "A body that is not JSON (a form post): send none", body = crate::api::error::Problem),
     ))]
-pub async fn replay(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+pub async fn replay(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    _: NoInput,
+) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
+    check_receipt_scope(&state, &caller, &id).await?;
     replay_one(&state, &id).await?;
+    tracing::info!(token = caller.name(), receipt = %id, "receipt replayed");
     let body = ReplayResponse { receipt_id: id.to_string(), status: "accepted", replayed: true };
     Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }
@@ -341,9 +382,11 @@ pub async fn replay_all(state: &AppState, mut filter: ReceiptFilter) -> Result<u
     ))]
 pub async fn replay_matching(
     State(state): State<AppState>,
+    caller: Caller,
     ApiJson(request): ApiJson<BulkReplayRequest>,
 ) -> Result<Response, ApiError> {
     let filter = request.filter()?;
+    check_source_scope(&caller, request.source.as_deref())?;
     if request.dry_run {
         let matching = state.store.count_matching(&filter).await?;
         return Ok(
@@ -351,6 +394,7 @@ pub async fn replay_matching(
         );
     }
     let queued = replay_all(&state, filter).await?;
+    tracing::info!(token = caller.name(), filter = ?request, queued, "bulk replay");
     Ok((StatusCode::ACCEPTED, Json(BulkReplayResponse { queued: Some(queued), matching: None })).into_response())
 }
 
@@ -368,10 +412,18 @@ pub struct DiscardResponse {
         (status = 200, description = "The receipt is discarded", body = DiscardResponse),
         (status = 404, body = crate::api::error::Problem),
         (status = 409, description = "The receipt is not dead", body = crate::api::error::Problem),
+        (status = 415, description = "A body that is not JSON (a form post): send none", body = crate::api::error::Problem),
     ))]
-pub async fn discard(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<DiscardResponse>, ApiError> {
+pub async fn discard(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    _: NoInput,
+) -> Result<Json<DiscardResponse>, ApiError> {
     let id = parse_id(&id)?;
+    check_receipt_scope(&state, &caller, &id).await?;
     discard_one(&state, &id).await?;
+    tracing::info!(token = caller.name(), receipt = %id, "receipt discarded");
     Ok(Json(DiscardResponse { receipt_id: id.to_string(), status: "discarded" }))
 }
 

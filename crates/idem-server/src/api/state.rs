@@ -51,7 +51,7 @@ impl AppState {
         delivery_wake: Arc<Notify>,
         waiters: Arc<Waiters>,
     ) -> Self {
-        let tokens = Arc::new(Tokens::new(config.auth.tokens.iter().map(|t| t.expose())));
+        let tokens = Arc::new(Tokens::new(&config.auth));
         let max_body_bytes = config.limits.max_body_bytes;
         let unconfigured = Arc::default();
         Self(Arc::new(Shared {

@@ -2,18 +2,23 @@
 //! HTTP/1.1 with connection pooling, JSON in, status and body out; and the failures the command
 //! line exits with.
 
+use std::path::{Path, PathBuf};
+
 use bytes::Bytes;
 use clap::Args;
 use http::{Method, Request, StatusCode, header};
 use http_body_util::{BodyExt, Full};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("invalid server URL {0:?}: use http://HOST:PORT")]
+    #[error("invalid server URL {0:?}: use http://HOST:PORT or https://HOST:PORT")]
     Url(String),
+    #[error("{0}")]
+    Tls(String),
     #[error("cannot reach {url}: {message}")]
     Connect { url: String, message: String },
 }
@@ -22,7 +27,7 @@ pub enum ClientError {
 pub struct ApiClient {
     base: String,
     token: Option<String>,
-    http: Client<HttpConnector, Full<Bytes>>,
+    http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
 }
 
 /// A response: its status and whole body.
@@ -41,11 +46,20 @@ impl Reply {
 
 impl ApiClient {
     pub fn new(base: &str, token: Option<String>) -> Result<Self, ClientError> {
+        Self::with_ca(base, token, None)
+    }
+
+    /// A client for `base` (`http://` or `https://`); an `https://` server's certificate is verified
+    /// against the system's roots plus `ca_file`'s.
+    pub fn with_ca(base: &str, token: Option<String>, ca_file: Option<&Path>) -> Result<Self, ClientError> {
         let base = base.trim_end_matches('/').to_owned();
-        if !base.starts_with("http://") || base.parse::<http::Uri>().is_err() {
+        let web = base.starts_with("http://") || base.starts_with("https://");
+        if !web || base.parse::<http::Uri>().is_err() {
             return Err(ClientError::Url(base));
         }
-        let http = Client::builder(TokioExecutor::new()).build_http();
+        let tls = crate::tls::client_config(ca_file).map_err(ClientError::Tls)?;
+        let connector = crate::tls::connector(HttpConnector::new(), &tls);
+        let http = Client::builder(TokioExecutor::new()).build(connector);
         Ok(Self { base, token, http })
     }
 
@@ -106,6 +120,9 @@ pub struct ClientArgs {
     /// Bearer token, when the server requires one.
     #[arg(long, env = "IDEM_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// Certificate authorities (PEM) to trust for an https:// server, besides the system's.
+    #[arg(long, env = "IDEM_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
 }
 
 /// A failure with the exit code it deserves: 1 for "not found / rejected", 2 for bad usage or config.
@@ -124,7 +141,8 @@ impl Failure {
 }
 
 pub fn connect(client: &ClientArgs) -> Result<ApiClient, Failure> {
-    ApiClient::new(&client.server, client.token.clone()).map_err(|e| Failure::usage(e.to_string()))
+    ApiClient::with_ca(&client.server, client.token.clone(), client.ca_file.as_deref())
+        .map_err(|e| Failure::usage(e.to_string()))
 }
 
 /// Sends a request; a non-2xx answer becomes a failure carrying the problem's detail.

@@ -6,6 +6,7 @@
 pub mod client;
 pub mod import;
 pub mod serve;
+pub mod token;
 pub mod verbs;
 
 use std::path::PathBuf;
@@ -36,6 +37,9 @@ pub enum Command {
     /// Work with config files.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Make API tokens.
+    #[command(subcommand)]
+    Token(token::TokenCommand),
     /// Load existing keys from JSON Lines into a running server, one claim per line.
     Import(ImportArgs),
     /// Claims on a running server.
@@ -220,7 +224,7 @@ pub struct ConfigArgs {
 pub struct ServeArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
-    /// Allow a non-loopback `listen` with no `[auth] tokens`.
+    /// Allow a non-loopback `listen` with no tokens configured.
     #[arg(long)]
     pub insecure_no_auth: bool,
 }
@@ -284,10 +288,13 @@ pub async fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::Config(ConfigCommand::Check(args)) => {
             let config = load_config(&args)?;
             config.check_exposure(false).map_err(Failure::usage)?;
+            config.check_transport().map_err(Failure::usage)?;
+            crate::tls::check_files(&config).map_err(Failure::usage)?;
             print!("{}", config.to_redacted_toml());
             eprintln!("idem: config ok");
             Ok(())
         }
+        Command::Token(command) => token::run(command),
         Command::Check(args) => serve::check(&load_config(&args)?),
         Command::Repair { yes, config } => serve::repair(&load_config(&config)?, yes),
         Command::Backup { dir, config } => serve::backup(&load_config(&config)?, &dir).await,

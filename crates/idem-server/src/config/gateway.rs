@@ -18,7 +18,7 @@ pub struct GatewayConfig {
     /// Where the proxy listens.
     #[serde(deserialize_with = "super::value::listen_addr")]
     pub listen: SocketAddr,
-    /// The API behind it: `http://HOST:PORT`, optionally with a base path.
+    /// The API behind it: `http://HOST:PORT` or `https://…`, optionally with a base path.
     pub upstream: Upstream,
     /// Largest response stored for replay; larger ones pass through and release their key.
     #[serde(default = "defaults::max_stored_response")]
@@ -28,6 +28,9 @@ pub struct GatewayConfig {
     pub cache_bytes: usize,
     #[serde(default)]
     pub routes: Vec<Route>,
+    /// TLS on the gateway's listener: `cert` and `key` files, re-read on SIGHUP and on change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<super::ListenerTls>,
 }
 
 /// The engine's defaults, which are also the config's.
@@ -77,9 +80,9 @@ pub struct Upstream {
 impl Upstream {
     pub fn parse(text: &str) -> Result<Self, String> {
         let uri: http::Uri = text.parse().map_err(|_| format!("{text:?} is not a URL"))?;
-        let scheme = uri.scheme().cloned().filter(|s| *s == Scheme::HTTP);
+        let scheme = uri.scheme().cloned().filter(|s| *s == Scheme::HTTP || *s == Scheme::HTTPS);
         let (Some(scheme), Some(authority)) = (scheme, uri.authority().cloned()) else {
-            return Err(format!("{text:?} must be an http:// URL with a host"));
+            return Err(format!("{text:?} must be an http:// or https:// URL with a host"));
         };
         let host = HeaderValue::from_str(authority.as_str()).map_err(|_| format!("{text:?} has an unusable host"))?;
         Ok(Self { scheme, authority, host, base_path: uri.path().trim_end_matches('/').to_owned() })

@@ -5,6 +5,7 @@
 //! and nothing downstream can fail on config. Secrets never appear in `Debug` or in
 //! `idem config check`. Loading has no side effects.
 
+mod access;
 mod gateway;
 mod source;
 mod value;
@@ -17,6 +18,7 @@ use std::time::Duration;
 use idem_core::Namespace;
 use serde::{Deserialize, Serialize};
 
+pub use access::{AuthConfig, Can, HttpConfig, ListenerTls, TlsConfig, TokenConfig, TokenDigest, token_digest};
 pub use gateway::{GatewayConfig, Route, Upstream};
 pub use source::SourceConfig;
 pub use value::{ConfigDuration, HttpUrl, Secret};
@@ -31,6 +33,10 @@ pub struct Config {
     pub data_dir: PathBuf,
     pub store: StoreConfig,
     pub auth: AuthConfig,
+    /// What the API listener accepts from browsers (`allowed_hosts`).
+    pub http: HttpConfig,
+    /// TLS on the API listener, and the extra CAs trusted for idem's own `https://` requests.
+    pub tls: TlsConfig,
     pub limits: LimitsConfig,
     pub sweeper: SweeperConfig,
     pub events: EventsConfig,
@@ -49,6 +55,8 @@ impl Default for Config {
             data_dir: PathBuf::from("./idem-data"),
             store: StoreConfig::Sqlite {},
             auth: AuthConfig::default(),
+            http: HttpConfig::default(),
+            tls: TlsConfig::default(),
             limits: LimitsConfig::default(),
             sweeper: SweeperConfig::default(),
             events: EventsConfig::default(),
@@ -81,13 +89,6 @@ pub enum StoreConfig {
 
 fn default_pool_size() -> usize {
     16
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct AuthConfig {
-    /// Bearer tokens accepted on `/v1`. Empty: no auth, and only a loopback `listen` is allowed.
-    pub tokens: Vec<Secret>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -234,7 +235,7 @@ pub struct Overrides {
 }
 
 /// Environment variables that belong to the command line, not to the config tree.
-const NOT_CONFIG_ENV: &[&str] = &["IDEM_CONFIG", "IDEM_SERVER", "IDEM_TOKEN", "IDEM_DATABASE_URL"];
+const NOT_CONFIG_ENV: &[&str] = &["IDEM_CONFIG", "IDEM_SERVER", "IDEM_TOKEN", "IDEM_CA_FILE", "IDEM_DATABASE_URL"];
 /// Variables of idem's own test suite (`IDEM_TEST_DATABASE_URL`), never config.
 const TEST_ENV_PREFIX: &str = "IDEM_TEST_";
 
@@ -283,9 +284,7 @@ impl Config {
                 return Err(key_error(format!("namespaces.{name}.default_ttl"), "must be longer than zero"));
             }
         }
-        if self.auth.tokens.iter().any(|t| t.expose().is_empty()) {
-            return Err(key_error("auth.tokens".into(), "tokens must not be empty strings"));
-        }
+        self.validate_access()?;
         let limits = &self.limits;
         for (key, zero) in [
             ("limits.max_body_bytes", limits.max_body_bytes == 0),
@@ -319,15 +318,67 @@ impl Config {
         Ok(())
     }
 
-    /// Refuses a non-loopback `listen` with no `[auth] tokens` (anyone who can reach it could claim
-    /// and delete keys), unless the operator said `--insecure-no-auth`.
+    /// `[auth]`, `[http]` and `[tls]`: tokens that can be presented and are told apart, sources that
+    /// exist, certificate files given in pairs.
+    fn validate_access(&self) -> Result<(), ConfigError> {
+        let key_error = |key: String, message: &str| ConfigError::Key { key, message: message.to_owned() };
+        for (i, token) in self.auth.tokens.iter().enumerate() {
+            access::check_secret(token.expose()).map_err(|m| key_error(format!("auth.tokens[{i}]"), m))?;
+        }
+        let mut digests: Vec<[u8; 32]> = self.auth.tokens.iter().map(|t| token_digest(t.expose())).collect();
+        for (i, token) in self.auth.token.iter().enumerate() {
+            let at = |field: &str| format!("auth.token[{i}].{field}");
+            token.validate().map_err(|(field, message)| key_error(at(field), &message))?;
+            if self.auth.token[..i].iter().any(|other| other.name == token.name) {
+                return Err(key_error(at("name"), "another [[auth.token]] has this name"));
+            }
+            let unknown = token.sources.iter().flatten().find(|s| self.source(s.as_str()).is_none());
+            if let Some(source) = unknown {
+                return Err(key_error(
+                    at("sources"),
+                    &format!("names {source}, which no [[sources]] table configures"),
+                ));
+            }
+            let digest = token.digest().unwrap_or_default();
+            if digests.contains(&digest) {
+                return Err(key_error(at("sha256"), "is the same token as another one: each token must differ"));
+            }
+            digests.push(digest);
+        }
+        self.http.validate().map_err(|m| key_error("http.allowed_hosts".into(), &m))?;
+        self.tls.validate().map_err(|(field, m)| key_error(format!("tls.{field}"), m))?;
+        if let Some(tls) = self.gateway.as_ref().and_then(|g| g.tls.as_ref())
+            && tls.watch_interval.0.is_zero()
+        {
+            return Err(key_error("gateway.tls.watch_interval".into(), "must be longer than zero"));
+        }
+        Ok(())
+    }
+
+    /// Refuses a non-loopback `listen` with no tokens (anyone who can reach it could claim and
+    /// delete keys), unless the operator said `--insecure-no-auth`.
     pub fn check_exposure(&self, insecure_no_auth: bool) -> Result<(), String> {
-        if self.listen.ip().is_loopback() || !self.auth.tokens.is_empty() || insecure_no_auth {
+        if self.listen.ip().is_loopback() || self.auth.is_on() || insecure_no_auth {
             return Ok(());
         }
         Err(format!(
             "refusing to listen on {} with no [auth] tokens: anyone who can reach it could claim and delete keys. \
              Set [auth] tokens, listen on a loopback address, or pass --insecure-no-auth",
+            self.listen
+        ))
+    }
+
+    /// Refuses a non-loopback `listen` that serves plain HTTP: tokens would cross the network in
+    /// clear. `[tls] cert`/`key` or `[tls] terminated_by_proxy = true` (a proxy in front does TLS)
+    /// answers it. `idem config check` enforces this; `idem serve` warns.
+    pub fn check_transport(&self) -> Result<(), String> {
+        if self.listen.ip().is_loopback() || self.tls.listener().is_some() || self.tls.terminated_by_proxy {
+            return Ok(());
+        }
+        Err(format!(
+            "listen = {} is not a loopback address and [tls] has no cert and key: bearer tokens and events would \
+             cross the network in clear. Set [tls] cert and key, or [tls] terminated_by_proxy = true when a \
+             proxy in front of idem terminates TLS",
             self.listen
         ))
     }

@@ -14,7 +14,7 @@ use super::value::{ConfigDuration, HttpUrl};
 pub struct SourceConfig {
     /// Appears in `POST /v1/sources/{name}/events`; 1-64 of `[a-z0-9_.-]`.
     pub name: Namespace,
-    /// Where each event is POSTed: `http://…`.
+    /// Where each event is POSTed: `http://…` or `https://…`.
     pub handler_url: HttpUrl,
     /// A JSON pointer into the body (`/external_event_id`) or `header:NAME`.
     pub event_id: EventIdRule,

@@ -1,5 +1,5 @@
 //! Config values that are parsed as they are read, so that nothing downstream parses them again:
-//! durations, secrets that never print, and `http://` URLs.
+//! durations, secrets that never print, and `http://` or `https://` URLs.
 
 use std::time::Duration;
 
@@ -51,15 +51,17 @@ impl Serialize for Secret {
     }
 }
 
-/// An `http://HOST[:PORT][/path]` URL, checked when the config is read.
+/// An `http://` or `https://HOST[:PORT][/path]` URL, checked when the config is read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpUrl(http::Uri);
 
 impl HttpUrl {
     pub fn parse(text: &str) -> Result<Self, String> {
         let uri: http::Uri = text.parse().map_err(|_| format!("{text:?} is not a URL"))?;
-        if uri.scheme() != Some(&http::uri::Scheme::HTTP) || uri.authority().is_none() {
-            return Err(format!("{text:?} must be an http:// URL with a host"));
+        let scheme = uri.scheme();
+        let web = scheme == Some(&http::uri::Scheme::HTTP) || scheme == Some(&http::uri::Scheme::HTTPS);
+        if !web || uri.authority().is_none() {
+            return Err(format!("{text:?} must be an http:// or https:// URL with a host"));
         }
         Ok(Self(uri))
     }
@@ -119,12 +121,13 @@ mod tests {
     }
 
     #[test]
-    fn only_http_urls_with_a_host() {
+    fn only_web_urls_with_a_host() {
         assert_eq!(
             HttpUrl::parse("http://127.0.0.1:9000/handle").map(|u| u.to_string()),
             Ok("http://127.0.0.1:9000/handle".into())
         );
-        for bad in ["ftp://x", "https://example.com", "/relative", "not a url", "http://"] {
+        assert!(HttpUrl::parse("https://handler.example.com/hook").is_ok());
+        for bad in ["ftp://x", "/relative", "not a url", "http://", "https://"] {
             assert!(HttpUrl::parse(bad).is_err(), "{bad}");
         }
     }

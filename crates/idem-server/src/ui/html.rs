@@ -52,8 +52,9 @@ pub enum Tab {
     None,
 }
 
-/// A whole page: the frame (navigation, sign-out when auth is on) around `content`.
-pub fn page(title: &str, tab: Tab, auth: bool, content: &str) -> String {
+/// A whole page: the frame (navigation; the token's name and sign-out when there is a token)
+/// around `content`.
+pub fn page(title: &str, tab: Tab, signed_in: Option<&str>, content: &str) -> String {
     let mut nav = String::new();
     for (t, href, label) in [
         (Tab::Overview, "/ui", "Overview"),
@@ -64,7 +65,12 @@ pub fn page(title: &str, tab: Tab, auth: bool, content: &str) -> String {
         let current = if t == tab { r#" aria-current="page""# } else { "" };
         let _ = write!(nav, r#"<a href="{href}"{current}>{label}</a>"#);
     }
-    let sign_out = if auth { r#"<button type="button" class="link" data-sign-out>Forget token</button>"# } else { "" };
+    let sign_out = signed_in.map_or(String::new(), |who| {
+        format!(
+            r#"<span class="muted" data-testid="signed-in-as">{}</span><button type="button" class="link" data-sign-out>Forget token</button>"#,
+            esc(who)
+        )
+    });
     frame(
         title,
         &format!(
@@ -75,12 +81,12 @@ pub fn page(title: &str, tab: Tab, auth: bool, content: &str) -> String {
     )
 }
 
-/// The token prompt: all that is served without a token when `[auth] tokens` is set. The input
+/// The token prompt: all that is served without a token when tokens are configured. The input
 /// has no `name`, so the token can never be submitted as a form field (and so never lands in a
 /// URL); the script keeps it in this browser's storage and sends it as a Bearer token.
 pub fn prompt(rejected: bool) -> String {
     let error = if rejected {
-        r#"<p class="error" role="alert">That token was not accepted. Check <code>[auth] tokens</code> in idem's config.</p>"#
+        r#"<p class="error" role="alert">That token was not accepted. Check <code>[auth]</code> in idem's config.</p>"#
     } else {
         ""
     };
@@ -88,7 +94,7 @@ pub fn prompt(rejected: bool) -> String {
         "Sign in",
         &format!(
             r#"<main class="narrow"><h1><span class="brand">idem</span> dashboard</h1>
-<p>This idem requires an API token (one of <code>[auth] tokens</code>). It is kept in this browser
+<p>This idem requires an API token (from <code>[auth]</code> in its config). It is kept in this browser
 and sent as a Bearer token with each request; it never appears in a URL.</p>
 {error}
 <form id="token-form" class="card" autocomplete="off">

@@ -6,16 +6,26 @@
 //! vendor; htmx would have done the swapping, but not the token handling, and at 50 KB it is ten
 //! times the code this needs.
 //!
-//! With `[auth] tokens` set, every page but the prompt needs the token: a request without it gets
-//! the prompt (401) and nothing else. The token travels only in the `Authorization` header. Every
-//! POST must carry `idem-ui: 1`, which only the dashboard's own script sends (a cross-site form
-//! cannot set a header), and pages forbid framing and any script but their own.
+//! With tokens configured, every page but the prompt needs one: a request without it gets the
+//! prompt (401) and nothing else. The token travels only in the `Authorization` header. The
+//! dashboard follows the token (contract §9): any token sees every page (within its namespaces and
+//! sources), and only an `admin` token is shown, and may use, the actions (replay, discard, bulk
+//! replay, delete). Every POST must carry `idem-ui: 1`, which only the dashboard's own script sends
+//! (a cross-site form cannot set a header), and every answer under `/ui`, the prompt and error
+//! pages included, forbids framing and any script but the dashboard's own.
 
 mod html;
 mod pages;
 pub mod tally;
 
 pub use pages::OverviewCounts;
+
+use axum::extract::FromRequestParts;
+use axum::http::HeaderMap;
+use axum::http::request::Parts;
+
+use crate::api::auth::{Caller, TokenLabel};
+use crate::config::Can;
 
 use axum::Router;
 use axum::extract::{Request, State};
@@ -55,37 +65,97 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
     response
 }
 
-/// The token check, the POST guard, and the headers every page carries.
-async fn gate(State(state): State<AppState>, request: Request, next: Next) -> Response {
+/// A dashboard request: the server's state and who asks. Derefs to the state.
+pub struct Ui {
+    pub state: AppState,
+    pub caller: Caller,
+}
+
+impl std::ops::Deref for Ui {
+    type Target = AppState;
+
+    fn deref(&self) -> &AppState {
+        &self.state
+    }
+}
+
+impl FromRequestParts<AppState> for Ui {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        let caller = parts.extensions.get::<Caller>().cloned().unwrap_or(Caller::Anonymous);
+        Ok(Ui { state: state.clone(), caller })
+    }
+}
+
+impl Ui {
+    /// Whether this caller is shown, and may use, the actions on `source`'s receipts.
+    pub fn acts_on_source(&self, source: &str) -> bool {
+        self.caller.can(Can::Admin) && self.caller.sees_source(source)
+    }
+
+    /// Whether this caller is shown, and may use, deletes in `ns`.
+    pub fn acts_on_namespace(&self, ns: &str) -> bool {
+        self.caller.can(Can::Admin) && self.caller.sees_namespace(ns)
+    }
+}
+
+/// The token check and the POST guard: the prompt for no token or an unknown one, 403 for an
+/// action without the dashboard's header or without an admin token.
+async fn gate(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+    let caller = state.tokens.caller(request.headers());
     if request.method() == Method::POST && request.headers().get("idem-ui").is_none_or(|v| v != "1") {
-        return html_response(
-            StatusCode::FORBIDDEN,
-            html::page(
-                "Forbidden",
-                html::Tab::None,
-                false,
-                "<h1>Forbidden</h1><p>Dashboard actions are sent by the dashboard's own script.</p>",
-            ),
+        return forbidden(&caller, "Dashboard actions are sent by the dashboard's own script.");
+    }
+    if matches!(caller, Caller::Anonymous) {
+        let rejected = crate::api::auth::presented(request.headers()).is_some();
+        return html_response(StatusCode::UNAUTHORIZED, html::prompt(rejected));
+    }
+    if request.method() == Method::POST && !caller.can(Can::Admin) {
+        let why = format!(
+            "Token {} may view the dashboard but not act: replay, discard and delete need a token with can = \"admin\".",
+            caller.name()
         );
+        return forbidden(&caller, &why);
     }
-    if !state.tokens.is_empty() {
-        match crate::api::auth::presented(request.headers()) {
-            Some(token) if state.tokens.accepts(token) => {}
-            other => return html_response(StatusCode::UNAUTHORIZED, html::prompt(other.is_some())),
-        }
-    }
+    let label = TokenLabel::of(&caller);
+    request.extensions_mut().insert(caller);
     let mut response = next.run(request).await;
-    let headers = response.headers_mut();
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response.extensions_mut().insert(label);
+    response
+}
+
+fn forbidden(caller: &Caller, why: &str) -> Response {
+    let content = format!("<h1>Forbidden</h1>{}", html::notice("error", why));
+    html_response(
+        StatusCode::FORBIDDEN,
+        html::page("Forbidden", html::Tab::None, signed_in(caller).as_deref(), &content),
+    )
+}
+
+/// What the page's header says about the token in use, when there is one.
+pub fn signed_in(caller: &Caller) -> Option<String> {
+    match caller {
+        Caller::Token(grant) => Some(format!("{} ({})", grant.name, grant.can.as_str())),
+        Caller::Open | Caller::Anonymous => None,
+    }
+}
+
+/// The headers every answer under `/ui` carries, whoever gave it (a page, the prompt, an error, an
+/// asset): no framing, no script but the dashboard's own, no sniffing.
+pub fn secure_headers(headers: &mut HeaderMap) {
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(
             "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'",
         ),
     );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
-    response
+    if !headers.contains_key(header::CACHE_CONTROL) {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
 }
 
 fn html_response(status: StatusCode, body: String) -> Response {

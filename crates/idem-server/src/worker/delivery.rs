@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{Method, Request, Uri, header};
 use http_body_util::{BodyExt, Full};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -38,17 +39,18 @@ const EXCERPT: usize = 1024;
 /// Bytes of a handler's answer read at most.
 const READ_CAP: usize = 64 * 1024;
 
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
+type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
-/// A client that keeps connections alive (`reuse`), or one that opens a connection per request.
-fn http_client(reuse: bool) -> HttpClient {
+/// A client that keeps connections alive (`reuse`), or one that opens a connection per request;
+/// `https://` URLs are verified against `tls`'s roots (the system's and `[tls] ca_file`).
+fn http_client(reuse: bool, tls: &Arc<rustls::ClientConfig>) -> HttpClient {
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(Some(Duration::from_secs(10)));
     let mut builder = Client::builder(TokioExecutor::new());
     if !reuse {
         builder.pool_max_idle_per_host(0);
     }
-    builder.build(connector)
+    builder.build(crate::tls::connector(connector, tls))
 }
 
 /// A source as the worker needs it, taken from its (already parsed) config.
@@ -82,11 +84,11 @@ struct SourceRuntime {
 }
 
 impl SourceRuntime {
-    fn new(config: &SourceConfig, all: &[SourceConfig]) -> Self {
+    fn new(config: &SourceConfig, all: &[SourceConfig], tls: &Arc<rustls::ClientConfig>) -> Self {
         let timeout = config.attempt_timeout.0;
         Self {
-            pooled: http_client(true),
-            fresh: http_client(false),
+            pooled: http_client(true, tls),
+            fresh: http_client(false, tls),
             malformed: std::sync::atomic::AtomicBool::new(false),
             policy: config.policy(),
             secret: config.signing_secret.clone(),
@@ -140,8 +142,15 @@ enum Answer {
 }
 
 impl Delivery {
-    pub fn new(sources: &[SourceConfig], store: Arc<dyn EventStore>, clock: Arc<dyn Clock>, wake: Arc<Notify>) -> Self {
-        let runtimes = sources.iter().map(|s| (s.name.as_str().to_owned(), SourceRuntime::new(s, sources))).collect();
+    pub fn new(
+        sources: &[SourceConfig],
+        store: Arc<dyn EventStore>,
+        clock: Arc<dyn Clock>,
+        wake: Arc<Notify>,
+        tls: &Arc<rustls::ClientConfig>,
+    ) -> Self {
+        let runtimes =
+            sources.iter().map(|s| (s.name.as_str().to_owned(), SourceRuntime::new(s, sources, tls))).collect();
         let order = sources.iter().map(|s| s.name.as_str().to_owned()).collect();
         Self { store, clock, sources: runtimes, order, next: AtomicUsize::new(0), wake }
     }

@@ -145,6 +145,7 @@ async fn orders_are_created_once_however_often_the_client_retries() {
             key: idem_core::gateway::KeyPolicy::Required,
             ..idem_gateway::RoutePolicy::new(idem_core::gateway::PathPattern::parse("/orders").expect("valid"))
         })],
+        tls: None,
     };
     let client = example("orders/client.py");
     // Without idem's gateway the client says how to start it.

@@ -42,6 +42,7 @@ async fn gateway_with(routes: impl FnOnce(&mut Vec<RoutePolicy>), more: impl FnO
         max_stored_response: 1 << 20,
         cache_bytes: 1 << 20,
         routes: list.into_iter().map(Route::from).collect(),
+        tls: None,
     };
     more(&mut config);
     let server = TestServer::start_with(|c| c.gateway = Some(config), Arc::new(SystemClock)).await;

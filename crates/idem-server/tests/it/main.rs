@@ -2,6 +2,7 @@
 //! file; and the real `idem` binary for what only a process shows (signals, kill -9, the CLI).
 
 mod auth;
+mod browser;
 mod claims;
 mod cli;
 mod deploy;
@@ -17,4 +18,5 @@ mod ops;
 mod pg_restart;
 mod process;
 mod support;
+mod tls;
 mod ui;

@@ -2,15 +2,15 @@
 
 use std::fmt::Write as _;
 
-use axum::extract::{Query, State};
+use axum::extract::Query;
 use axum::response::Response;
 use axum::{Form, extract::rejection::QueryRejection};
 use serde::Deserialize;
 
 use super::html::{Tab, esc, options, query};
 use super::{at, failed, filled, render, source_names};
-use crate::api::AppState;
 use crate::api::receipt::{self as api, BulkReplayRequest};
+use crate::ui::Ui;
 
 #[derive(Debug, Default, Deserialize)]
 pub struct BulkForm {
@@ -55,7 +55,7 @@ fn moment(text: &str) -> String {
     }
 }
 
-fn bulk_form(state: &AppState, form: &BulkForm) -> String {
+fn bulk_form(state: &Ui, form: &BulkForm) -> String {
     let sources = source_names(state);
     let source_refs: Vec<&str> = sources.iter().map(String::as_str).collect();
     let status = filled(&form.status).unwrap_or("dead");
@@ -84,11 +84,14 @@ const BULK_INTRO: &str = r#"<h1>Bulk replay</h1><p>Deliver every receipt that ma
 Count them first; the replay then runs in steps of 500 receipts, one transaction each, while
 intake goes on. Repeating it is safe: it finds only what still matches.</p>"#;
 
-pub async fn bulk(State(state): State<AppState>, query_: Result<Query<BulkForm>, QueryRejection>) -> Response {
+pub async fn bulk(state: Ui, query_: Result<Query<BulkForm>, QueryRejection>) -> Response {
     let Query(form) = query_.unwrap_or_default();
     let mut content = format!("{BULK_INTRO}{}", bulk_form(&state, &form));
     if form.count.is_some() {
         let request = BulkReplayRequest { dry_run: true, ..form.request() };
+        if let Err(e) = api::check_source_scope(&state.caller, request.source.as_deref()) {
+            return failed(&state, Tab::Replay, e);
+        }
         let filter = match request.filter() {
             Ok(f) => f,
             Err(e) => return failed(&state, Tab::Replay, e.into()),
@@ -97,7 +100,15 @@ pub async fn bulk(State(state): State<AppState>, query_: Result<Query<BulkForm>,
             Ok(n) => n,
             Err(e) => return failed(&state, Tab::Replay, e.into()),
         };
-        if n == 0 {
+        let may = state.caller.can(crate::config::Can::Admin);
+        if n > 0 && !may {
+            let _ = write!(
+                content,
+                r#"<div class="card confirm"><p data-testid="bulk-matching" data-count="{n}"><strong>{n}</strong> receipt(s) match this filter.</p>
+<p class="muted">Token {} may count them but not replay them: that needs a token with can = "admin".</p></div>"#,
+                esc(state.caller.name())
+            );
+        } else if n == 0 {
             content.push_str(r#"<p class="empty" data-testid="bulk-matching" data-count="0">No receipts match: nothing to replay.</p>"#);
         } else {
             let mut hidden = String::new();
@@ -116,15 +127,20 @@ pub async fn bulk(State(state): State<AppState>, query_: Result<Query<BulkForm>,
     render(&state, "Bulk replay", Tab::Replay, &content)
 }
 
-pub async fn bulk_run(State(state): State<AppState>, Form(form): Form<BulkForm>) -> Response {
-    let filter = match form.request().filter() {
+pub async fn bulk_run(state: Ui, Form(form): Form<BulkForm>) -> Response {
+    let request = form.request();
+    let filter = match request.filter() {
         Ok(f) => f,
         Err(e) => return failed(&state, Tab::Replay, e.into()),
     };
+    if let Err(e) = api::check_source_scope(&state.caller, request.source.as_deref()) {
+        return failed(&state, Tab::Replay, e);
+    }
     let queued = match api::replay_all(&state, filter).await {
         Ok(n) => n,
         Err(e) => return failed(&state, Tab::Replay, e),
     };
+    tracing::info!(token = state.caller.name(), filter = ?request, queued, "bulk replay from the dashboard");
     let list = format!("/ui/receipts{}", query(&[("source", filled(&form.source)), ("q", filled(&form.event_id))]));
     let content = format!(
         r#"{BULK_INTRO}<p class="notice ok" role="status" data-testid="bulk-result" data-count="{queued}">Queued {queued} receipt(s) for delivery again. <a href="{list}">Follow them</a>.</p>{}"#,

@@ -1,6 +1,6 @@
 //! Claims and operations: looked up by key or id, and deleted.
 
-use axum::extract::{Query, State};
+use axum::extract::Query;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::{Form, extract::rejection::QueryRejection};
@@ -10,7 +10,8 @@ use serde::Deserialize;
 
 use super::html::{Tab, esc, notice, time};
 use super::{at, filled, now, render};
-use crate::api::{ApiError, AppState};
+use crate::api::ApiError;
+use crate::ui::Ui;
 
 #[derive(Debug, Default, Deserialize)]
 pub struct LookupForm {
@@ -61,7 +62,7 @@ fn lookup_target(form: &LookupForm) -> Result<(Namespace, Option<Parts>, ClaimId
     Ok((ns, Some(parts), id))
 }
 
-pub async fn lookup(State(state): State<AppState>, query_: Result<Query<LookupForm>, QueryRejection>) -> Response {
+pub async fn lookup(state: Ui, query_: Result<Query<LookupForm>, QueryRejection>) -> Response {
     let Query(form) = query_.unwrap_or_default();
     let mut content = format!(
         r#"<h1>Claims and operations</h1><p>Find one record by its namespace and key (or parts, or id), see it, and delete it.</p>{}"#,
@@ -76,10 +77,15 @@ pub async fn lookup(State(state): State<AppState>, query_: Result<Query<LookupFo
     render(&state, "Claims and operations", Tab::Lookup, &content)
 }
 
-async fn lookup_result(state: &AppState, form: &LookupForm) -> Result<String, ApiError> {
+async fn lookup_result(state: &Ui, form: &LookupForm) -> Result<String, ApiError> {
     let (ns, parts, id) = lookup_target(form)?;
+    state.caller.require_namespace(ns.as_str())?;
     let now = now(state);
+    let may_delete = state.acts_on_namespace(ns.as_str());
     let delete = |what: &str| {
+        if !may_delete {
+            return String::new();
+        }
         format!(
             r#"<form method="post" action="/ui/lookup/delete" data-ui><input type="hidden" name="kind" value="{what}">
 <input type="hidden" name="ns" value="{}"><input type="hidden" name="id" value="{id}">
@@ -157,13 +163,18 @@ async fn lookup_result(state: &AppState, form: &LookupForm) -> Result<String, Ap
     })
 }
 
-pub async fn lookup_delete(State(state): State<AppState>, Form(form): Form<LookupForm>) -> Response {
+pub async fn lookup_delete(state: Ui, Form(form): Form<LookupForm>) -> Response {
     let outcome = async {
         let (ns, _, id) = lookup_target(&form)?;
+        state.caller.require_namespace(ns.as_str())?;
         if filled(&form.kind) == Some("operation") {
             let key = idem_core::operation::store_id(&ns, &id);
             Ok::<_, ApiError>(match state.store.forget_request(&key).await? {
-                Forget::Forgotten => notice("ok", &format!("Deleted operation {id}: the key is free again.")),
+                Forget::Forgotten => {
+                    let token = state.caller.name();
+                    tracing::info!(token, namespace = ns.as_str(), operation = %id, "operation deleted from the dashboard");
+                    notice("ok", &format!("Deleted operation {id}: the key is free again."))
+                }
                 Forget::InFlight => {
                     notice("error", "Someone holds this operation now; it cannot be deleted while in progress.")
                 }

@@ -17,6 +17,7 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use idem_core::Timestamp;
 
+use super::Ui;
 use super::html::{self, Tab, esc, notice};
 use crate::api::{ApiError, AppState};
 
@@ -26,8 +27,8 @@ const STATUSES: [&str; 6] = ["accepted", "processing", "retrying", "completed", 
 /// A rendered page, or a page that reports what went wrong.
 type Page = Result<Response, Response>;
 
-fn render(state: &AppState, title: &str, tab: Tab, content: &str) -> Response {
-    let mut response = html::page(title, tab, !state.tokens.is_empty(), content).into_response();
+fn render(ui: &Ui, title: &str, tab: Tab, content: &str) -> Response {
+    let mut response = html::page(title, tab, super::signed_in(&ui.caller).as_deref(), content).into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
     response
 }
@@ -40,10 +41,10 @@ fn at(mut response: Response, location: &str) -> Response {
     response
 }
 
-fn failed(state: &AppState, tab: Tab, e: ApiError) -> Response {
+fn failed(ui: &Ui, tab: Tab, e: ApiError) -> Response {
     let status = e.status_code();
     let content = format!("<h1>{}</h1>{}", esc(e.problem().title), notice("error", &e.to_string()));
-    let mut response = render(state, "Problem", tab, &content);
+    let mut response = render(ui, "Problem", tab, &content);
     *response.status_mut() = status;
     response
 }
@@ -52,8 +53,9 @@ fn now(state: &AppState) -> Timestamp {
     state.clock.now()
 }
 
-fn source_names(state: &AppState) -> Vec<String> {
-    state.config.sources.iter().map(|s| s.name.as_str().to_owned()).collect()
+/// The configured sources this caller may see.
+fn source_names(ui: &Ui) -> Vec<String> {
+    ui.config.sources.iter().map(|s| s.name.as_str().to_owned()).filter(|s| ui.caller.sees_source(s)).collect()
 }
 
 fn live(seconds: u32, inner: &str) -> String {

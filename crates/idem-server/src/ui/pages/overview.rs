@@ -5,15 +5,14 @@ use std::fmt::Write as _;
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
-use axum::extract::State;
 use axum::response::Response;
 use idem_core::StoreError;
 use idem_core::event::{QueueStats, ReceiptStatus};
 
 use super::html::{Tab, age, esc, query};
 use super::{STATUSES, live, now, render, source_names};
-use crate::api::AppState;
 use crate::config::StoreConfig;
+use crate::ui::Ui;
 use crate::ui::tally::Tally;
 
 /// What the overview counts: receipts by source and status, the jobs due, claims by namespace.
@@ -26,7 +25,7 @@ pub struct Counted {
 
 pub type OverviewCounts = Tally<Counted>;
 
-async fn count(state: &AppState) -> Result<Counted, StoreError> {
+async fn count(state: &Ui) -> Result<Counted, StoreError> {
     let store = state.store.as_ref();
     let (receipts, queue, claims) = tokio::join!(store.count_receipts(), store.queue_stats(), store.count_claims());
     Ok(Counted { receipts: receipts?, queue: queue?, claims: claims? })
@@ -100,7 +99,7 @@ fn series(text: &str, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
     out
 }
 
-pub async fn overview(State(state): State<AppState>) -> Response {
+pub async fn overview(state: Ui) -> Response {
     let (ready, counted) = tokio::join!(state.store.check_ready(), state.overview_counts.get(|| count(&state)));
     let now = now(&state);
     let t = traffic();
@@ -115,10 +114,13 @@ pub async fn overview(State(state): State<AppState>) -> Response {
             esc(&e.to_string())
         ),
     };
-    let (counts, queue, claims, counted_ago) = match counted {
+    let (mut counts, queue, mut claims, counted_ago) = match counted {
         Ok((c, ago)) => (c.receipts, Ok(c.queue), c.claims, ago),
         Err(e) => (Vec::new(), Err(e), Vec::new(), std::time::Duration::ZERO),
     };
+    // A token limited to some namespaces or sources is shown theirs only.
+    counts.retain(|(source, _, _)| state.caller.sees_source(source));
+    claims.retain(|(ns, _)| state.caller.sees_namespace(ns));
     let dead: u64 = counts.iter().filter(|c| c.1 == ReceiptStatus::Dead).map(|c| c.2).sum();
     let (due, oldest) = match queue {
         Ok(q) => (
@@ -155,11 +157,11 @@ pub async fn overview(State(state): State<AppState>) -> Response {
         );
     }
     inner.push_str(&events_table(&state, &counts));
-    inner.push_str(&namespaces_table(&claims));
+    inner.push_str(&namespaces_table(&state, &claims));
     render(&state, "Overview", Tab::Overview, &format!("<h1>Overview</h1>{}", live(5, &inner)))
 }
 
-fn events_table(state: &AppState, counts: &[(String, ReceiptStatus, u64)]) -> String {
+fn events_table(state: &Ui, counts: &[(String, ReceiptStatus, u64)]) -> String {
     let mut by_source: BTreeMap<String, BTreeMap<&str, u64>> =
         source_names(state).into_iter().map(|s| (s, BTreeMap::new())).collect();
     for (source, status, n) in counts {
@@ -195,7 +197,7 @@ config (name, handler_url, event_id, signing_secret) and send events to
     out
 }
 
-fn namespaces_table(stored: &[(String, u64)]) -> String {
+fn namespaces_table(state: &Ui, stored: &[(String, u64)]) -> String {
     let text = crate::telemetry::metrics_handle().render();
     let mut rows: BTreeMap<String, [f64; 3]> =
         stored.iter().map(|(ns, n)| (ns.clone(), [*n as f64, 0.0, 0.0])).collect();
@@ -209,6 +211,7 @@ fn namespaces_table(stored: &[(String, u64)]) -> String {
             rows.entry(ns.clone()).or_default()[2] += value;
         }
     }
+    rows.retain(|ns, _| state.caller.sees_namespace(ns));
     if rows.is_empty() {
         return r#"<h2>Claims and operations</h2><p class="empty">No claims yet. Make one with
 <code>POST /v1/claims/{namespace}</code> <code>{"key": "…"}</code>, or begin an operation with

@@ -3,15 +3,16 @@
 use std::fmt::Write as _;
 
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query};
 use axum::response::Response;
 use idem_core::event::{Receipt, ReceiptFilter, ReceiptId, ReceiptStatus};
 use serde::Deserialize;
 
 use super::html::{Tab, badge, esc, notice, options, query, relative, time};
 use super::{PAGE, Page, STATUSES, at, failed, filled, live, now, render, source_names};
+use crate::api::ApiError;
 use crate::api::receipt as api;
-use crate::api::{ApiError, AppState};
+use crate::ui::Ui;
 
 #[derive(Debug, Default, Deserialize)]
 pub struct ReceiptQuery {
@@ -22,7 +23,7 @@ pub struct ReceiptQuery {
     cursor: Option<String>,
 }
 
-pub async fn receipts(State(state): State<AppState>, query_: Result<Query<ReceiptQuery>, QueryRejection>) -> Response {
+pub async fn receipts(state: Ui, query_: Result<Query<ReceiptQuery>, QueryRejection>) -> Response {
     let Query(q) = query_.unwrap_or_default();
     if let Some(id) = filled(&q.q).and_then(|t| ReceiptId::parse(t).ok()) {
         let page = receipt_page(&state, &id, None).await.unwrap_or_else(|e| e);
@@ -33,8 +34,14 @@ pub async fn receipts(State(state): State<AppState>, query_: Result<Query<Receip
         Err(e) => return failed(&state, Tab::Receipts, e.into()),
     };
     let before = filled(&q.cursor).and_then(|c| ReceiptId::parse(c).ok());
+    // A token limited to some sources lists one of them at a time: the first, unless one is picked.
+    let source =
+        filled(&q.source).map(str::to_owned).or_else(|| state.caller.sources().and_then(|s| s.first().cloned()));
+    if let Err(e) = api::check_source_scope(&state.caller, source.as_deref()) {
+        return failed(&state, Tab::Receipts, e);
+    }
     let filter = ReceiptFilter {
-        source: filled(&q.source).map(str::to_owned),
+        source: source.clone(),
         status,
         event_id: filled(&q.q).map(str::to_owned),
         limit: PAGE,
@@ -54,7 +61,7 @@ pub async fn receipts(State(state): State<AppState>, query_: Result<Query<Receip
 <label class="grow">Event id or receipt id <input name="q" type="search" value="{}" placeholder="evt_123 or rcpt_…" data-testid="search-input"></label>
 <button type="submit" data-testid="search-submit">Find</button>
 </form>"#,
-        options("any source", &source_refs, filled(&q.source)),
+        options("any source", &source_refs, source.as_deref()),
         options("any status", &STATUSES, filled(&q.status)),
         esc(filled(&q.q).unwrap_or(""))
     );
@@ -117,25 +124,26 @@ pub async fn receipts(State(state): State<AppState>, query_: Result<Query<Receip
     render(&state, "Receipts", Tab::Receipts, &content)
 }
 
-pub async fn receipt(State(state): State<AppState>, Path(id): Path<String>) -> Response {
+pub async fn receipt(state: Ui, Path(id): Path<String>) -> Response {
     match ReceiptId::parse(&id) {
         Ok(id) => receipt_page(&state, &id, None).await.unwrap_or_else(|e| e),
         Err(e) => failed(&state, Tab::Receipts, e.into()),
     }
 }
 
-async fn receipt_page(state: &AppState, id: &ReceiptId, flash: Option<String>) -> Page {
+async fn receipt_page(state: &Ui, id: &ReceiptId, flash: Option<String>) -> Page {
     let receipt = state
         .store
         .get_receipt(id)
         .await
         .map_err(|e| failed(state, Tab::Receipts, e.into()))?
         .ok_or_else(|| failed(state, Tab::Receipts, ApiError::NotFound(format!("no receipt {id}"))))?;
+    state.caller.require_source(&receipt.source).map_err(|e| failed(state, Tab::Receipts, e))?;
     let content = format!("{}{}", flash.unwrap_or_default(), receipt_view(state, &receipt));
     Ok(render(state, &format!("Receipt {}", receipt.event_id), Tab::Receipts, &content))
 }
 
-fn receipt_view(state: &AppState, r: &Receipt) -> String {
+fn receipt_view(state: &Ui, r: &Receipt) -> String {
     let now = now(state);
     let replayable = idem_core::event::replay(r.status) == idem_core::event::Replay::Restart;
     let discardable = r.status == ReceiptStatus::Dead;
@@ -149,16 +157,20 @@ fn receipt_view(state: &AppState, r: &Receipt) -> String {
             format!(r#"<button type="button" data-testid="{what}" disabled title="{why}">{label}</button>"#)
         }
     };
-    let actions = format!(
-        r#"<div class="actions">{}{}</div>"#,
-        action(
-            "replay",
-            "Replay from attempt 1",
-            replayable,
-            "Still being delivered: it can be replayed once it ends."
-        ),
-        action("discard", "Discard (handled by hand)", discardable, "Only dead receipts can be discarded.")
-    );
+    let actions = if !state.acts_on_source(&r.source) {
+        String::new()
+    } else {
+        format!(
+            r#"<div class="actions">{}{}</div>"#,
+            action(
+                "replay",
+                "Replay from attempt 1",
+                replayable,
+                "Still being delivered: it can be replayed once it ends."
+            ),
+            action("discard", "Discard (handled by hand)", discardable, "Only dead receipts can be discarded.")
+        )
+    };
     let body = match r.body.as_deref().map(api::body_view) {
         Some((Some(json), _)) => format!(
             r#"<pre class="code" data-testid="event-body">{}</pre>"#,
@@ -251,20 +263,34 @@ fn receipt_view(state: &AppState, r: &Receipt) -> String {
     live(3, &inner)
 }
 
-pub async fn replay_one(State(state): State<AppState>, Path(id): Path<String>) -> Response {
+pub async fn replay_one(state: Ui, Path(id): Path<String>) -> Response {
     act(&state, &id, "replay").await
 }
 
-pub async fn discard_one(State(state): State<AppState>, Path(id): Path<String>) -> Response {
+pub async fn discard_one(state: Ui, Path(id): Path<String>) -> Response {
     act(&state, &id, "discard").await
 }
 
-async fn act(state: &AppState, id: &str, what: &str) -> Response {
+async fn act(state: &Ui, id: &str, what: &str) -> Response {
     let id = match ReceiptId::parse(id) {
         Ok(id) => id,
         Err(e) => return failed(state, Tab::Receipts, e.into()),
     };
+    match state.store.get_receipt(&id).await {
+        Ok(Some(r)) if !state.caller.sees_source(&r.source) => {
+            return failed(
+                state,
+                Tab::Receipts,
+                state.caller.require_source(&r.source).err().unwrap_or(ApiError::Internal),
+            );
+        }
+        Ok(_) => {}
+        Err(e) => return failed(state, Tab::Receipts, e.into()),
+    }
     let done = if what == "replay" { api::replay_one(state, &id).await } else { api::discard_one(state, &id).await };
+    if done.is_ok() {
+        tracing::info!(token = state.caller.name(), receipt = %id, action = what, "receipt {what} from the dashboard");
+    }
     let flash = match done {
         Ok(()) if what == "replay" => notice("ok", "Replayed: delivery starts again from attempt 1."),
         Ok(()) => notice("ok", "Discarded: it no longer counts as a dead letter, and can still be replayed."),

@@ -2,6 +2,7 @@
 //! whose helpers assert status codes, and a runner for the real binary.
 
 pub mod binary;
+pub mod certs;
 pub mod pg;
 pub mod receiver;
 pub mod upstream;

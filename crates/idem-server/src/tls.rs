@@ -1,0 +1,230 @@
+//! TLS (contract §9), with rustls and its ring provider: one stack for everything.
+//!
+//! - **Listeners** (`[tls]` for the API, `[gateway.tls]` for the gateway): a [`Certificate`] holds
+//!   the certificate and key that new handshakes get; [`watch`] swaps it when the files change
+//!   (their size, time or inode, checked every `watch_interval`) or on SIGHUP. Connections already
+//!   open keep the certificate they began with: nothing is dropped. A file that cannot be read or
+//!   does not match its key is logged and the certificate in use stays (a renewal tool writes the
+//!   two files one after the other: the pair is tried again when either changes).
+//! - **Outbound** (`https://` handlers, result webhooks, the gateway's upstream): a client config
+//!   that trusts the system's roots plus `[tls] ca_file`, and a connector for hyper-util's client
+//!   that speaks plain HTTP or TLS as the URL says.
+
+use std::path::Path;
+use std::sync::{Arc, OnceLock, RwLock};
+use std::time::SystemTime;
+
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use tokio::sync::watch as signal_watch;
+use tokio_rustls::TlsAcceptor;
+
+use crate::config::{Config, ListenerTls};
+
+fn provider() -> Arc<CryptoProvider> {
+    static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
+    Arc::clone(PROVIDER.get_or_init(|| Arc::new(rustls::crypto::ring::default_provider())))
+}
+
+/// A listener's certificate: what new handshakes are given, swapped by [`watch`].
+#[derive(Debug)]
+pub struct Certificate {
+    files: ListenerTls,
+    current: RwLock<Arc<CertifiedKey>>,
+    /// The files as they were when `current` was read, or last tried.
+    seen: RwLock<Option<Stamp>>,
+}
+
+/// What tells that a file changed: its length, modification time and inode (a renewal that
+/// replaces a symlink's target changes the inode even when time and length agree).
+type Stamp = [(u64, Option<SystemTime>, u64); 2];
+
+impl Certificate {
+    /// Reads the files; an error names the file and what is wrong with it.
+    pub fn load(files: &ListenerTls) -> Result<Arc<Self>, String> {
+        let seen = stamp(files);
+        let key = read_pair(files)?;
+        Ok(Arc::new(Self { files: files.clone(), current: RwLock::new(Arc::new(key)), seen: RwLock::new(seen) }))
+    }
+
+    /// An acceptor whose handshakes take the current certificate.
+    pub fn acceptor(self: &Arc<Self>) -> Result<TlsAcceptor, String> {
+        let mut config = ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::clone(self) as Arc<dyn ResolvesServerCert>);
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(TlsAcceptor::from(Arc::new(config)))
+    }
+
+    /// Reads the files again if they changed since they were last read (or always, when `force`);
+    /// answers whether the certificate was swapped.
+    pub fn reload(&self, force: bool) -> bool {
+        let now = stamp(&self.files);
+        {
+            let seen = self.seen.read().unwrap_or_else(|p| p.into_inner());
+            if !force && *seen == now {
+                return false;
+            }
+        }
+        *self.seen.write().unwrap_or_else(|p| p.into_inner()) = now;
+        match read_pair(&self.files) {
+            Ok(key) => {
+                *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(key);
+                tracing::info!(cert = %self.files.cert.display(), "TLS certificate reloaded: new connections get it");
+                true
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "TLS certificate not reloaded; the one in use stays");
+                false
+            }
+        }
+    }
+}
+
+impl ResolvesServerCert for Certificate {
+    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(Arc::clone(&self.current.read().unwrap_or_else(|p| p.into_inner())))
+    }
+}
+
+fn stamp(files: &ListenerTls) -> Option<Stamp> {
+    let one = |path: &Path| {
+        let meta = std::fs::metadata(path).ok()?;
+        #[cfg(unix)]
+        let inode = std::os::unix::fs::MetadataExt::ino(&meta);
+        #[cfg(not(unix))]
+        let inode = 0;
+        Some((meta.len(), meta.modified().ok(), inode))
+    };
+    Some([one(&files.cert)?, one(&files.key)?])
+}
+
+fn read_pair(files: &ListenerTls) -> Result<CertifiedKey, String> {
+    let certs = read_certs(&files.cert)?;
+    let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| {
+        format!("{}: no private key could be read (PEM: PKCS#8, PKCS#1 or SEC1): {e}", files.key.display())
+    })?;
+    CertifiedKey::from_der(certs, key, &provider())
+        .map_err(|e| format!("{} and {} do not make a pair: {e}", files.cert.display(), files.key.display()))
+}
+
+fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .and_then(|iter| iter.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("{}: cannot read certificates (PEM): {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{}: holds no certificate (PEM, BEGIN CERTIFICATE)", path.display()));
+    }
+    Ok(certs)
+}
+
+/// Keeps `certificate` current until `stopped`: on SIGHUP, and whenever the files change.
+pub async fn watch(certificate: Arc<Certificate>, mut stopped: signal_watch::Receiver<bool>) {
+    let interval = certificate.files.watch_interval.0;
+    #[cfg(unix)]
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    loop {
+        #[cfg(unix)]
+        let hup = async {
+            match hangup.as_mut() {
+                Some(s) => s.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        #[cfg(not(unix))]
+        let hup = std::future::pending::<Option<()>>();
+        tokio::select! {
+            _ = hup => {
+                tracing::info!("SIGHUP: reading the TLS certificate and key again");
+                certificate.reload(true);
+            }
+            _ = tokio::time::sleep(interval) => {
+                certificate.reload(false);
+            }
+            _ = stopped.changed() => return,
+        }
+        if *stopped.borrow() {
+            return;
+        }
+    }
+}
+
+/// The roots outbound `https://` requests are verified against: the system's, and `ca_file`'s.
+pub fn client_config(ca_file: Option<&Path>) -> Result<Arc<ClientConfig>, String> {
+    let mut roots = RootCertStore::empty();
+    let (added, _) = roots.add_parsable_certificates(system_roots().iter().cloned());
+    if let Some(path) = ca_file {
+        for cert in read_certs(path)? {
+            roots
+                .add(cert)
+                .map_err(|e| format!("{}: a certificate could not be used as a root: {e}", path.display()))?;
+        }
+    } else if added == 0 {
+        tracing::warn!("no system root certificates found (install ca-certificates): https:// URLs will fail");
+    }
+    let config = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// The system's root certificates, read once per process.
+fn system_roots() -> &'static [CertificateDer<'static>] {
+    static ROOTS: OnceLock<Vec<CertificateDer<'static>>> = OnceLock::new();
+    ROOTS.get_or_init(|| {
+        let found = rustls_native_certs::load_native_certs();
+        for e in found.errors.iter().take(3) {
+            tracing::debug!(error = %e, "a system root certificate could not be read");
+        }
+        found.certs
+    })
+}
+
+/// A connector for hyper-util's client that speaks TLS to `https://` URLs and plain HTTP to
+/// `http://` ones, over `http` (whose settings, such as its connect timeout, it keeps).
+pub fn connector(mut http: HttpConnector, tls: &Arc<ClientConfig>) -> HttpsConnector<HttpConnector> {
+    http.enforce_http(false);
+    hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(ClientConfig::clone(tls))
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http)
+}
+
+/// The listeners' certificates, loaded for `config`: the API's and the gateway's.
+pub struct ListenerCerts {
+    pub api: Option<Arc<Certificate>>,
+    pub gateway: Option<Arc<Certificate>>,
+}
+
+impl ListenerCerts {
+    pub fn load(config: &Config) -> Result<Self, String> {
+        let load = |key: &str, files: Option<ListenerTls>| {
+            files.map(|f| Certificate::load(&f).map_err(|e| format!("{key}: {e}"))).transpose()
+        };
+        Ok(Self {
+            api: load("tls", config.tls.listener())?,
+            gateway: load("gateway.tls", config.gateway.as_ref().and_then(|g| g.tls.clone()))?,
+        })
+    }
+}
+
+/// What `idem config check` checks of the files `[tls]` and `[gateway.tls]` name: that each can be
+/// read and that each certificate matches its key.
+pub fn check_files(config: &Config) -> Result<(), String> {
+    ListenerCerts::load(config)?;
+    if let Some(path) = &config.tls.ca_file {
+        read_certs(path).map_err(|e| format!("tls.ca_file: {e}"))?;
+    }
+    Ok(())
+}
