@@ -617,6 +617,71 @@ mod tests {
     }
 
     #[test]
+    fn named_tokens_are_checked_and_their_secrets_never_print() {
+        let source = "[[sources]]\nname = \"partner\"\nhandler_url = \"https://handler.example.com/h\"\nevent_id = \"/id\"\nsigning_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n";
+        let digest = idem_core::key::hex(&token_digest("bot-s3cret"));
+        let good = format!(
+            "{source}[auth]\ntokens = [\"admin-s3cret\"]\n[[auth.token]]\nname = \"viewer\"\ntoken = \"viewer-s3cret\"\ncan = \"read\"\n\
+             [[auth.token]]\nname = \"survey-bot\"\nsha256 = \"{digest}\"\ncan = \"write\"\nnamespaces = [\"survey\"]\nsources = [\"partner\"]\n"
+        );
+        let c = load(&good, &[], &Overrides::default()).expect("load");
+        assert!(c.auth.is_on());
+        assert_eq!(c.auth.token[1].can, Can::Write);
+        assert_eq!(c.auth.token[1].digest(), Some(token_digest("bot-s3cret")));
+        let printed = c.to_redacted_toml();
+        assert!(!printed.contains("s3cret") && !format!("{c:?}").contains("s3cret"), "{printed}");
+        assert!(printed.contains(&digest), "the hash is no secret: {printed}");
+        for (change, key) in [
+            (("can = \"read\"", "can = \"owner\""), "auth.token[0].can"),
+            (("name = \"viewer\"", "name = \"survey-bot\""), "auth.token[1].name"),
+            (("name = \"viewer\"", "name = \"the viewer\""), "auth.token[0].name"),
+            (("token = \"viewer-s3cret\"", "token = \"  \""), "auth.token[0].token"),
+            (("token = \"viewer-s3cret\"", "token = \"bot-s3cret\""), "auth.token[1].sha256"),
+            (("token = \"viewer-s3cret\"", "token = \"admin-s3cret\""), "auth.token[0].sha256"),
+            (("token = \"viewer-s3cret\"", "token = \"v\"\nsha256 = \"{digest}\""), "auth.token[0].token"),
+            (("sources = [\"partner\"]", "sources = [\"partnr\"]"), "auth.token[1].sources"),
+            (("namespaces = [\"survey\"]", "namespaces = [\"Survey\"]"), "auth.token[1].namespaces"),
+            ((&format!("sha256 = \"{digest}\""), "sha256 = \"abc\""), "auth.token[1].sha256"),
+        ] {
+            let text = good.replace(change.0, &change.1.replace("{digest}", &digest));
+            let err = load(&text, &[], &Overrides::default()).expect_err(key).to_string();
+            assert!(err.contains(key), "{key}: {err}");
+            assert!(!err.contains("s3cret"), "errors never repeat a secret: {err}");
+        }
+        let env = [("IDEM_AUTH__TOKENS", "[\"from-env\"]")];
+        let c = load("", &env, &Overrides::default()).expect("tokens from the environment");
+        assert_eq!(c.auth.tokens[0].expose(), "from-env");
+    }
+
+    #[test]
+    fn tls_and_hosts_are_checked() {
+        let ok = load(
+            "[http]\nallowed_hosts = [\"idem.internal\", \".corp.example\"]\n[tls]\ncert = \"c.pem\"\nkey = \"k.pem\"\nca_file = \"ca.pem\"\n",
+            &[],
+            &Overrides::default(),
+        )
+        .expect("load");
+        assert!(ok.tls.listener().is_some() && ok.tls.ca_file.is_some());
+        for (text, key) in [
+            ("[tls]\ncert = \"c.pem\"\n", "tls.key"),
+            ("[tls]\nkey = \"k.pem\"\n", "tls.cert"),
+            ("[tls]\nwatch_interval = \"0s\"\n", "tls.watch_interval"),
+            ("[http]\nallowed_hosts = [\"http://idem.internal\"]\n", "http.allowed_hosts"),
+            ("[http]\nallowed_hosts = [\"idem.internal:7070\"]\n", "http.allowed_hosts"),
+        ] {
+            let err = load(text, &[], &Overrides::default()).expect_err(key).to_string();
+            assert!(err.contains(key), "{key}: {err}");
+        }
+        let public = load("listen = \"0.0.0.0:7070\"\n", &[], &Overrides::default()).expect("load");
+        assert!(public.check_transport().is_err_and(|e| e.contains("terminated_by_proxy")));
+        let proxied =
+            load("listen = \"0.0.0.0:7070\"\n[tls]\nterminated_by_proxy = true\n", &[], &Overrides::default())
+                .expect("load");
+        assert!(proxied.check_transport().is_ok());
+        assert!(Config::default().check_transport().is_ok(), "loopback needs no TLS");
+    }
+
+    #[test]
     fn secrets_never_print() {
         let c = load("[auth]\ntokens = [\"s3cret-token\"]\n", &[], &Overrides::default()).expect("load");
         assert_eq!(c.auth.tokens[0].expose(), "s3cret-token");

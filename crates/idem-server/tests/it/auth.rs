@@ -292,3 +292,53 @@ async fn only_admin_replays_discards_and_deletes_operations() {
     expect(&admin, Method::POST, &format!("/v1/receipts/{receipt}/replay"), None, 202).await;
     s.stop().await;
 }
+
+/// `idem token new` makes a token that works as its table says; the CLI shows a 403's reason; an
+/// admin action is logged with the token's name and never its secret.
+#[tokio::test]
+async fn idem_token_new_makes_working_tokens_and_admin_actions_are_logged_by_name() {
+    use crate::support::binary::{self, Idem};
+    let new = |args: &[&str]| {
+        let (code, out, err) = binary::run(&[&["token", "new"], args].concat(), &[]);
+        assert_eq!(code, 0, "{err}");
+        let token = out.lines().find(|l| l.starts_with("idem_")).expect("the token").to_owned();
+        let table = out[out.find("[[auth.token]]").expect("the table")..].to_owned();
+        assert!(!table.contains(&token), "the table holds the hash, not the token");
+        (token, table)
+    };
+    let (reader, reader_table) = new(&["--can", "read", "--namespace", "survey"]);
+    let (ops, ops_table) = new(&["--can", "admin", "--name", "ops"]);
+    assert!(reader_table.contains("name = \"read-survey-"), "{reader_table}");
+    let dir = tempfile::tempdir().expect("dir");
+    let config = dir.path().join("idem.toml");
+    std::fs::write(&config, format!("{reader_table}\n{ops_table}")).expect("config");
+    let idem = Idem::serve(&dir.path().join("data"), &["--config", config.to_str().expect("path")]);
+    let cli = |args: &[&str], token: &str| {
+        binary::run(&[args, &["--server", idem.url.as_str(), "--token", token]].concat(), &[])
+    };
+    let (code, _, err) = cli(&["claims", "put", "survey", "--key", "k"], &reader);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("403") && err.contains("can = \"read\""), "the CLI shows why: {err}");
+    let (code, _, err) = cli(&["claims", "put", "survey", "--key", "k"], &ops);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = cli(&["claims", "get", "survey", "--key", "k"], &reader);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\"survey\""), "{out}");
+    let (code, _, err) = cli(&["claims", "get", "orders", "--key", "k"], &reader);
+    assert!(code == 1 && err.contains("namespace orders"), "{err}");
+
+    let client = ApiClient::new(&idem.url, Some(ops.clone())).expect("client");
+    let op = expect(&client, Method::POST, "/v1/operations/survey/begin", Some(json!({"key": "job"})), 201).await;
+    let id = op["id"].as_str().expect("id").to_owned();
+    let done = json!({"token": op["token"]});
+    expect(&client, Method::POST, &format!("/v1/operations/survey/{id}/complete"), Some(done), 200).await;
+    let (code, _, err) = cli(&["operations", "delete", "survey", &id], &ops);
+    assert_eq!(code, 0, "{err}");
+    let logged = idem.wait_for_log("operation deleted", std::time::Duration::from_secs(10));
+    assert!(logged.contains("ops") && logged.contains(&id), "{logged}");
+    let rest: Vec<String> = idem.log.try_iter().collect();
+    assert!(
+        !logged.contains(&ops) && !rest.iter().any(|l| l.contains(&ops) || l.contains(&reader)),
+        "never the secret"
+    );
+}

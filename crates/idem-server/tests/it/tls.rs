@@ -242,3 +242,70 @@ fn config_check_refuses_a_public_listener_in_clear() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("auth.tokens[0]") && err.contains("whitespace"), "{err}");
 }
+
+/// The gateway listens with `[gateway.tls]` and forwards to an `https://` upstream whose
+/// certificate the private CA in `[tls] ca_file` signed; a replay is still a replay.
+#[tokio::test]
+async fn the_gateway_listens_with_tls_and_forwards_to_an_https_upstream() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let dir = tempfile::tempdir().expect("dir");
+    let (upstream_dir, gateway_dir) = (dir.path().join("upstream"), dir.path().join("gateway"));
+    std::fs::create_dir_all(&upstream_dir).expect("dir");
+    std::fs::create_dir_all(&gateway_dir).expect("dir");
+    let ca = Ca::new("private CA");
+    let ca_file = ca.write(dir.path(), "ca.pem");
+    ca.write_leaf(&upstream_dir, "upstream");
+    ca.write_leaf(&gateway_dir, "gateway");
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&calls);
+    let app = axum::Router::new().route(
+        "/orders",
+        axum::routing::post(move || {
+            let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
+            async move { (axum::http::StatusCode::CREATED, format!("order {n}")) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let upstream = format!("https://localhost:{}", listener.local_addr().expect("addr").port());
+    let limits = idem_server::conn::ConnLimits {
+        max_connections: 64,
+        header_read_timeout: Duration::from_secs(5),
+        idle_timeout: Duration::from_secs(5),
+    };
+    let (_stop, stopped) = tokio::sync::watch::channel(false);
+    let acceptor =
+        idem_server::tls::Certificate::load(&files(&upstream_dir)).expect("cert").acceptor().expect("acceptor");
+    tokio::spawn(idem_server::conn::serve(listener, app, limits, Some(acceptor), stopped));
+
+    let gateway: idem_server::config::GatewayConfig = toml::from_str(&format!(
+        "listen = \"127.0.0.1:0\"\nupstream = \"{upstream}\"\n[tls]\ncert = {:?}\nkey = {:?}\n\
+         [[routes]]\npath = \"/orders\"\nkey = \"required\"\n",
+        gateway_dir.join("cert.pem"),
+        gateway_dir.join("key.pem"),
+    ))
+    .expect("gateway config");
+    let s = TestServer::start_with(
+        |c| {
+            c.gateway = Some(gateway);
+            c.tls.ca_file = Some(ca_file.clone());
+        },
+        Arc::new(SystemClock),
+    )
+    .await;
+    let port = s.gateway_url.as_deref().expect("gateway").rsplit(':').next().expect("port").to_owned();
+    let client = ApiClient::with_ca(&format!("https://localhost:{port}"), None, Some(&ca_file)).expect("client");
+    let key = [("idempotency-key", "\"order-1\""), ("content-type", "application/json")];
+    let mut bodies = Vec::new();
+    for _ in 0..2 {
+        let reply = client
+            .send_with(Method::POST, "/orders", Some(bytes::Bytes::from_static(b"{}")), &key)
+            .await
+            .expect("through the gateway");
+        assert_eq!(reply.status, 201, "{}", String::from_utf8_lossy(&reply.body));
+        bodies.push((reply.body.clone(), reply.headers.get("idempotent-replayed").is_some()));
+    }
+    assert_eq!(bodies[0].0, bodies[1].0);
+    assert_eq!((bodies[0].1, bodies[1].1), (false, true), "the second is a replay");
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the upstream was called once, over TLS");
+    s.stop().await;
+}
