@@ -5,7 +5,9 @@
 # nothing (its request timeout outlasts wait_seconds, at most 30 s). The server runs with a token, so that the auth checks mean something, and with a
 # 64 MiB body limit, so that a schema-violating body is judged by its content rather than refused
 # for its size first (413 is deliberate; see the README's Testing section). No event source is
-# configured, so intake answers 404 for every source name.
+# configured, so intake answers 404 for every source name. A second, shorter run sends a read-only
+# token: every write is then 403 and must be documented as such (positive_data_acceptance is off for
+# it, since a valid write is refused by design).
 #
 # Needs: python3 -m pip install openapi-spec-validator schemathesis
 set -euo pipefail
@@ -14,7 +16,7 @@ cd "$(dirname "$0")/.."
 BIN=${IDEM_TEST_BIN:-target/debug/idem}
 WORK=$(mktemp -d)
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-printf '[auth]\ntokens = ["openapi-check-token"]\n[limits]\nmax_body_bytes = 67108864\n' > "$WORK/idem.toml"
+printf '[auth]\ntokens = ["openapi-check-token"]\n[[auth.token]]\nname = "openapi-reader"\ntoken = "openapi-read-token"\ncan = "read"\n[limits]\nmax_body_bytes = 67108864\n' > "$WORK/idem.toml"
 env -u IDEM_CONFIG IDEM_LOG__LEVEL=warn "$BIN" serve --config "$WORK/idem.toml" --listen "127.0.0.1:$PORT" \
     --data-dir "$WORK/data" > "$WORK/idem.log" 2>&1 &
 IDEM_PID=$!
@@ -33,3 +35,8 @@ CONFIG="$PWD/scripts/schemathesis.toml"
 cd "$WORK"
 python3 -m schemathesis.cli --config-file "$CONFIG" run "http://127.0.0.1:$PORT/openapi.json" --checks all --max-examples 20 --seed 1 \
     -H "Authorization: Bearer openapi-check-token" --request-timeout 40 --no-color
+
+echo "schemathesis as a read-only token (--checks all but positive_data_acceptance, seed 1, 5 examples per operation):"
+python3 -m schemathesis.cli --config-file "$CONFIG" run "http://127.0.0.1:$PORT/openapi.json" --checks all \
+    --exclude-checks positive_data_acceptance --max-examples 5 --seed 1 --phases coverage,fuzzing \
+    -H "Authorization: Bearer openapi-read-token" --request-timeout 40 --no-color

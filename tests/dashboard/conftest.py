@@ -1,4 +1,5 @@
-"""Fixtures for the dashboard's browser tests: a real `idem serve` (auth on) with two sources, a
+"""Fixtures for the dashboard's browser tests: a real `idem serve` (auth on: an admin token and a
+read-only one) with two sources, a
 handler that fails until told to succeed, and Debian's headless Chromium driven by Selenium
 through Debian's chromedriver (nothing is downloaded).
 
@@ -28,6 +29,8 @@ from selenium.webdriver.chrome.service import Service
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "dash-token-4c1f9e27a6b8"
+# A read-only token (contract §9): sees every page, gets no action.
+VIEWER_TOKEN = "dash-viewer-7e21b0c94d3f"
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 
@@ -78,6 +81,11 @@ class Idem:
         config = f"""
 [auth]
 tokens = ["{TOKEN}"]
+
+[[auth.token]]
+name = "dash-viewer"
+token = "{VIEWER_TOKEN}"
+can = "read"
 
 [[sources]]
 name = "partner"
@@ -166,7 +174,7 @@ def idem(handler: Handler) -> Iterator[Idem]:
     server = Idem(handler.url)
     yield server
     log = server.log_path.read_text(errors="replace")
-    assert TOKEN not in log, "the token must never appear in idem's log"
+    assert TOKEN not in log and VIEWER_TOKEN not in log, "a token must never appear in idem's log"
     server.stop()
 
 

@@ -2,7 +2,8 @@
 §7): the token prompt and nothing else without it; a dead receipt found by its event id, opened,
 replayed against a handler that now succeeds, and shown completed; a bulk replay of 200 dead
 receipts by filter, counted first; a discard; the token never in a URL or the log; a phone-width
-page that does not scroll sideways.
+page that does not scroll sideways; and a read-only token that sees every page and no action
+(contract §9).
 
 With `DASHBOARD_SCREENSHOTS=<dir>` it also saves the README's screenshots there.
 """
@@ -19,7 +20,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import Select
 
-from conftest import TOKEN, Handler, Idem
+from conftest import TOKEN, VIEWER_TOKEN, Handler, Idem
 
 T = TypeVar("T")
 
@@ -50,12 +51,12 @@ def click(driver: WebDriver, name: str) -> None:
 
 
 def no_token_in_url(driver: WebDriver) -> None:
-    assert TOKEN not in driver.current_url
+    assert TOKEN not in driver.current_url and VIEWER_TOKEN not in driver.current_url
 
 
-def sign_in(driver: WebDriver, idem: Idem, path: str = "/ui") -> None:
+def sign_in(driver: WebDriver, idem: Idem, path: str = "/ui", token: str = TOKEN) -> None:
     driver.get(idem.url + path)
-    by_testid(driver, "token-input").send_keys(TOKEN)
+    by_testid(driver, "token-input").send_keys(token)
     click(driver, "token-submit")
     until("the page behind the prompt", lambda: not driver.find_elements(By.CSS_SELECTOR, "[data-testid=token-input]"))
     no_token_in_url(driver)
@@ -192,3 +193,41 @@ def test_pages_fit_a_phone(idem: Idem, browser: WebDriver) -> None:
         assert overflow <= 1, f"{path} scrolls sideways by {overflow}px on a phone"
         if path.startswith("/ui/receipts/"):
             screenshot(browser, "receipt-phone.png")
+
+
+def test_a_read_token_sees_every_page_and_no_action(idem: Idem, browser: WebDriver) -> None:
+    receipt = idem.send_event("bulk", "evt-viewer")
+    idem.wait_for("source=bulk&status=dead", 1)
+    status, _ = idem.api("POST", "/v1/claims/orders", {"key": "o-1"})
+    assert status == 201
+    sign_in(browser, idem, "/ui", token=VIEWER_TOKEN)
+    assert "dash-viewer (read)" in by_testid(browser, "signed-in-as").text
+    pages = {
+        "/ui": "dead-letters",
+        "/ui/receipts": "receipt-row",
+        f"/ui/receipts/{receipt}": "receipt-status",
+        "/ui/replay?status=dead&count=1": "bulk-matching",
+        "/ui/lookup?kind=claim&ns=orders&key=o-1": "lookup-result",
+    }
+    for path, shown in pages.items():
+        browser.get(idem.url + path)
+        seen = by_testid(browser, shown)
+        if shown == "bulk-matching":
+            assert seen.get_attribute("data-count") == "1", "a viewer may count"
+        for action in ("replay", "discard", "bulk-confirm", "lookup-delete"):
+            assert not browser.find_elements(By.CSS_SELECTOR, f'[data-testid="{action}"]'), f"{path}: no {action} button"
+    # The action itself, sent as the dashboard's script would, is refused and changes nothing.
+    status = browser.execute_async_script(
+        """
+        const done = arguments[arguments.length - 1];
+        fetch(arguments[0], {method: "POST", body: "", headers: {
+            "idem-ui": "1", "content-type": "application/x-www-form-urlencoded",
+            "authorization": "Bearer " + localStorage.getItem("idem-token")}})
+          .then((r) => done(r.status), (e) => done(String(e)));
+        """,
+        f"/ui/receipts/{receipt}/replay",
+    )
+    assert status == 403
+    _, api = idem.api("GET", f"/v1/receipts/{receipt}")
+    assert (api["status"], api["round"]) == ("dead", 1), "nothing changed"
+    no_token_in_url(browser)

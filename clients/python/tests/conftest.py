@@ -130,8 +130,8 @@ def server() -> Iterator[IdemServer]:
 
 @pytest.fixture(scope="session")
 def auth_server() -> Iterator[IdemServer]:
-    """An idem requiring the bearer token `t0k`."""
-    s = IdemServer('[auth]\ntokens = ["t0k"]\n').start()
+    """An idem requiring the bearer token `t0k` (admin), or `v13w` (read only)."""
+    s = IdemServer('[auth]\ntokens = ["t0k"]\n[[auth.token]]\nname = "viewer"\ntoken = "v13w"\ncan = "read"\n').start()
     yield s
     s.close()
 

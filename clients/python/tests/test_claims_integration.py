@@ -136,6 +136,23 @@ def test_auth(auth_server: IdemServer, ns: str) -> None:
         assert ok.claims.exists(ns, prefix=["k"]) is True
 
 
+def test_a_read_token_reads_and_its_writes_say_why_they_are_refused(auth_server: IdemServer, ns: str) -> None:
+    from idem_client import ForbiddenError
+
+    with Idem(auth_server.url, token="t0k") as admin:
+        admin.claims.claim(ns, key="k")
+    with Idem(auth_server.url, token="v13w", retries=0) as viewer:
+        assert viewer.claims.exists(ns, prefix=["k"]) is True
+        with pytest.raises(ForbiddenError) as info:
+            viewer.claims.claim(ns, key="k2")
+        error = info.value
+        assert error.status == 403 and error.type == "urn:idem:problem:forbidden"
+        assert 'can = "read"' in str(error) and "claiming" in str(error) and "v13w" not in str(error)
+        with pytest.raises(ForbiddenError, match="replaying"):
+            viewer.receipts.replay("rcpt_000000000000000000000000000000000000")
+        assert viewer.claims.get(ns, key="k2") is None, "nothing was claimed"
+
+
 def test_unreachable_server_raises_after_retries(ns: str) -> None:
     from conftest import free_port
     from idem_client import UnavailableError

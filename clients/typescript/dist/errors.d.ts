@@ -17,6 +17,7 @@ export interface Problem {
 export declare const PROBLEM_IN_PROGRESS = "urn:idem:problem:in-progress";
 export declare const PROBLEM_LEASE_LOST = "urn:idem:problem:lease-lost";
 export declare const PROBLEM_FINGERPRINT_MISMATCH = "urn:idem:problem:fingerprint-mismatch";
+export declare const PROBLEM_FORBIDDEN = "urn:idem:problem:forbidden";
 /** Types the client itself uses for failures that never reached a server's answer. */
 export declare const PROBLEM_CONNECTION = "urn:idem:client:connection-error";
 export declare const PROBLEM_TIMEOUT = "urn:idem:client:timeout";
@@ -65,6 +66,15 @@ export declare class MismatchError extends IdemError {
 }
 /** `503`: the store cannot be written right now (after the client's own retries). */
 export declare class UnavailableError extends IdemError {
+    constructor(init: IdemErrorInit);
+}
+/**
+ * `403 urn:idem:problem:forbidden`: the token is known but may not do this (its `can`, namespaces
+ * or sources), or, on a server with no tokens, the request came from another site. `detail` says
+ * what was refused, e.g. `token viewer has can = "read": claiming needs can = "write"`. Nothing was
+ * changed; retrying will not help.
+ */
+export declare class ForbiddenError extends IdemError {
     constructor(init: IdemErrorInit);
 }
 /**

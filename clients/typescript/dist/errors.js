@@ -7,6 +7,7 @@
 export const PROBLEM_IN_PROGRESS = "urn:idem:problem:in-progress";
 export const PROBLEM_LEASE_LOST = "urn:idem:problem:lease-lost";
 export const PROBLEM_FINGERPRINT_MISMATCH = "urn:idem:problem:fingerprint-mismatch";
+export const PROBLEM_FORBIDDEN = "urn:idem:problem:forbidden";
 /** Types the client itself uses for failures that never reached a server's answer. */
 export const PROBLEM_CONNECTION = "urn:idem:client:connection-error";
 export const PROBLEM_TIMEOUT = "urn:idem:client:timeout";
@@ -71,6 +72,18 @@ export class UnavailableError extends IdemError {
     }
 }
 /**
+ * `403 urn:idem:problem:forbidden`: the token is known but may not do this (its `can`, namespaces
+ * or sources), or, on a server with no tokens, the request came from another site. `detail` says
+ * what was refused, e.g. `token viewer has can = "read": claiming needs can = "write"`. Nothing was
+ * changed; retrying will not help.
+ */
+export class ForbiddenError extends IdemError {
+    constructor(init) {
+        super(init);
+        this.name = "ForbiddenError";
+    }
+}
+/**
  * `409 urn:idem:problem:lease-lost`: the token no longer holds the operation's key (its lease ran
  * out, or it was completed or released already). The work may have been taken over by another
  * caller; its result was not stored.
@@ -105,6 +118,8 @@ export function errorFor(init) {
         return new InProgressError(init);
     if (init.status === 409 && init.type === PROBLEM_LEASE_LOST)
         return new LeaseLostError(init);
+    if (init.status === 403)
+        return new ForbiddenError(init);
     if (init.status === 422)
         return new MismatchError(init);
     if (init.status === 503)

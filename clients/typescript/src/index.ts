@@ -8,6 +8,7 @@ export { claimId, type KeyRef } from "./keys.js";
 export { verifyWebhook, type HeadersLike, type VerifyOptions } from "./webhook.js";
 export {
   ConnectionError,
+  ForbiddenError,
   IdemError,
   InProgressError,
   LeaseLostError,
@@ -16,6 +17,7 @@ export {
   WebhookVerificationError,
   PROBLEM_CONNECTION,
   PROBLEM_FINGERPRINT_MISMATCH,
+  PROBLEM_FORBIDDEN,
   PROBLEM_IN_PROGRESS,
   PROBLEM_LEASE_LOST,
   PROBLEM_TIMEOUT,

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { readFile } from "node:fs/promises";
 import { after, before, describe, test } from "node:test";
 
-import { ConnectionError, Idem, IdemError, claimId } from "../dist/index.js";
+import { ConnectionError, ForbiddenError, Idem, IdemError, claimId } from "../dist/index.js";
 import { freePort, startIdem } from "./helpers.mjs";
 
 // The id vectors shared by the server's tests and both clients'.
@@ -168,7 +168,9 @@ describe("claims against a real idem", () => {
 describe("auth against a real idem", () => {
   let server;
   before(async () => {
-    server = await startIdem({ config: '[auth]\ntokens = ["t0k"]\n' });
+    server = await startIdem({
+      config: '[auth]\ntokens = ["t0k"]\n[[auth.token]]\nname = "viewer"\ntoken = "v13w"\ncan = "read"\n',
+    });
   });
   after(async () => {
     await server?.stop();
@@ -188,5 +190,19 @@ describe("auth against a real idem", () => {
     assert.equal((await idem.claims.claim("auth", { key: "k" })).claimed, true);
     assert.equal((await idem.claims.get("auth", { key: "k" })).id, claimId("k"));
     assert.deepEqual(await idem.receipts.list(), { items: [], nextCursor: null });
+  });
+
+  test("a read token reads; its claim is a ForbiddenError that says why, and changes nothing", async () => {
+    const viewer = new Idem({ url: server.url, token: "v13w" });
+    assert.equal((await viewer.claims.get("auth", { key: "k" })).id, claimId("k"));
+    const err = await viewer.claims.claim("auth", { key: "k2" }).catch((e) => e);
+    assert.ok(err instanceof ForbiddenError, String(err));
+    assert.equal(err.status, 403);
+    assert.equal(err.type, "urn:idem:problem:forbidden");
+    assert.match(err.message, /viewer.*can = "read".*claiming/);
+    assert.ok(!err.message.includes("v13w"), "never the token");
+    const replay = await viewer.receipts.replay("rcpt_000000000000000000000000000000000000").catch((e) => e);
+    assert.ok(replay instanceof ForbiddenError && /replaying/.test(replay.message), String(replay));
+    assert.equal(await viewer.claims.get("auth", { key: "k2" }), null, "nothing was claimed");
   });
 });

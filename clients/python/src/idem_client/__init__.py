@@ -9,6 +9,7 @@ Standard Webhooks verification.
 
 from ._async import AsyncClaims, AsyncIdem, AsyncOperations, AsyncReceipts
 from ._errors import (
+    ForbiddenError,
     IdemConnectionError,
     IdemError,
     InProgressError,
@@ -30,6 +31,7 @@ __all__ = [
     "verify_webhook",
     "sign_webhook",
     "IdemError",
+    "ForbiddenError",
     "InProgressError",
     "MismatchError",
     "UnavailableError",

@@ -13,6 +13,7 @@ from ._retry import parse_retry_after
 IN_PROGRESS = "urn:idem:problem:in-progress"
 FINGERPRINT_MISMATCH = "urn:idem:problem:fingerprint-mismatch"
 LEASE_LOST = "urn:idem:problem:lease-lost"
+FORBIDDEN = "urn:idem:problem:forbidden"
 
 
 class IdemError(Exception):
@@ -52,6 +53,11 @@ class IdemError(Exception):
             f"{type(self).__name__}(status={self.status!r}, type={self.type!r}, "
             f"title={self.title!r}, detail={self.detail!r}, field={self.field!r})"
         )
+
+
+class ForbiddenError(IdemError):
+    """403 ``urn:idem:problem:forbidden``: the token is known but may not do this (its ``can``,
+    namespaces or sources); ``detail`` says what was refused. Nothing was changed."""
 
 
 class InProgressError(IdemError):
@@ -100,7 +106,9 @@ def error_from_response(response: httpx.Response) -> IdemError:
         detail = response.text[:200] if response.content else ""
         field = None
     cls: type[IdemError] = IdemError
-    if status == 409 and kind == IN_PROGRESS:
+    if status == 403:
+        cls = ForbiddenError
+    elif status == 409 and kind == IN_PROGRESS:
         cls = InProgressError
     elif status == 409 and kind == LEASE_LOST:
         cls = LeaseLostError
