@@ -83,11 +83,8 @@ pub async fn run(
     let (api_tls, gateway_tls) = (acceptor(&certs.api), acceptor(&certs.gateway));
     let (api_tls, gateway_tls) = (api_tls.map_err(std::io::Error::other)?, gateway_tls.map_err(std::io::Error::other)?);
     let (stop, stopped) = watch::channel(false);
-    let watchers: Vec<JoinHandle<()>> = [certs.api, certs.gateway]
-        .into_iter()
-        .flatten()
-        .map(|cert| tokio::spawn(tls::watch(cert, stopped.clone())))
-        .collect();
+    let certificates = [certs.api, certs.gateway].into_iter().flatten().collect();
+    let reloads = tokio::spawn(tls::watch(certificates, tls::Hangup::listen(), stopped.clone()));
     let sweeper = tokio::spawn(worker::sweeper::run(
         Arc::clone(&store),
         config.sweeper.clone(),
@@ -98,6 +95,8 @@ pub async fn run(
     let data_dir = matches!(config.store, config::StoreConfig::Sqlite {}).then(|| config.data_dir.clone());
     let gauges = tokio::spawn(worker::gauges::run(Arc::clone(&store), data_dir, stopped.clone()));
     let wake = Arc::new(Notify::new());
+    let describe = Listening::of(&config);
+    let gateway_addr = listeners.gateway.as_ref().and_then(|l| l.local_addr().ok());
     let (engine, gateway) = match (&config.gateway, listeners.gateway) {
         (Some(gateway), Some(listener)) => {
             let requests: Arc<dyn RequestStore> = store.clone();
@@ -113,11 +112,13 @@ pub async fn run(
     forward_signals(store.as_ref(), Arc::clone(&wake), engine, Arc::clone(&waiters));
     let delivery = start_delivery(&config, &store, &clock, &wake, &stopped, &client_tls);
     let router = app(AppState::new(config, Arc::clone(&store), clock, wake, waiters));
+    let api_addr = listeners.api.local_addr()?;
     let api = conn::serve(listeners.api, router, limits, api_tls, stopped);
     let trigger = tokio::spawn(async move {
         shutdown.await;
         let _ = stop.send(true);
     });
+    log_listening(&describe, api_addr, gateway_addr);
     api.await;
     trigger.abort();
     if let Some(gateway) = gateway {
@@ -126,13 +127,38 @@ pub async fn run(
     if let Some(delivery) = delivery {
         let _ = delivery.await;
     }
-    let _ = tokio::join!(sweeper, upkeep, gauges);
-    for watcher in watchers {
-        let _ = watcher.await;
-    }
+    let _ = tokio::join!(sweeper, upkeep, gauges, reloads);
     store.close().await;
     tracing::info!("idem stopped");
     Ok(())
+}
+
+/// What the "listening" log lines say, taken from the config before `run` hands it over.
+struct Listening {
+    tls: bool,
+    store: String,
+    gateway: Option<(String, bool)>,
+}
+
+impl Listening {
+    fn of(config: &Config) -> Self {
+        let store = match &config.store {
+            config::StoreConfig::Sqlite {} => format!("embedded in {}", config.data_dir.display()),
+            config::StoreConfig::Postgres { .. } => "postgres".to_owned(),
+        };
+        let gateway = config.gateway.as_ref().map(|g| (g.upstream.to_string(), g.tls.is_some()));
+        Self { tls: config.tls.listener().is_some(), store, gateway }
+    }
+}
+
+/// Logged once everything is in place (SIGHUP is listened for, the listeners are bound), so that
+/// whoever waits for "idem listening" may use idem at once.
+fn log_listening(l: &Listening, api: std::net::SocketAddr, gateway: Option<std::net::SocketAddr>) {
+    if let (Some((upstream, tls)), Some(addr)) = (&l.gateway, gateway) {
+        tracing::info!(addr = %addr, upstream, tls, "idem gateway listening");
+    }
+    let scheme = if l.tls { "https" } else { "http" };
+    tracing::info!(addr = %api, scheme, store = l.store, "idem listening");
 }
 
 /// Changes other nodes make (a shared database) wake what waits here: no polling needed.

@@ -12,7 +12,7 @@
 
 use std::path::Path;
 use std::sync::{Arc, OnceLock, RwLock};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -126,28 +126,51 @@ fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     Ok(certs)
 }
 
-/// Keeps `certificate` current until `stopped`: on SIGHUP, and whenever the files change.
-pub async fn watch(certificate: Arc<Certificate>, mut stopped: signal_watch::Receiver<bool>) {
-    let interval = certificate.files.watch_interval.0;
+/// SIGHUP, listened for from the moment this is made (so that one sent as soon as idem says it
+/// listens is not lost, nor does it stop the process as its default action would).
+pub struct Hangup {
     #[cfg(unix)]
-    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
-    loop {
+    signal: Option<tokio::signal::unix::Signal>,
+}
+
+impl Hangup {
+    pub fn listen() -> Self {
+        Self {
+            #[cfg(unix)]
+            signal: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok(),
+        }
+    }
+
+    async fn recv(&mut self) {
         #[cfg(unix)]
-        let hup = async {
-            match hangup.as_mut() {
-                Some(s) => s.recv().await,
-                None => std::future::pending().await,
-            }
-        };
-        #[cfg(not(unix))]
-        let hup = std::future::pending::<Option<()>>();
+        if let Some(signal) = self.signal.as_mut() {
+            signal.recv().await;
+            return;
+        }
+        std::future::pending::<()>().await
+    }
+}
+
+/// Keeps the listeners' certificates current until `stopped`: on SIGHUP, and whenever their files
+/// change. It runs with no certificate too, so that a SIGHUP (`systemctl reload`) never stops an
+/// idem without TLS: it says there is nothing to read again.
+pub async fn watch(certificates: Vec<Arc<Certificate>>, mut hangup: Hangup, mut stopped: signal_watch::Receiver<bool>) {
+    let interval = certificates.iter().map(|c| c.files.watch_interval.0).min().unwrap_or(Duration::from_secs(3600));
+    loop {
         tokio::select! {
-            _ = hup => {
-                tracing::info!("SIGHUP: reading the TLS certificate and key again");
-                certificate.reload(true);
+            _ = hangup.recv() => {
+                if certificates.is_empty() {
+                    tracing::info!("SIGHUP: no [tls] or [gateway.tls] certificate to read again");
+                }
+                for certificate in &certificates {
+                    tracing::info!(cert = %certificate.files.cert.display(), "SIGHUP: reading the TLS certificate and key again");
+                    certificate.reload(true);
+                }
             }
             _ = tokio::time::sleep(interval) => {
-                certificate.reload(false);
+                for certificate in &certificates {
+                    certificate.reload(false);
+                }
             }
             _ = stopped.changed() => return,
         }

@@ -179,18 +179,6 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), Failure> {
     }
     let (store, clock) = open_store(&config).await?;
     let listeners = Listeners::bind(&config).await.map_err(|e| Failure::runtime(e.to_string()))?;
-    if let Some(gateway) = listeners.gateway.as_ref().and_then(|l| l.local_addr().ok()) {
-        let upstream = config.gateway.as_ref().map(|g| g.upstream.to_string()).unwrap_or_default();
-        let tls = config.gateway.as_ref().is_some_and(|g| g.tls.is_some());
-        tracing::info!(addr = %gateway, upstream, tls, "idem gateway listening");
-    }
-    let addr = listeners.api.local_addr().map_err(|e| Failure::runtime(e.to_string()))?;
-    let store_kind = match &config.store {
-        StoreConfig::Sqlite {} => format!("embedded in {}", config.data_dir.display()),
-        StoreConfig::Postgres { .. } => "postgres".to_owned(),
-    };
-    let scheme = if config.tls.listener().is_some() { "https" } else { "http" };
-    tracing::info!(%addr, scheme, store = store_kind, "idem listening");
     crate::run(config, store, clock, listeners, shutdown_signal()).await.map_err(|e| Failure::runtime(e.to_string()))
 }
 

@@ -127,6 +127,19 @@ async fn sighup_makes_idem_read_its_certificate_again() {
     assert_eq!(get_on(&mut open, "/healthz").await, "HTTP/1.1 200 OK", "the connection opened before is still served");
 }
 
+/// `systemctl reload` on an idem without TLS must not stop it (SIGHUP's default action would).
+#[tokio::test]
+async fn sighup_without_tls_stops_nothing() {
+    let dir = tempfile::tempdir().expect("dir");
+    let mut idem = Idem::serve(dir.path(), &[]);
+    let pid = idem.child.id().to_string();
+    assert!(std::process::Command::new("kill").args(["-HUP", &pid]).status().expect("kill -HUP").success());
+    idem.wait_for_log("no [tls]", Duration::from_secs(10));
+    assert!(idem.child.try_wait().expect("wait").is_none(), "still running");
+    let client = ApiClient::new(&idem.url, None).expect("client");
+    assert_eq!(client.send(Method::GET, "/healthz", None).await.expect("healthz").status, 200);
+}
+
 /// An HTTPS event handler whose certificate a private CA signed, served by idem's own listener code.
 struct HttpsHandler {
     url: String,
