@@ -227,7 +227,9 @@ pub fn need(method: &Method, route: &str) -> Need {
             | "/v1/operations/{ns}/{id}/extend",
         ) => Need::Role(Write, "an operation's begin, complete, release or extend"),
         ("DELETE", "/v1/operations/{ns}/{id}") => Need::Role(Admin, "deleting an operation"),
-        ("POST", "/v1/receipts/{id}/replay" | "/v1/receipts/replay") => Need::Role(Admin, "replaying receipts"),
+        ("POST", "/v1/receipts/{id}/replay") => Need::Role(Admin, "replaying receipts"),
+        // A bulk replay's dry run only counts: the handler asks for admin unless `dry_run`.
+        ("POST", "/v1/receipts/replay") => Need::Role(Read, "counting receipts"),
         ("POST", "/v1/receipts/{id}/discard") => Need::Role(Admin, "discarding a receipt"),
         // No /v1 route takes these: the answer is 405 for anyone who may read.
         ("PUT" | "PATCH" | "TRACE" | "CONNECT", _) => Need::Role(Read, "reading"),

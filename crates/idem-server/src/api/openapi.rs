@@ -50,7 +50,7 @@ impl utoipa::Modify for BearerAuth {
                  `sources`): then every /v1 call needs `Authorization: Bearer <token>` (401 without a \
                  known token; 403 `urn:idem:problem:forbidden`, naming what was refused, when the token \
                  may not do this). `read`: every GET and lookup; `write`: also claims, operations and \
-                 event intake; `admin`: also replay, discard, bulk replay and operation DELETE. Event \
+                 event intake; `admin`: also replay, discard, bulk replay (its dry_run needs only `read`) and operation DELETE. Event \
                  intake for a source with `verify_secret` takes no token: a valid Standard Webhooks \
                  signature is the credential. With no tokens configured (loopback only), calls need none.",
             ))

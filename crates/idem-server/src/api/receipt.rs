@@ -15,6 +15,7 @@ use super::auth::Caller;
 use super::error::ApiError;
 use super::extract::{ApiJson, NoInput};
 use super::state::AppState;
+use crate::config::Can;
 
 /// What a replay answers: the receipt, now `accepted` again, and that this call replayed it.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -372,7 +373,7 @@ pub async fn replay_all(state: &AppState, mut filter: ReceiptFilter) -> Result<u
 }
 
 /// Replay every receipt matching a filter (default: every dead letter), or count them first
-/// with `dry_run`.
+/// with `dry_run` (which a `read` token may do; a replay needs `admin`).
 #[utoipa::path(post, path = "/v1/receipts/replay", operation_id = "replayReceipts", tag = "events",
     request_body = BulkReplayRequest,
     responses(
@@ -385,6 +386,9 @@ pub async fn replay_matching(
     caller: Caller,
     ApiJson(request): ApiJson<BulkReplayRequest>,
 ) -> Result<Response, ApiError> {
+    if !request.dry_run {
+        caller.require(Can::Admin, "replaying receipts")?;
+    }
     let filter = request.filter()?;
     check_source_scope(&caller, request.source.as_deref())?;
     if request.dry_run {

@@ -169,6 +169,10 @@ async fn a_read_token_reads_and_looks_up_but_every_write_is_403_and_changes_noth
         assert!(reply.json()["detail"].as_str().is_some_and(|d| d.contains("can = \"read\"")), "{path}");
     }
     assert_forbidden(&event(&viewer, "plain", "e2", &[]).await, "viewer", "event intake", "intake");
+    let counted =
+        expect(&viewer, Method::POST, "/v1/receipts/replay", Some(json!({"status": "dead", "dry_run": true})), 200)
+            .await;
+    assert!(counted["matching"].is_u64(), "a dry run only counts, which a viewer may: {counted}");
 
     // Nothing changed: the claim and the operation are there, nothing new was claimed or queued.
     expect(&admin, Method::GET, &format!("/v1/claims/orders/{id}"), None, 200).await;

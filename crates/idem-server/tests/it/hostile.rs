@@ -67,7 +67,9 @@ async fn idle_and_slow_clients_cannot_lock_others_out() {
     let slow = tokio::task::spawn_blocking(move || {
         let mut stream = TcpStream::connect(&addr).expect("connect");
         let started = Instant::now();
-        for byte in b"POST /v1/claims/slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n".iter().cycle() {
+        for byte in
+            b"POST /v1/claims/slow HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n".iter().cycle()
+        {
             if stream.write_all(&[*byte]).is_err() || started.elapsed() > Duration::from_secs(15) {
                 break;
             }
@@ -102,7 +104,7 @@ async fn time_limits_follow_each_request_on_a_kept_alive_connection() {
         let mut stream = TcpStream::connect(&addr).expect("connect");
         let started = Instant::now();
         while started.elapsed() < Duration::from_millis(3500) {
-            stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").expect("send");
+            stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n").expect("send");
             assert!(read_response(&mut stream), "answered on the kept-alive connection at {:?}", started.elapsed());
             std::thread::sleep(Duration::from_millis(250));
         }
@@ -111,7 +113,7 @@ async fn time_limits_follow_each_request_on_a_kept_alive_connection() {
         let closed_idle_after = closed_after(&mut stream, idle_since);
 
         let mut stream = TcpStream::connect(&addr).expect("connect");
-        stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").expect("send");
+        stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n").expect("send");
         assert!(read_response(&mut stream));
         stream.write_all(b"GET /healthz HTTP/1.1\r\nHost:").expect("send half");
         let half_sent = Instant::now();
@@ -191,7 +193,7 @@ async fn announced_uploads_and_unknown_expectations_are_refused_up_front() {
         for expect in ["100-continue", "x-teapot"] {
             let mut stream = TcpStream::connect(&addr).expect("connect");
             let head = format!(
-                "POST /v1/claims/up HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000000\r\nExpect: {expect}\r\n\r\n"
+                "POST /v1/claims/up HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100000000\r\nExpect: {expect}\r\n\r\n"
             );
             stream.write_all(head.as_bytes()).expect("write");
             lines.push(status_line(&mut stream));
