@@ -181,7 +181,22 @@ pub async fn watch(certificates: Vec<Arc<Certificate>>, mut hangup: Hangup, mut 
 }
 
 /// The roots outbound `https://` requests are verified against: the system's, and `ca_file`'s.
+/// Without `ca_file` the config is made once per process (every CLI and test client shares it).
 pub fn client_config(ca_file: Option<&Path>) -> Result<Arc<ClientConfig>, String> {
+    static SYSTEM_ONLY: OnceLock<Arc<ClientConfig>> = OnceLock::new();
+    if ca_file.is_none()
+        && let Some(config) = SYSTEM_ONLY.get()
+    {
+        return Ok(Arc::clone(config));
+    }
+    let config = make_client_config(ca_file)?;
+    if ca_file.is_none() {
+        return Ok(Arc::clone(SYSTEM_ONLY.get_or_init(|| config)));
+    }
+    Ok(config)
+}
+
+fn make_client_config(ca_file: Option<&Path>) -> Result<Arc<ClientConfig>, String> {
     let mut roots = RootCertStore::empty();
     let (added, _) = roots.add_parsable_certificates(system_roots().iter().cloned());
     if let Some(path) = ca_file {
