@@ -1,7 +1,7 @@
 //! The dashboard over plain HTTP (the browser tests in `tests/dashboard` drive it in Chromium):
 //! with auth on, nothing but the prompt without a token; every action needs the dashboard's own
 //! header; pages carry a strict content security policy; every page renders, without JavaScript
-//! when auth is off; and a claim is found and deleted.
+//! when auth is off; a claim is found and deleted; and the pages follow a token's role and scope.
 
 use std::sync::Arc;
 
@@ -126,5 +126,63 @@ async fn every_page_renders_and_escapes_what_it_shows() {
     assert_eq!(missing.status, 404);
     let bad = get(&s.client, "/ui/replay?status=processing&count=1").await;
     assert_eq!(bad.status, 400, "a bulk replay of receipts still being delivered is refused");
+    s.stop().await;
+}
+
+/// The dashboard follows the token's scope: a token limited to source `a` and namespace `survey`
+/// sees `a`'s receipts only, is refused `b`'s receipt and another namespace's lookup, and (as a
+/// read token) is shown no action.
+#[tokio::test]
+async fn the_dashboard_follows_the_tokens_scope() {
+    let source = |name: &str| -> idem_server::config::SourceConfig {
+        toml::from_str(&format!(
+            "name = \"{name}\"\nhandler_url = \"http://127.0.0.1:9/x\"\nevent_id = \"/id\"\nmax_attempts = 1\n\
+             signing_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\""
+        ))
+        .expect("source")
+    };
+    let auth: idem_server::config::AuthConfig = toml::from_str(
+        "tokens = [\"ui-admin\"]\n[[token]]\nname = \"a-viewer\"\ntoken = \"ui-a\"\ncan = \"read\"\nsources = [\"a\"]\nnamespaces = [\"survey\"]\n",
+    )
+    .expect("auth");
+    let s = TestServer::start_with(
+        |c| {
+            c.auth = auth;
+            c.sources = vec![source("a"), source("b")];
+        },
+        Arc::new(SystemClock),
+    )
+    .await;
+    let admin = s.client_with_token("ui-admin");
+    let mut receipts = Vec::new();
+    for name in ["a", "b"] {
+        let body = Bytes::from(format!(r#"{{"id":"evt-{name}"}}"#));
+        let reply = admin
+            .send_with(
+                Method::POST,
+                &format!("/v1/sources/{name}/events"),
+                Some(body),
+                &[("content-type", "application/json")],
+            )
+            .await
+            .expect("event");
+        receipts.push(reply.json()["receipt_id"].as_str().expect("receipt").to_owned());
+    }
+    admin.send(Method::POST, "/v1/claims/orders", Some(&json!({"key": "o-1"}))).await.expect("claim");
+    let viewer = s.client_with_token("ui-a");
+    let list = text(&get(&viewer, "/ui/receipts").await);
+    assert!(list.contains(&receipts[0]) && !list.contains(&receipts[1]), "only source a's receipts");
+    let mine = get(&viewer, &format!("/ui/receipts/{}", receipts[0])).await;
+    assert_eq!(mine.status, 200);
+    assert!(!text(&mine).contains(r#"data-testid="replay""#), "a read token gets no action");
+    let theirs = get(&viewer, &format!("/ui/receipts/{}", receipts[1])).await;
+    assert_eq!(theirs.status, 403);
+    assert!(text(&theirs).contains("source b"), "the page says why");
+    let lookup = text(&get(&viewer, "/ui/lookup?kind=claim&ns=orders&key=o-1").await);
+    assert!(lookup.contains("namespace orders") && !lookup.contains(r#"data-testid="lookup-result""#), "{lookup}");
+    let overview = text(&get(&viewer, "/ui").await);
+    assert!(overview.contains(">a<") && !overview.contains(">b<"), "the overview shows its sources only");
+    let with_admin = get(&admin, &format!("/ui/receipts/{}", receipts[1])).await;
+    assert!(text(&with_admin).contains(r#"data-testid="replay""#), "an admin token gets the actions");
     s.stop().await;
 }
