@@ -77,6 +77,7 @@ pub async fn run(
         idle_timeout: config.limits.idle_timeout.0,
     };
     let certs = tls::ListenerCerts::load(&config).map_err(std::io::Error::other)?;
+    warn_without_roots(&config);
     let client_tls = tls::client_config(config.tls.ca_file.as_deref())
         .map_err(|e| std::io::Error::other(format!("tls.ca_file: {e}")))?;
     let acceptor = |cert: &Option<Arc<tls::Certificate>>| cert.as_ref().map(|c| c.acceptor()).transpose();
@@ -131,6 +132,24 @@ pub async fn run(
     store.close().await;
     tracing::info!("idem stopped");
     Ok(())
+}
+
+/// An `https://` handler, result webhook or upstream with nothing to verify it against fails every
+/// time: say so at start-up rather than at the first delivery.
+fn warn_without_roots(config: &Config) {
+    let https = |uri: &http::Uri| uri.scheme() == Some(&http::uri::Scheme::HTTPS);
+    let sources = config
+        .sources
+        .iter()
+        .flat_map(|s| std::iter::once(s.handler_url.uri()).chain(s.result_webhook_url.as_ref().map(|u| u.uri())));
+    let any = sources.into_iter().any(https)
+        || config.gateway.as_ref().is_some_and(|g| g.upstream.scheme == http::uri::Scheme::HTTPS);
+    if any && config.tls.ca_file.is_none() && !tls::has_system_roots() {
+        tracing::warn!(
+            "https:// URLs are configured but no system root certificates were found (Debian: ca-certificates) \
+             and [tls] ca_file is not set: they cannot be verified and every request to them will fail"
+        );
+    }
 }
 
 /// What the "listening" log lines say, taken from the config before `run` hands it over.

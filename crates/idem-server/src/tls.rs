@@ -206,7 +206,7 @@ fn make_client_config(ca_file: Option<&Path>) -> Result<Arc<ClientConfig>, Strin
                 .map_err(|e| format!("{}: a certificate could not be used as a root: {e}", path.display()))?;
         }
     } else if added == 0 {
-        tracing::warn!("no system root certificates found (install ca-certificates): https:// URLs will fail");
+        tracing::debug!("no system root certificates found (install ca-certificates)");
     }
     let config = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
@@ -214,6 +214,12 @@ fn make_client_config(ca_file: Option<&Path>) -> Result<Arc<ClientConfig>, Strin
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(Arc::new(config))
+}
+
+/// Whether any system root certificate was found: without one (and without `ca_file`) no
+/// `https://` URL can be verified.
+pub fn has_system_roots() -> bool {
+    !system_roots().is_empty()
 }
 
 /// The system's root certificates, read once per process.
