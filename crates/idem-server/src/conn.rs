@@ -78,9 +78,13 @@ pub fn fit_connections(wanted: usize) -> usize {
     wanted
 }
 
-/// Serves `router` on `listener` (with TLS when `tls` is given) until `stopped` turns true, then
-/// drains.
-pub async fn serve(
+/// Serves `router` on `listener` until `stopped` turns true, then drains.
+pub async fn serve(listener: TcpListener, router: Router, limits: ConnLimits, stopped: watch::Receiver<bool>) {
+    serve_tls(listener, router, limits, None, stopped).await;
+}
+
+/// [`serve`], with TLS when `tls` is given.
+pub async fn serve_tls(
     listener: TcpListener,
     router: Router,
     limits: ConnLimits,

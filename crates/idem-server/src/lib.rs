@@ -104,7 +104,7 @@ pub async fn run(
             let proxy =
                 proxy::Proxy::new(gateway, config.limits.max_body_bytes, requests, Arc::clone(&clock), &client_tls);
             let engine = proxy.engine();
-            let served = conn::serve(listener, proxy.router(), limits, gateway_tls, stopped.clone());
+            let served = conn::serve_tls(listener, proxy.router(), limits, gateway_tls, stopped.clone());
             (Some(engine), Some(tokio::spawn(served)))
         }
         _ => (None, None),
@@ -114,7 +114,7 @@ pub async fn run(
     let delivery = start_delivery(&config, &store, &clock, &wake, &stopped, &client_tls);
     let router = app(AppState::new(config, Arc::clone(&store), clock, wake, waiters));
     let api_addr = listeners.api.local_addr()?;
-    let api = conn::serve(listeners.api, router, limits, api_tls, stopped);
+    let api = conn::serve_tls(listeners.api, router, limits, api_tls, stopped);
     let trigger = tokio::spawn(async move {
         shutdown.await;
         let _ = stop.send(true);

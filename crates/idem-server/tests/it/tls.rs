@@ -173,7 +173,7 @@ async fn https_handler(dir: &Path, ca: &Ca) -> HttpsHandler {
     };
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let acceptor = cert.acceptor().expect("acceptor");
-    tokio::spawn(idem_server::conn::serve(listener, app, limits, Some(acceptor), stopped));
+    tokio::spawn(idem_server::conn::serve_tls(listener, app, limits, Some(acceptor), stopped));
     HttpsHandler { url, ids, _stop: stop }
 }
 
@@ -288,7 +288,7 @@ async fn the_gateway_listens_with_tls_and_forwards_to_an_https_upstream() {
     let (_stop, stopped) = tokio::sync::watch::channel(false);
     let acceptor =
         idem_server::tls::Certificate::load(&files(&upstream_dir)).expect("cert").acceptor().expect("acceptor");
-    tokio::spawn(idem_server::conn::serve(listener, app, limits, Some(acceptor), stopped));
+    tokio::spawn(idem_server::conn::serve_tls(listener, app, limits, Some(acceptor), stopped));
 
     let gateway: idem_server::config::GatewayConfig = toml::from_str(&format!(
         "listen = \"127.0.0.1:0\"\nupstream = \"{upstream}\"\n[tls]\ncert = {:?}\nkey = {:?}\n\
