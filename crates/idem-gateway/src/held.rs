@@ -41,6 +41,14 @@ pub(crate) struct Held {
     pub _wake: WakeOnDrop,
 }
 
+/// Resolves at `at`, or never.
+async fn until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// The heartbeat after the first: a third of the lease, so that one failed extension still
 /// leaves time for another.
 fn beat_every(lease: Duration) -> Duration {
@@ -74,7 +82,8 @@ impl Engine {
     }
 
     /// Polls `call` until it ends (`Some`) or `answer_by` passes (`None`), extending the lease
-    /// whenever it is due.
+    /// whenever it is due. The call is polled during an extension too, and the extension gives way
+    /// to `answer_by` (it is tried again at once, in the background).
     pub(crate) async fn drive(&self, held: &mut Held, call: &mut Call, answer_by: Option<Instant>) -> Option<Exchange> {
         loop {
             let Some(wake_at) = [answer_by, held.beat_at].into_iter().flatten().min() else {
@@ -88,7 +97,12 @@ impl Engine {
             if answer_by.is_some_and(|at| Instant::now() >= at) {
                 return None;
             }
-            self.heartbeat(held).await;
+            tokio::select! {
+                biased;
+                exchange = &mut *call => return Some(exchange),
+                () = until(answer_by) => return None,
+                () = self.heartbeat(held) => {}
+            }
         }
     }
 
@@ -96,9 +110,9 @@ impl Engine {
     /// the call still runs to its end, but its answer will not be stored.
     async fn heartbeat(&self, held: &mut Held) {
         let lease = held.route.lease;
-        held.beat_at = Some(Instant::now() + beat_every(lease));
+        let next = Instant::now() + beat_every(lease);
         match self.store.extend_request(&held.identity.id, held.token, lease).await {
-            Ok(Some(_)) => {}
+            Ok(Some(_)) => held.beat_at = Some(next),
             Ok(None) => {
                 tracing::warn!(
                     route = held.route.path.as_str(),
@@ -106,7 +120,10 @@ impl Engine {
                 );
                 held.beat_at = None;
             }
-            Err(e) => tracing::warn!(error = %e, "could not extend a running request's lease; trying again"),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not extend a running request's lease; trying again");
+                held.beat_at = Some(next);
+            }
         }
     }
 

@@ -44,11 +44,19 @@ struct MemoryStore {
     /// Calls of `extend_request` and `release_request`, for the tests that count them.
     extends: AtomicUsize,
     releases: AtomicUsize,
+    /// Makes `extend_request` hang, as over a store that stopped answering.
+    stall_extends: std::sync::atomic::AtomicBool,
 }
 
 impl MemoryStore {
     fn new(clock: Arc<dyn Clock>) -> Self {
-        Self { clock, keys: Mutex::default(), extends: AtomicUsize::new(0), releases: AtomicUsize::new(0) }
+        Self {
+            clock,
+            keys: Mutex::default(),
+            extends: AtomicUsize::new(0),
+            releases: AtomicUsize::new(0),
+            stall_extends: std::sync::atomic::AtomicBool::new(false),
+        }
     }
 
     fn keys(&self) -> std::sync::MutexGuard<'_, HashMap<ClaimId, Entry>> {
@@ -118,6 +126,9 @@ impl RequestStore for MemoryStore {
         lease: Duration,
     ) -> Result<Option<Timestamp>, StoreError> {
         self.extends.fetch_add(1, Ordering::SeqCst);
+        if self.stall_extends.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
         let now = self.clock.now();
         let mut keys = self.keys();
         if !Self::held_by(&keys, id, token, now) {
@@ -222,10 +233,14 @@ struct Slow {
 /// `/orders` with `upstream_timeout = 1s`, `lease = 3s`, on the in-memory store in virtual time;
 /// the handler takes `x-delay-ms` and answers `order N`.
 fn slow_orders(config: EngineConfig) -> Slow {
+    slow_orders_with_lease(config, Duration::from_secs(3))
+}
+
+fn slow_orders_with_lease(config: EngineConfig, lease: Duration) -> Slow {
     let clock: Arc<dyn Clock> = Arc::new(TokioClock(tokio::time::Instant::now()));
     let store = Arc::new(MemoryStore::new(Arc::clone(&clock)));
     let engine = Arc::new(Engine::new(store.clone(), clock, config));
-    let mut orders = RoutePolicy::new(PathPattern::parse("/orders").expect("valid")).with_lease(Duration::from_secs(3));
+    let mut orders = RoutePolicy::new(PathPattern::parse("/orders").expect("valid")).with_lease(lease);
     orders.upstream_timeout = Duration::from_secs(1);
     orders.key = KeyPolicy::Required;
     let calls = Arc::new(AtomicUsize::new(0));
@@ -331,4 +346,18 @@ async fn drain_waits_for_background_calls_then_abandons_them_holding_their_keys(
     assert_eq!((status, retry_after.as_deref()), (504, Some("2")), "draining: dropped, held until its lease ends");
     sleep_until(start + Duration::from_secs(11)).await;
     assert_eq!(app.post("long", 0).await.0, 201, "its lease ended without a heartbeat: free again");
+}
+
+/// A lease shorter than twice `upstream_timeout` is extended while the client still waits (at half
+/// the lease); a store that stops answering then does not hold up the client's 504.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_extension_does_not_delay_the_504() {
+    let app = slow_orders_with_lease(EngineConfig::default(), Duration::from_millis(1500));
+    app.store.stall_extends.store(true, Ordering::SeqCst);
+    let start = tokio::time::Instant::now();
+    let (status, retry_after, _, _) = app.post("k", 4000).await;
+    assert_eq!((status, retry_after.as_deref()), (504, Some("1")));
+    assert_eq!(start.elapsed(), Duration::from_secs(1), "upstream_timeout, not the store, decides the wait");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(app.store.extends.load(Ordering::SeqCst), 2, "at 0.75 s, and again at once in the background");
 }
