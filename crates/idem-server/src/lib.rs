@@ -91,8 +91,7 @@ pub async fn run(
             let requests: Arc<dyn RequestStore> = store.clone();
             let proxy = proxy::Proxy::new(gateway, config.limits.max_body_bytes, requests, Arc::clone(&clock));
             let engine = proxy.engine();
-            let served = conn::serve(listener, proxy.router(), limits, stopped.clone());
-            (Some(engine), Some(tokio::spawn(served)))
+            (Some(engine), Some(tokio::spawn(proxy.serve(listener, limits, stopped.clone()))))
         }
         _ => (None, None),
     };

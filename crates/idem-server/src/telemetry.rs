@@ -60,6 +60,14 @@ fn describe() {
         "idem_gateway_lease_expiries_total",
         "Gateway keys taken over after their holder's lease ran out, by route."
     );
+    describe_gauge!(
+        "idem_gateway_background_calls",
+        "Upstream calls still running after their client got a 504 (upstream_timeout), by route."
+    );
+    describe_counter!(
+        "idem_gateway_background_calls_total",
+        "Upstream calls that outlived upstream_timeout, by route and how they ended (forwarded, released, upstream_error, too_large, lease_lost, store_error; over_limit and abandoned: dropped, the key held until its lease ends)."
+    );
     describe_counter!(
         "idem_events_intake_total",
         "Events received, by source and outcome (accepted, replay, mismatch, invalid, bad_signature)."
@@ -151,6 +159,11 @@ pub fn register_configured(config: &crate::config::Config) {
         let path = route.0.path.as_str().to_owned();
         for outcome in ["forwarded", "replayed", "conflict", "mismatch", "released", "upstream_error", "store_error"] {
             metrics::counter!("idem_gateway_requests_total", "route" => path.clone(), "outcome" => outcome)
+                .increment(0);
+        }
+        metrics::gauge!("idem_gateway_background_calls", "route" => path.clone()).set(0.0);
+        for outcome in ["forwarded", "over_limit"] {
+            metrics::counter!("idem_gateway_background_calls_total", "route" => path.clone(), "outcome" => outcome)
                 .increment(0);
         }
     }
