@@ -258,6 +258,21 @@ def test_idempotent_reraises_and_releases() -> None:
     assert flaky() == "second time lucky" and flaky() == "second time lucky" and len(n) == 2
 
 
+def test_idempotent_function_keeps_its_lease_while_it_runs_long() -> None:
+    fake = FakeIdem()
+    idem = client(fake, FakeClock())
+
+    @idem.idempotent("ns", key=lambda n: f"slow-{n}", lease_seconds=1)
+    def slow(n: int) -> int:
+        time.sleep(0.8)  # longer than half the 1 s lease: only a heartbeat keeps the key
+        return n
+
+    assert slow(7) == 7
+    extends = [body for _, path, body in fake.log if path.endswith("/extend")]
+    assert len(extends) >= 1 and extends[0]["lease_seconds"] == 1
+    assert slow(7) == 7 and fake.count("/extend") == len(extends), "a replay runs nothing, extends nothing"
+
+
 # Async
 
 
@@ -337,6 +352,20 @@ async def test_async_cancellation_releases_and_propagates() -> None:
         with pytest.raises(asyncio.CancelledError):
             await task
     assert fake.count("/release") == 1
+
+
+@pytest.mark.anyio
+async def test_async_idempotent_function_keeps_its_lease_while_it_runs_long() -> None:
+    fake = FakeIdem()
+    async with aclient(fake, FakeClock()) as idem:
+
+        @idem.idempotent("ns", key=lambda: "slow", lease_seconds=1)
+        async def slow() -> str:
+            await asyncio.sleep(0.8)
+            return "slow"
+
+        assert await slow() == "slow"
+    assert fake.count("/extend") >= 1
 
 
 @pytest.mark.anyio

@@ -7,6 +7,7 @@
 //! ./target/release/idem-bench all --quick --json bench.json
 //! ```
 
+mod expiry;
 mod load;
 mod replay;
 mod scenario;
@@ -81,6 +82,19 @@ enum Which {
         #[arg(long, value_delimiter = ',')]
         stages: Vec<u64>,
     },
+    /// Claims expiring while the sweeper (every second) and compaction run, with clients claiming
+    /// beside them: no error, and the data dir back under half its peak within a minute.
+    Expiry {
+        /// Claims stored first, never expiring [default: 0].
+        #[arg(long, default_value_t = 0)]
+        stored: u64,
+        /// Claims with `ttl_seconds: 1` [default: 60000, 300 batches of 200].
+        #[arg(long, default_value_t = 60_000)]
+        expiring: u64,
+        /// Bytes of data in each expiring claim.
+        #[arg(long, default_value_t = 4096)]
+        data_bytes: usize,
+    },
     /// Event intake while a bulk replay of dead letters runs, beside intake alone.
     Replay {
         /// Dead letters to replay [default: 10000; with --quick 2000].
@@ -154,6 +168,9 @@ async fn main() -> std::process::ExitCode {
                     replay::replay(ctx, dead.unwrap_or(if ctx.quick { 2_000 } else { 10_000 })).await
                 }
                 Which::Lookup => stored::lookup(ctx).await,
+                Which::Expiry { stored, expiring, data_bytes } => {
+                    expiry::expiry(ctx, *stored, *expiring, *data_bytes).await
+                }
                 Which::Scale { stages } => stored::scale(ctx, stages.clone()).await,
                 Which::All | Which::Upstream { .. } => unreachable!("handled above"),
             };

@@ -37,7 +37,7 @@ fn lookup_body(keys: &[String]) -> String {
 
 /// Stores the keys `from..to` of `run` through the batch API, 10,000 per call, two calls at a time
 /// (the writer is single, so more gain nothing), with a progress line.
-async fn load(idem: &Idem, run: &str, from: u64, to: u64) -> Result<(), String> {
+pub async fn load(idem: &Idem, run: &str, from: u64, to: u64) -> Result<(), String> {
     let next = Arc::new(AtomicU64::new(from));
     let started = Instant::now();
     let loaders: Vec<_> = (0..2)

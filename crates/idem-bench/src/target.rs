@@ -264,6 +264,11 @@ impl Idem {
         Ok(started.elapsed())
     }
 
+    /// The data dir of the embedded store.
+    pub fn data_dir(&self) -> PathBuf {
+        self._dir.path().join("data")
+    }
+
     /// The process's anonymous resident memory (its heap) right now, in MiB.
     pub fn heap_mib(&self) -> Option<f64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;

@@ -49,10 +49,16 @@ pub trait ClaimStore: Send + Sync + 'static {
     /// Deletes up to `limit` expired claims and says how many went.
     async fn sweep_expired(&self, limit: usize) -> Result<usize, StoreError>;
 
-    /// Stored claims per namespace, expired ones the sweeper has not deleted yet included (so an
-    /// estimate of what is live). A count over the whole table: call it now and then, not per
-    /// request.
+    /// Stored claims per namespace. The embedded store keeps them counted (live claims, exact to
+    /// the second); the SQL stores count the table, expired claims the sweeper has not deleted yet
+    /// included (an estimate of what is live): call it now and then, not per request.
     async fn count_claims(&self) -> Result<Vec<(String, u64)>, StoreError>;
+
+    /// Does `count_claims` cost nothing (counts kept as claims change) and stay exact, so that it
+    /// can be read at every metrics scrape?
+    fn counts_are_live(&self) -> bool {
+        false
+    }
 
     /// One claim by id.
     async fn get(&self, ns: &Namespace, id: &ClaimId) -> Result<Option<ClaimRecord>, StoreError> {

@@ -1,11 +1,11 @@
 //! Bodies, read with a bound: the one request-body limit of idem (`limits.max_body_bytes`) as the
-//! proxy, the tower layer and the `/v1` API all apply it, and the capped read of an upstream's
-//! response that decides whether it is small enough to store.
+//! proxy, the tower layer and the `/v1` API all apply it, and the body that passes on a response
+//! too large to store (what was read of it, then the rest).
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::{Response, StatusCode};
 use http_body::{Body, Frame};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -72,32 +72,6 @@ where
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(BodyError::TooLarge(limit)),
         Err(_) => Err(BodyError::Unreadable),
     }
-}
-
-/// A response body read up to a cap.
-pub enum Capped {
-    /// The whole body, at most the cap.
-    Whole(Bytes),
-    /// Over the cap: what was read, and the rest still to stream.
-    Over(Vec<Bytes>, GatewayBody),
-}
-
-/// Reads a body whole if it is at most `cap` bytes; otherwise hands back what was read and the rest.
-pub async fn read_capped(mut body: GatewayBody, cap: usize) -> Result<Capped, BoxError> {
-    let mut chunks = Vec::new();
-    let mut total = 0;
-    while let Some(frame) = body.frame().await {
-        if let Ok(data) = frame?.into_data() {
-            total += data.len();
-            chunks.push(data);
-            if total > cap {
-                return Ok(Capped::Over(chunks, body));
-            }
-        }
-    }
-    let mut whole = BytesMut::with_capacity(total);
-    chunks.iter().for_each(|c| whole.extend_from_slice(c));
-    Ok(Capped::Whole(whole.freeze()))
 }
 
 /// A body that yields chunks already read, then the rest of the original body.

@@ -9,9 +9,15 @@
 //!    response (compare-and-set on its lease token) or releases the key for transient failures.
 //!    Everyone else gets 409 (`reject`), or waits to be woken by the holder (`wait`).
 //!
-//! A held request runs in its own task: a client that hangs up does not abandon the upstream call,
-//! whose result is still stored for the retry. If idem dies or the upstream hangs, the key stays
-//! held until the lease ends, then a retry executes again.
+//! A held request runs in its own task ([`crate::held`]): a client that hangs up does not abandon
+//! the upstream call, whose result is still stored for the retry. An upstream slower than the
+//! route's `upstream_timeout` gets its client a 504, and its call goes on in the background
+//! ([`crate::background`]), the key held and its lease extended until the answer is stored. Only
+//! if idem dies does the lease decide: the key stays held until it ends, then a retry executes
+//! again.
+//!
+//! Routes are matched, and requests fingerprinted, on the normalised path
+//! ([`idem_core::gateway::normalize_path`]); the request forwarded is the client's own.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -20,21 +26,19 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, header};
-use http_body_util::BodyExt;
 use idem_core::gateway::{
-    Fingerprint, IdempotencyKey, InFlightPolicy, KeyPolicy, StoredResponse, fingerprint, keeps_response,
+    Fingerprint, IdempotencyKey, InFlightPolicy, KeyPolicy, StoredResponse, fingerprint, normalize_path,
     parse_idempotency_key, request_id,
 };
 use idem_core::request::{Begin, LeaseToken, NewRequest};
 use idem_core::{ClaimId, Clock, RequestStore};
 use tokio::time::Instant;
 
-use crate::body::{Capped, Prefixed, read_capped};
+use crate::background::Background;
 use crate::cache::{Cached, ReplayCache};
-use crate::headers::strip_hop_by_hop;
 use crate::policy::{RoutePolicy, ScopePart};
 use crate::problem::{in_flight, problem};
-use crate::waiters::{Subscription, Waiters, WakeOnDrop};
+use crate::waiters::{Subscription, Waiters};
 use crate::{GatewayBody, full};
 
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -51,12 +55,21 @@ pub struct EngineConfig {
     pub max_stored_response: usize,
     /// Memory for the replay cache of completed responses.
     pub cache_bytes: usize,
+    /// Most upstream calls kept running past their `upstream_timeout` at once; past it, a slow
+    /// call is dropped and its key held until its lease ends.
+    pub max_background_calls: usize,
 }
 
 impl Default for EngineConfig {
-    /// The defaults of `limits.max_body_bytes`, `[gateway] max_stored_response` and `cache_bytes`.
+    /// The defaults of `limits.max_body_bytes` and `[gateway] max_stored_response`, `cache_bytes`
+    /// and `max_background_calls`.
     fn default() -> Self {
-        Self { max_body_bytes: DEFAULT_MAX_BODY_BYTES, max_stored_response: 1 << 20, cache_bytes: 64 << 20 }
+        Self {
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_stored_response: 1 << 20,
+            cache_bytes: 64 << 20,
+            max_background_calls: 1000,
+        }
     }
 }
 
@@ -72,27 +85,29 @@ pub enum ForwardError {
 pub type ForwardFuture = Pin<Box<dyn Future<Output = Result<Response<GatewayBody>, ForwardError>> + Send>>;
 
 pub struct Engine {
-    store: Arc<dyn RequestStore>,
-    clock: Arc<dyn Clock>,
-    cache: ReplayCache,
-    waiters: Arc<Waiters>,
-    config: EngineConfig,
+    pub(crate) store: Arc<dyn RequestStore>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) cache: ReplayCache,
+    pub(crate) waiters: Arc<Waiters>,
+    pub(crate) config: EngineConfig,
+    pub(crate) background: Background,
 }
 
-fn count(route: &RoutePolicy, outcome: &'static str) {
+pub(crate) fn count(route: &RoutePolicy, outcome: &'static str) {
     metrics::counter!("idem_gateway_requests_total", "route" => route.path.shared(), "outcome" => outcome).increment(1);
 }
 
 /// A request's identity on its route: where its key lives, and what it must match.
-struct Identity {
-    id: ClaimId,
-    fingerprint: Fingerprint,
+pub(crate) struct Identity {
+    pub id: ClaimId,
+    pub fingerprint: Fingerprint,
 }
 
 impl Engine {
     pub fn new(store: Arc<dyn RequestStore>, clock: Arc<dyn Clock>, config: EngineConfig) -> Self {
         let cache = ReplayCache::new(config.cache_bytes);
-        Self { store, clock, cache, waiters: Arc::default(), config }
+        let background = Background::new(config.max_background_calls);
+        Self { store, clock, cache, waiters: Arc::default(), config, background }
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -212,102 +227,10 @@ impl Engine {
     where
         F: FnOnce(Request<Bytes>) -> ForwardFuture + Send + 'static,
     {
-        let (engine, route) = (Arc::clone(self), Arc::clone(route));
-        let held = tokio::spawn(async move { engine.run_held(&route, identity, token, request, forward).await });
-        held.await.unwrap_or_else(|_| {
+        let held = Arc::clone(self).run_held(Arc::clone(route), identity, token, forward(request));
+        tokio::spawn(held).await.unwrap_or_else(|_| {
             problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the request failed inside idem")
         })
-    }
-
-    /// Forwards a held request and settles its key: stored, released, or left to its lease.
-    async fn run_held<F>(
-        &self,
-        route: &RoutePolicy,
-        identity: Identity,
-        token: LeaseToken,
-        request: Request<Bytes>,
-        forward: F,
-    ) -> Response<GatewayBody>
-    where
-        F: FnOnce(Request<Bytes>) -> ForwardFuture,
-    {
-        let _wake = WakeOnDrop { waiters: Arc::clone(&self.waiters), id: identity.id };
-        let started = Instant::now();
-        let lease_end = started + route.lease;
-        let upstream = tokio::time::timeout_at(lease_end, forward(request)).await;
-        metrics::histogram!("idem_gateway_upstream_duration_seconds", "route" => route.path.shared())
-            .record(started.elapsed().as_secs_f64());
-        let response = match upstream {
-            Err(_) => return upstream_timeout(route),
-            Ok(Err(e)) => return self.released(route, &identity, token, "upstream_error", upstream_failed(&e)).await,
-            Ok(Ok(response)) => response,
-        };
-        if !keeps_response(response.status().as_u16(), route.store_5xx) {
-            return self.released(route, &identity, token, "released", response).await;
-        }
-        let (mut parts, body) = response.into_parts();
-        strip_hop_by_hop(&mut parts.headers);
-        let body = match tokio::time::timeout_at(lease_end, read_capped(body, self.config.max_stored_response)).await {
-            Err(_) => return upstream_timeout(route),
-            Ok(Err(e)) => {
-                let answer = upstream_failed(&ForwardError::Failed(e.to_string()));
-                return self.released(route, &identity, token, "upstream_error", answer).await;
-            }
-            Ok(Ok(Capped::Over(prefix, rest))) => {
-                let answer = Response::from_parts(parts, Prefixed { prefix, rest }.boxed_unsync());
-                return self.released(route, &identity, token, "too_large", answer).await;
-            }
-            Ok(Ok(Capped::Whole(body))) => body,
-        };
-        let headers = parts.headers.iter().map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec())).collect();
-        let stored = StoredResponse { status: parts.status.as_u16(), headers, body: body.to_vec() };
-        self.store_response(route, &identity, token, stored).await;
-        Response::from_parts(parts, full(body))
-    }
-
-    /// Stores a response under the lease `token`, and keeps it for replays from memory.
-    async fn store_response(
-        &self,
-        route: &RoutePolicy,
-        identity: &Identity,
-        token: LeaseToken,
-        stored: StoredResponse,
-    ) {
-        match self.store.complete_request(&identity.id, token, &stored.encode(), route.ttl).await {
-            Ok(true) => {
-                let expires_at = self.clock.now().plus(route.ttl);
-                let cached = Cached { fingerprint: identity.fingerprint, response: Arc::new(stored), expires_at };
-                self.cache.insert(identity.id, cached);
-                count(route, "forwarded");
-            }
-            Ok(false) => {
-                tracing::warn!(
-                    route = route.path.as_str(),
-                    "lease ran out before the response came back; it was not stored"
-                );
-                count(route, "lease_lost");
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "could not store a response; its key is held until the lease ends");
-                count(route, "store_error");
-            }
-        }
-    }
-
-    /// Frees the key so that a retry executes again, and passes `answer` on.
-    async fn released(
-        &self,
-        route: &RoutePolicy,
-        identity: &Identity,
-        token: LeaseToken,
-        outcome: &'static str,
-        answer: Response<GatewayBody>,
-    ) -> Response<GatewayBody> {
-        if let Err(e) = self.store.release_request(&identity.id, token).await {
-            tracing::warn!(error = %e, "could not release a key; it is held until its lease ends");
-        }
-        count(route, outcome);
-        answer
     }
 }
 
@@ -348,7 +271,7 @@ fn key_of(route: &RoutePolicy, request: &Request<Bytes>) -> Result<Option<Idempo
         .map_err(KeyProblem::Invalid)
 }
 
-/// The key's id is (route, scope, key); the fingerprint is method, path, query and body.
+/// The key's id is (route, scope, key); the fingerprint is method, normalised path, query and body.
 fn identify(route: &RoutePolicy, request: &Request<Bytes>, key: &IdempotencyKey) -> Identity {
     let scope: Vec<&[u8]> = route
         .scope
@@ -361,8 +284,8 @@ fn identify(route: &RoutePolicy, request: &Request<Bytes>, key: &IdempotencyKey)
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(idem_core::media::is_json);
-    let fingerprint =
-        fingerprint(request.method().as_str(), uri.path(), uri.query().unwrap_or(""), request.body(), json);
+    let path = normalize_path(uri.path());
+    let fingerprint = fingerprint(request.method().as_str(), &path, uri.query().unwrap_or(""), request.body(), json);
     Identity { id: request_id(route.path.as_str(), &scope, key), fingerprint }
 }
 
@@ -407,16 +330,7 @@ fn store_unavailable(route: &RoutePolicy, e: &idem_core::StoreError) -> Response
     )
 }
 
-fn upstream_timeout(route: &RoutePolicy) -> Response<GatewayBody> {
-    count(route, "upstream_timeout");
-    problem(
-        StatusCode::GATEWAY_TIMEOUT,
-        "upstream-timeout",
-        "the upstream did not answer within the route's lease; the key stays held until the lease ends, then a retry executes again",
-    )
-}
-
-fn upstream_failed(e: &ForwardError) -> Response<GatewayBody> {
+pub(crate) fn upstream_failed(e: &ForwardError) -> Response<GatewayBody> {
     tracing::warn!(error = ?e, "upstream request failed");
     problem(
         StatusCode::BAD_GATEWAY,

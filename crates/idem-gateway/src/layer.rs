@@ -5,6 +5,12 @@
 //! let engine = Arc::new(Engine::new(store, Arc::new(SystemClock), EngineConfig::default()));
 //! let app = Router::new().route("/orders", post(create_order)).layer(IdempotencyLayer::new(engine, routes));
 //! ```
+//!
+//! As behind the proxy, a handler slower than its route's `upstream_timeout` gets its client a
+//! `504` and goes on running in the background, its key held (the lease extended) until its
+//! response is stored for the retry. The handler is not cancelled. At shutdown, call
+//! [`Engine::drain`] after the server stops, so that those handlers can finish and store their
+//! answers before the store closes.
 
 use std::convert::Infallible;
 use std::future::Future;

@@ -4,10 +4,13 @@
 //! answers with the upstream's response, a replay, or a problem. The server's reverse proxy
 //! forwards over HTTP; [`IdempotencyLayer`] forwards to the wrapped service.
 
+mod background;
 pub mod body;
 pub mod cache;
+mod call;
 pub mod engine;
 pub mod headers;
+mod held;
 pub mod layer;
 pub mod policy;
 pub mod problem;

@@ -1,5 +1,7 @@
 //! Route policies: which requests are guarded and how. A request matches the first route whose
-//! method list and path pattern both match; requests that match no route pass straight through.
+//! method list and path pattern both match, the path taken in normal form (`/orders/`, `//orders`,
+//! `/x/../orders` and `/%6Frders` are all `/orders`), so that no other spelling of a guarded path
+//! slips past its route; requests that match no route pass straight through.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,6 +28,9 @@ impl ScopePart {
     }
 }
 
+/// The upstream timeout of a route that sets neither it nor its lease.
+pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
+
 #[derive(Debug, Clone)]
 pub struct RoutePolicy {
     pub path: PathPattern,
@@ -37,8 +42,12 @@ pub struct RoutePolicy {
     pub in_flight: InFlightPolicy,
     /// How long a duplicate waits for the first request (with `in_flight = wait`).
     pub wait_timeout: Duration,
-    /// How long a started request holds its key if idem dies or the upstream hangs; also the
-    /// upstream's time limit for that request.
+    /// How long the client waits for the upstream's answer; past it, `504`, and the call goes on
+    /// in the background with the key held. Shorter than `lease` (the config insists); at most
+    /// half of it (every default) and no request answered in time ever extends its lease.
+    pub upstream_timeout: Duration,
+    /// How long a started request holds its key if idem dies: extended while the upstream call
+    /// runs, so it decides only when its holder is gone.
     pub lease: Duration,
     /// Keep and replay 5xx responses instead of releasing the key.
     pub store_5xx: bool,
@@ -46,7 +55,8 @@ pub struct RoutePolicy {
 
 impl RoutePolicy {
     /// The contract's defaults for a path: POST and PATCH, an optional key, 24 h TTL, scoped by
-    /// `Authorization`, reject in-flight duplicates, 60 s lease, 5xx not stored.
+    /// `Authorization`, reject in-flight duplicates, 30 s upstream timeout, 60 s lease, 5xx not
+    /// stored.
     pub fn new(path: PathPattern) -> Self {
         Self {
             path,
@@ -56,9 +66,18 @@ impl RoutePolicy {
             scope: vec![ScopePart::Header(http::header::AUTHORIZATION)],
             in_flight: InFlightPolicy::Reject,
             wait_timeout: Duration::from_secs(10),
+            upstream_timeout: DEFAULT_UPSTREAM_TIMEOUT,
             lease: Duration::from_secs(60),
             store_5xx: false,
         }
+    }
+
+    /// Sets the lease, and the upstream timeout to its default for that lease: 30 s, or half the
+    /// lease when that is shorter (what a config that names only `lease` gets).
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self.upstream_timeout = DEFAULT_UPSTREAM_TIMEOUT.min(lease / 2);
+        self
     }
 }
 
@@ -70,8 +89,10 @@ impl Routes {
         Self(routes.into_iter().map(Arc::new).collect())
     }
 
+    /// The route of a request, by its method and its path as the client sent it.
     pub fn find(&self, method: &Method, path: &str) -> Option<&Arc<RoutePolicy>> {
-        self.0.iter().find(|r| r.methods.contains(method) && r.path.matches(path))
+        let path = idem_core::gateway::normalize_path(path);
+        self.0.iter().find(|r| r.methods.contains(method) && r.path.matches_normal(&path))
     }
 }
 
@@ -89,6 +110,18 @@ mod tests {
         assert!(routes.find(&Method::GET, "/orders").is_none(), "GET is not guarded by default");
         assert_eq!(routes.find(&Method::PUT, "/x").map(|r| r.path.as_str()), Some("/*"));
         assert!(routes.find(&Method::POST, "/x").is_none());
+        for spelling in ["/orders/", "//orders", "/x/../orders", "/%6Frders"] {
+            assert_eq!(routes.find(&Method::POST, spelling).map(|r| r.path.as_str()), Some("/orders"), "{spelling}");
+        }
+    }
+
+    #[test]
+    fn a_lease_alone_brings_its_upstream_timeout() {
+        let route = |lease| RoutePolicy::new(PathPattern::parse("/o").expect("valid")).with_lease(lease);
+        assert_eq!(route(Duration::from_secs(3)).upstream_timeout, Duration::from_millis(1500));
+        assert_eq!(route(Duration::from_secs(600)).upstream_timeout, DEFAULT_UPSTREAM_TIMEOUT);
+        let default = RoutePolicy::new(PathPattern::parse("/o").expect("valid"));
+        assert!(default.upstream_timeout * 2 <= default.lease);
     }
 
     #[test]

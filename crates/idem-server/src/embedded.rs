@@ -121,6 +121,10 @@ impl ClaimStore for EmbeddedStore {
     async fn count_claims(&self) -> Result<Vec<(String, u64)>, StoreError> {
         self.log.count_claims().await
     }
+
+    fn counts_are_live(&self) -> bool {
+        self.log.counts_are_live()
+    }
 }
 
 #[async_trait]

@@ -104,8 +104,7 @@ pub async fn run(
             let proxy =
                 proxy::Proxy::new(gateway, config.limits.max_body_bytes, requests, Arc::clone(&clock), &client_tls);
             let engine = proxy.engine();
-            let served = conn::serve_tls(listener, proxy.router(), limits, gateway_tls, stopped.clone());
-            (Some(engine), Some(tokio::spawn(served)))
+            (Some(engine), Some(tokio::spawn(proxy.serve(listener, limits, gateway_tls, stopped.clone()))))
         }
         _ => (None, None),
     };

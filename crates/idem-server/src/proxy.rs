@@ -1,7 +1,13 @@
 //! The `Idempotency-Key` reverse proxy: its own listener, forwarding to `[gateway] upstream` over
 //! pooled HTTP/1.1 keep-alive connections. Requests on a guarded route go through the engine
 //! (buffered, since their body is fingerprinted); every other request streams straight through,
-//! unchanged but for hop-by-hop headers.
+//! unchanged but for hop-by-hop headers. Routes are matched on the normalised path, but the path
+//! forwarded is byte for byte the client's.
+//!
+//! At shutdown the proxy stops accepting and, together with draining its connections, gives the
+//! upstream calls still running in the background (their clients got a 504) up to [`DRAIN`] to
+//! answer and store their responses; any still running then are abandoned with their keys held
+//! until their leases end, as if idem had died.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,8 +29,14 @@ use idem_gateway::engine::ForwardFuture;
 use idem_gateway::headers::strip_hop_by_hop;
 use idem_gateway::problem::problem;
 use idem_gateway::{Engine, ForwardError, GatewayBody, Routes, declared_too_large, read_limited};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
 
 use crate::config::GatewayConfig;
+use crate::conn::{self, ConnLimits};
+
+/// How long background upstream calls may finish after shutdown begins: the connections' drain.
+pub const DRAIN: Duration = Duration::from_secs(30);
 
 pub struct Proxy {
     engine: Arc<Engine>,
@@ -75,6 +87,24 @@ impl Proxy {
 
     pub fn router(self) -> Router {
         Router::new().fallback(proxy).with_state(Arc::new(self))
+    }
+
+    /// Serves on `listener` (with TLS when `tls` is given: `[gateway.tls]`) until `stopped` turns
+    /// true; then drains the connections and the background calls together.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        limits: ConnLimits,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+        stopped: watch::Receiver<bool>,
+    ) {
+        let engine = self.engine();
+        let mut stop = stopped.clone();
+        let background = async move {
+            let _ = stop.wait_for(|stopped| *stopped).await;
+            engine.drain(DRAIN).await;
+        };
+        tokio::join!(conn::serve_tls(listener, self.router(), limits, tls, stopped), background);
     }
 }
 

@@ -60,6 +60,14 @@ fn describe() {
         "idem_gateway_lease_expiries_total",
         "Gateway keys taken over after their holder's lease ran out, by route."
     );
+    describe_gauge!(
+        "idem_gateway_background_calls",
+        "Upstream calls still running after their client got a 504 (upstream_timeout), by route."
+    );
+    describe_counter!(
+        "idem_gateway_background_calls_total",
+        "Upstream calls that outlived upstream_timeout, by route and how they ended (forwarded, released, upstream_error, too_large, lease_lost, store_error; over_limit and abandoned: dropped, the key held until its lease ends)."
+    );
     describe_counter!(
         "idem_events_intake_total",
         "Events received, by source and outcome (accepted, replay, mismatch, invalid, bad_signature)."
@@ -88,7 +96,7 @@ fn describe() {
     );
     describe_gauge!(
         "idem_claims_stored",
-        "Stored claims per namespace, counted every 5 minutes; expired ones count until swept, so an estimate."
+        "Live claims per namespace: on the embedded store kept exact as claims come, go and expire, read every 15 s; on PostgreSQL a count every 5 minutes in which expired ones count until swept."
     );
     describe_gauge!(
         "idem_store_size_bytes",
@@ -112,12 +120,17 @@ fn describe() {
         "idem_store_commit_errors_total",
         "Group commits of the embedded store that failed and were rolled back."
     );
+    describe_counter!(
+        "idem_store_command_errors_total",
+        "Commands of the embedded store that failed while decided (a record unreadable) and were undone alone; the rest of their group went on."
+    );
 }
 
 /// Counters present at zero from start-up for every configured namespace, source and route, so
 /// that alerts and `rate()` work before the first event.
 pub fn register_configured(config: &crate::config::Config) {
     for ns in config.namespaces.keys() {
+        metrics::gauge!("idem_claims_stored", "namespace" => ns.clone()).set(0.0);
         for outcome in ["claimed", "existing"] {
             metrics::counter!("idem_claims_total", "namespace" => ns.clone(), "outcome" => outcome).increment(0);
         }
@@ -148,12 +161,18 @@ pub fn register_configured(config: &crate::config::Config) {
             metrics::counter!("idem_gateway_requests_total", "route" => path.clone(), "outcome" => outcome)
                 .increment(0);
         }
+        metrics::gauge!("idem_gateway_background_calls", "route" => path.clone()).set(0.0);
+        for outcome in ["forwarded", "over_limit"] {
+            metrics::counter!("idem_gateway_background_calls_total", "route" => path.clone(), "outcome" => outcome)
+                .increment(0);
+        }
     }
     metrics::counter!("idem_receipt_replays_total").increment(0);
     metrics::counter!("idem_receipt_discards_total").increment(0);
     metrics::counter!("idem_receipts_deleted_total").increment(0);
     metrics::counter!("idem_store_commit_errors_total").increment(0);
     metrics::counter!("idem_store_compactions_total").increment(0);
+    metrics::counter!("idem_store_command_errors_total").increment(0);
     metrics::counter!("idem_errors_total", "kind" => "store-unavailable").increment(0);
     metrics::counter!("idem_sweeper_deleted_total").increment(0);
     metrics::gauge!("idem_jobs_due").set(0.0);

@@ -1,13 +1,15 @@
 //! The pure logic of the `Idempotency-Key` gateway: parsing the key, fingerprinting requests,
-//! matching routes, naming a request's key in the store, and deciding what to keep.
+//! normalising paths, matching routes, naming a request's key in the store, and deciding what to keep.
 
 pub mod fingerprint;
 pub mod idempotency_key;
+pub mod path;
 pub mod response;
 pub mod route;
 
 pub use fingerprint::{Fingerprint, fingerprint};
 pub use idempotency_key::{IdempotencyKey, parse_idempotency_key};
+pub use path::normalize as normalize_path;
 pub use response::StoredResponse;
 pub use route::{InFlightPolicy, KeyPolicy, PathPattern};
 

@@ -1,6 +1,7 @@
 //! Which requests the gateway guards: a route is a path pattern, a set of methods and a policy.
 //! A pattern is exact (`/orders`) or has wildcard segments: `*` or `{name}` match exactly one
-//! non-empty segment (`/orders/{id}/refund`).
+//! non-empty segment (`/orders/{id}/refund`). Patterns and paths are compared in normal form
+//! ([`super::path`]): `/orders/`, `//orders` and `/%6Frders` match `/orders`.
 
 /// Whether a matching request must carry an `Idempotency-Key`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -22,11 +23,20 @@ pub enum InFlightPolicy {
     Wait,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct PathPattern {
     text: std::sync::Arc<str>,
     segments: Vec<Segment>,
 }
+
+/// Two patterns are equal when they match the same paths (`/orders` and `/orders/` do).
+impl PartialEq for PathPattern {
+    fn eq(&self, other: &Self) -> bool {
+        self.segments == other.segments
+    }
+}
+
+impl Eq for PathPattern {}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Segment {
@@ -50,8 +60,11 @@ impl serde::Serialize for PathPattern {
 
 impl PathPattern {
     pub fn parse(text: &str) -> Result<Self, String> {
-        let rest = text.strip_prefix('/').ok_or_else(|| format!("path {text:?} must start with '/'"))?;
-        let segments = rest
+        if !text.starts_with('/') {
+            return Err(format!("path {text:?} must start with '/'"));
+        }
+        let normal = super::path::normalize(text);
+        let segments = normal[1..]
             .split('/')
             .map(|s| match s {
                 "*" => Ok(Segment::Any),
@@ -74,7 +87,14 @@ impl PathPattern {
         std::sync::Arc::clone(&self.text)
     }
 
+    /// Whether a request path matches, in whatever spelling the client sent it.
     pub fn matches(&self, path: &str) -> bool {
+        self.matches_normal(&super::path::normalize(path))
+    }
+
+    /// Whether a path already in normal form ([`super::path::normalize`]) matches: for a caller
+    /// that normalises once and tries several patterns.
+    pub fn matches_normal(&self, path: &str) -> bool {
         let Some(rest) = path.strip_prefix('/') else { return false };
         let mut parts = rest.split('/');
         for segment in &self.segments {
@@ -96,7 +116,7 @@ mod tests {
     fn exact_and_wildcard_segments() {
         let exact = PathPattern::parse("/orders").expect("valid");
         assert!(exact.matches("/orders"));
-        assert!(!exact.matches("/orders/1") && !exact.matches("/order") && !exact.matches("/orders/"));
+        assert!(!exact.matches("/orders/1") && !exact.matches("/order") && !exact.matches("/orders/x/."));
         let param = PathPattern::parse("/orders/{id}/refund").expect("valid");
         assert!(param.matches("/orders/42/refund"));
         assert!(
@@ -104,6 +124,18 @@ mod tests {
         );
         let star = PathPattern::parse("/v1/*").expect("valid");
         assert!(star.matches("/v1/anything") && !star.matches("/v1/a/b"));
+    }
+
+    #[test]
+    fn other_spellings_match_and_patterns_are_normalised_too() {
+        let exact = PathPattern::parse("/orders").expect("valid");
+        for spelling in ["/orders/", "//orders", "/x/../orders", "/%6Frders", "/orders/x/.."] {
+            assert!(exact.matches(spelling), "{spelling:?}");
+        }
+        let written = PathPattern::parse("/orders//{id}/").expect("valid");
+        assert!(written.matches("/orders/42") && written.matches("/orders/%34%32/"));
+        assert_eq!(written.as_str(), "/orders//{id}/", "shown (and named in key ids) as written");
+        assert_eq!(written, PathPattern::parse("/orders/*").expect("valid"), "equal: they match the same paths");
     }
 
     #[test]

@@ -26,7 +26,8 @@ pub async fn readyz(State(state): State<AppState>) -> Result<impl IntoResponse, 
     }
 }
 
-pub async fn metrics() -> impl IntoResponse {
+pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    crate::worker::gauges::claims_at_scrape(state.store.as_ref()).await;
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], crate::telemetry::metrics_handle().render())
 }
 

@@ -26,6 +26,9 @@ pub struct GatewayConfig {
     /// Memory for recently completed responses, so replays skip the store.
     #[serde(default = "defaults::cache_bytes")]
     pub cache_bytes: usize,
+    /// Most upstream calls kept running after their client got a 504 (`upstream_timeout`), at once.
+    #[serde(default = "defaults::max_background_calls")]
+    pub max_background_calls: usize,
     #[serde(default)]
     pub routes: Vec<Route>,
     /// TLS on the gateway's listener: `cert` and `key` files, re-read on SIGHUP and on change.
@@ -40,6 +43,9 @@ mod defaults {
     }
     pub fn cache_bytes() -> usize {
         idem_gateway::EngineConfig::default().cache_bytes
+    }
+    pub fn max_background_calls() -> usize {
+        idem_gateway::EngineConfig::default().max_background_calls
     }
 }
 
@@ -63,7 +69,12 @@ impl GatewayConfig {
 
     /// What the engine runs with, given the server's request-body limit.
     pub fn engine_config(&self, max_body_bytes: usize) -> EngineConfig {
-        EngineConfig { max_body_bytes, max_stored_response: self.max_stored_response, cache_bytes: self.cache_bytes }
+        EngineConfig {
+            max_body_bytes,
+            max_stored_response: self.max_stored_response,
+            cache_bytes: self.cache_bytes,
+            max_background_calls: self.max_background_calls,
+        }
     }
 }
 
@@ -134,7 +145,9 @@ struct RouteSpec {
     /// `reject` (409 + Retry-After) or `wait` (for the first request's response).
     in_flight: Option<InFlightPolicy>,
     wait_timeout: Option<ConfigDuration>,
-    /// How long a started request holds its key if idem dies or the upstream hangs.
+    /// How long the client waits for the upstream (then 504; the call goes on, the key held).
+    upstream_timeout: Option<ConfigDuration>,
+    /// How long a started request holds its key if idem dies; longer than `upstream_timeout`.
     lease: Option<ConfigDuration>,
     store_5xx: Option<bool>,
 }
@@ -157,10 +170,21 @@ impl TryFrom<RouteSpec> for Route {
         policy.ttl = spec.ttl.map_or(policy.ttl, |d| d.0);
         policy.in_flight = spec.in_flight.unwrap_or(policy.in_flight);
         policy.wait_timeout = spec.wait_timeout.map_or(policy.wait_timeout, |d| d.0);
-        policy.lease = spec.lease.map_or(policy.lease, |d| d.0);
+        if let Some(lease) = spec.lease {
+            policy = policy.with_lease(lease.0);
+        }
+        policy.upstream_timeout = spec.upstream_timeout.map_or(policy.upstream_timeout, |d| d.0);
         policy.store_5xx = spec.store_5xx.unwrap_or(policy.store_5xx);
-        if policy.ttl.is_zero() || policy.lease.is_zero() {
-            return Err("ttl and lease must be longer than zero".into());
+        if policy.ttl.is_zero() || policy.lease.is_zero() || policy.upstream_timeout.is_zero() {
+            return Err("ttl, lease and upstream_timeout must be longer than zero".into());
+        }
+        if policy.lease <= policy.upstream_timeout {
+            return Err(format!(
+                "lease ({}) must be longer than upstream_timeout ({}): the lease holds the key while idem \
+                 waits for the upstream; raise lease or lower upstream_timeout",
+                idem_core::format_duration(policy.lease),
+                idem_core::format_duration(policy.upstream_timeout)
+            ));
         }
         Ok(Self(policy))
     }
@@ -178,6 +202,7 @@ impl From<&Route> for RouteSpec {
             scope: Some(p.scope.iter().map(|ScopePart::Header(h)| format!("header:{h}")).collect()),
             in_flight: Some(p.in_flight),
             wait_timeout: Some(ConfigDuration(p.wait_timeout)),
+            upstream_timeout: Some(ConfigDuration(p.upstream_timeout)),
             lease: Some(ConfigDuration(p.lease)),
             store_5xx: Some(p.store_5xx),
         }
@@ -193,5 +218,50 @@ impl<'de> Deserialize<'de> for Route {
 impl Serialize for Route {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         RouteSpec::from(self).serialize(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    const GATEWAY: &str =
+        "listen = \"127.0.0.1:8080\"\nupstream = \"http://127.0.0.1:3000\"\n\n[[routes]]\npath = \"/orders\"\n";
+
+    /// The first route's (upstream_timeout, lease), or why the config is refused.
+    fn route(extra: &str) -> Result<(Duration, Duration), String> {
+        let config: GatewayConfig = toml::from_str(&format!("{GATEWAY}{extra}")).map_err(|e| e.to_string())?;
+        let route = &config.routes[0].0;
+        Ok((route.upstream_timeout, route.lease))
+    }
+
+    #[test]
+    fn a_lease_alone_brings_its_upstream_timeout() {
+        let secs = Duration::from_secs;
+        assert_eq!(route(""), Ok((secs(30), secs(60))), "the defaults");
+        assert_eq!(route("lease = \"5s\"\n"), Ok((Duration::from_millis(2500), secs(5))), "half the lease");
+        assert_eq!(route("lease = \"10m\"\n"), Ok((secs(30), secs(600))), "30 s at most");
+        assert_eq!(route("upstream_timeout = \"1s\"\nlease = \"3s\"\n"), Ok((secs(1), secs(3))));
+    }
+
+    #[test]
+    fn the_lease_must_outlast_the_upstream_timeout() {
+        for bad in ["upstream_timeout = \"90s\"\n", "upstream_timeout = \"3s\"\nlease = \"3s\"\n"] {
+            let err = route(bad).expect_err(bad);
+            assert!(err.contains("must be longer than upstream_timeout"), "{bad}: {err}");
+        }
+        assert!(route("upstream_timeout = \"0s\"\n").is_err());
+    }
+
+    #[test]
+    fn every_value_in_force_is_shown() {
+        let config: GatewayConfig = toml::from_str(GATEWAY).expect("valid");
+        let shown = toml::to_string(&config).expect("serialises");
+        assert!(
+            shown.contains("upstream_timeout = \"30s\"") && shown.contains("max_background_calls = 1000"),
+            "{shown}"
+        );
     }
 }

@@ -526,6 +526,7 @@ mod tests {
         assert_eq!(orders.key, KeyPolicy::Required);
         assert_eq!(orders.ttl, Duration::from_secs(48 * 3600));
         assert_eq!(orders.lease, Duration::from_secs(60));
+        assert_eq!(orders.upstream_timeout, Duration::from_secs(30));
         assert_eq!(orders.in_flight, InFlightPolicy::Reject);
         assert!(!orders.store_5xx);
         let bad = load(&file.replace("/orders", "orders"), &[], &Overrides::default()).unwrap_err();

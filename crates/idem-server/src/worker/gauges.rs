@@ -1,8 +1,10 @@
 //! Gauges read from outside the request path: every 15 seconds the embedded store's size on disk
 //! and the space left on its file system (so an alert can see the disk filling before writes
 //! start answering 503); every minute the receipts by source and status (dead letters are
-//! something an alert can watch); every five minutes the stored claims per namespace (a count of
-//! the whole table, so an estimate that lags: expired claims count until the sweeper deletes them).
+//! something an alert can watch); the stored claims per namespace every five minutes where that
+//! is a count of a whole table (PostgreSQL: an estimate that lags, expired claims count until the
+//! sweeper deletes them). The embedded store keeps its live claims counted as claims come, go and
+//! expire, so there they are read at every scrape instead ([`claims_at_scrape`]).
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -13,7 +15,8 @@ use idem_core::Store;
 use tokio::sync::watch;
 
 const EVERY: Duration = Duration::from_secs(15);
-/// Receipts are counted every this many rounds (a minute), claims every `CLAIMS_EVERY` (5 minutes).
+/// Receipts are counted every this many rounds (a minute), claims every `CLAIMS_EVERY` (5 minutes)
+/// where counting them scans a table.
 const RECEIPTS_EVERY: u64 = 4;
 const CLAIMS_EVERY: u64 = 20;
 
@@ -32,7 +35,7 @@ pub async fn run(store: Arc<dyn Store>, data_dir: Option<PathBuf>, mut stop: wat
         if round % RECEIPTS_EVERY == 0 {
             count_receipts(store.as_ref(), &mut receipts).await;
         }
-        if round % CLAIMS_EVERY == 0 {
+        if round % CLAIMS_EVERY == 0 && !store.counts_are_live() {
             count_claims(store.as_ref(), &mut claims).await;
         }
         tokio::select! {
@@ -63,6 +66,23 @@ async fn count_claims(store: &dyn Store, reported: &mut HashSet<Labels>) {
     match store.count_claims().await {
         Ok(counts) => {
             publish("idem_claims_stored", counts.into_iter().map(|(ns, n)| (vec![("namespace", ns)], n)), reported)
+        }
+        Err(e) => tracing::debug!(error = %e, "could not count claims"),
+    }
+}
+
+/// The live claims per namespace, published as a scrape renders the metrics, where the store
+/// keeps them counted (no scan).
+pub async fn claims_at_scrape(store: &dyn Store) {
+    static REPORTED: std::sync::Mutex<Option<HashSet<Labels>>> = std::sync::Mutex::new(None);
+    if !store.counts_are_live() {
+        return;
+    }
+    match store.count_claims().await {
+        Ok(counts) => {
+            let mut reported = REPORTED.lock().unwrap_or_else(|e| e.into_inner());
+            let counts = counts.into_iter().map(|(ns, n)| (vec![("namespace", ns)], n));
+            publish("idem_claims_stored", counts, reported.get_or_insert_with(HashSet::new));
         }
         Err(e) => tracing::debug!(error = %e, "could not count claims"),
     }

@@ -140,6 +140,7 @@ async fn orders_are_created_once_however_often_the_client_retries() {
         upstream: idem_server::config::Upstream::parse(&upstream_url).expect("upstream URL"),
         max_stored_response: 1 << 20,
         cache_bytes: 1 << 20,
+        max_background_calls: 1000,
         routes: vec![idem_server::config::Route(idem_gateway::RoutePolicy {
             methods: vec![http::Method::POST],
             key: idem_core::gateway::KeyPolicy::Required,

@@ -1,6 +1,7 @@
 //! Three `idem serve` processes sharing one PostgreSQL: races spread across the nodes have exactly
-//! one winner, identical gateway requests reach the upstream once, and events survive a node
-//! killed mid-delivery. Skipped, loudly, without IDEM_TEST_DATABASE_URL.
+//! one winner, identical gateway requests reach the upstream once (also when the upstream is
+//! slower than `upstream_timeout` and the lease, and its node is shut down meanwhile), and events
+//! survive a node killed mid-delivery. Skipped, loudly, without IDEM_TEST_DATABASE_URL.
 
 use std::time::{Duration, Instant};
 
@@ -301,4 +302,93 @@ async fn bulk_replays_racing_on_three_nodes_replay_each_dead_letter_once() {
     let rounds: Vec<u64> =
         page["receipts"].as_array().expect("receipts").iter().filter_map(|r| r["round"].as_u64()).collect();
     assert_eq!((rounds.len(), rounds.iter().all(|&r| r == 2)), (300, true), "replayed once each: round 2");
+}
+
+/// `n` nodes on one database in front of `upstream`, with one gateway route (`route` is its TOML
+/// body after `path = "/orders"`): (nodes, their gateways).
+async fn gateway_nodes(
+    test: &str,
+    n: usize,
+    upstream: &str,
+    route: &str,
+) -> Option<(Vec<Idem>, Vec<ApiClient>, tempfile::TempDir, TestSchema)> {
+    let schema = TestSchema::create(test).await?;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (mut nodes, mut gateways) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        let gateway_port = free_port();
+        let config = dir.path().join(format!("node{i}.toml"));
+        let toml = format!(
+            "[store]\ntype = \"postgres\"\nurl = \"{}\"\npool_size = 8\n\n\
+             [gateway]\nlisten = \"127.0.0.1:{gateway_port}\"\nupstream = \"{upstream}\"\n\n\
+             [[gateway.routes]]\npath = \"/orders\"\n{route}",
+            schema.url
+        );
+        std::fs::write(&config, toml).expect("write config");
+        nodes.push(Idem::serve(&dir.path().join(format!("data{i}")), &["--config", config.to_str().expect("utf-8")]));
+        gateways.push(ApiClient::new(&format!("http://127.0.0.1:{gateway_port}"), None).expect("client"));
+    }
+    Some((nodes, gateways, dir, schema))
+}
+
+async fn post(gateway: &ApiClient, key: &str, body: &'static str, delay_ms: &str) -> idem_server::cli::client::Reply {
+    let headers = [("content-type", "application/json"), ("idempotency-key", key), ("x-delay-ms", delay_ms)];
+    gateway
+        .send_with(Method::POST, "/orders", Some(Bytes::from_static(body.as_bytes())), &headers)
+        .await
+        .expect("request")
+}
+
+/// The issue's case on two nodes sharing PostgreSQL: an upstream taking 4 s behind
+/// `upstream_timeout = 1s`, `lease = 3s`. Node 0's client gets 504 after about 1 s; on node 1 the
+/// key is 409 (another body 422), and a race of 100 across both nodes reaches nobody. Node 0 is sent
+/// SIGTERM meanwhile: it keeps the call running and its lease extended (node 1 still sees the key
+/// held past 3 s), stores the answer, and only then exits. Node 1 replays the upstream's 201. The
+/// upstream saw the key once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_upstream_on_two_nodes_runs_once_and_survives_sigterm() {
+    let upstream = Upstream::start().await;
+    let route = "key = \"required\"\nupstream_timeout = \"1s\"\nlease = \"3s\"\n";
+    let Some((mut nodes, gateways, _dir, _schema)) = gateway_nodes("slow", 2, &upstream.url, route).await else {
+        return;
+    };
+    let start = Instant::now();
+    let first = post(&gateways[0], "slow", "{}", "4000").await;
+    let waited = start.elapsed();
+    assert_eq!(first.status, 504, "{}", String::from_utf8_lossy(&first.body));
+    assert!(first.headers.get("retry-after").is_some());
+    assert!(waited >= Duration::from_secs(1) && waited < Duration::from_millis(2500), "504 after {waited:?}");
+    assert_eq!(post(&gateways[1], "slow", "{}", "4000").await.status, 409, "held by node 0");
+    assert_eq!(post(&gateways[1], "slow", "{\"other\":1}", "4000").await.status, 422);
+    let race: Vec<_> = (0..100)
+        .map(|i| {
+            let gateway = gateways[i % 2].clone();
+            tokio::spawn(async move { post(&gateway, "slow", "{}", "4000").await.status.as_u16() })
+        })
+        .collect();
+    for task in race {
+        assert_eq!(task.await.expect("task"), 409);
+    }
+
+    let mut node0 = nodes.remove(0);
+    let exited = tokio::task::spawn_blocking(move || (node0.terminate(), Instant::now()));
+    tokio::time::sleep_until((start + Duration::from_millis(3300)).into()).await;
+    assert_eq!(post(&gateways[1], "slow", "{}", "4000").await.status, 409, "past 3 s: node 0 extends the lease");
+    assert_eq!(upstream.count("/orders"), 1);
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let answered = loop {
+        let reply = post(&gateways[1], "slow", "{}", "4000").await;
+        if reply.status != 409 || Instant::now() > deadline {
+            break reply;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(answered.status, 201, "{}", String::from_utf8_lossy(&answered.body));
+    assert_eq!(answered.headers.get("idempotent-replayed").map(|v| v.as_bytes()), Some(&b"true"[..]));
+    assert_eq!(answered.json()["order_id"], 1, "the answer node 0 stored while shutting down");
+    let (status, exited_at) = exited.await.expect("terminate");
+    assert!(status.success(), "{status:?}");
+    assert!(exited_at >= start + Duration::from_secs(4), "node 0 exited only after its call answered");
+    assert_eq!(upstream.count("/orders"), 1, "the upstream saw the key once");
 }

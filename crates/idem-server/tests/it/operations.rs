@@ -211,6 +211,35 @@ async fn a_waiting_begin_is_woken_by_completion_or_takes_a_released_key() {
     Arc::try_unwrap(s).ok().expect("sole owner").stop().await;
 }
 
+/// A holder slower than its lease that keeps extending it: a begin waiting on the key looks again
+/// each time the lease it was told about would end, and each time finds it held, so it is never
+/// given the key while the holder works; it gets the holder's result when it completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_not_given_a_key_whose_holder_extends_it() {
+    let s = Arc::new(TestServer::start().await);
+    let holder = started(&s, "slow", json!({"key": "long", "lease_seconds": 1})).await;
+    let path = format!("/v1/operations/slow/{}", holder["id"].as_str().expect("id"));
+    let token = holder["token"].clone();
+    let waiter = {
+        let s = Arc::clone(&s);
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let answer = begin(&s, "slow", json!({"key": "long", "wait_seconds": 10})).await;
+            (answer, started.elapsed())
+        })
+    };
+    // 2.4 s of work on a 1 s lease, with a heartbeat every 400 ms.
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        s.post(&format!("{path}/extend"), json!({"token": token, "lease_seconds": 1}), 200).await;
+    }
+    s.post(&format!("{path}/complete"), json!({"token": token, "result": {"done": true}}), 200).await;
+    let ((status, answer), waited) = waiter.await.expect("waiter");
+    assert_eq!((status, &answer["status"], &answer["result"]), (200, &json!("completed"), &json!({"done": true})));
+    assert!(waited >= Duration::from_millis(2400), "it waited for the holder: {waited:?}");
+    Arc::try_unwrap(s).ok().expect("sole owner").stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn of_500_racing_begins_exactly_one_starts() {
     let s = Arc::new(TestServer::start_with(|_| {}, Arc::new(SystemClock)).await);

@@ -69,6 +69,28 @@ async fn metrics_name_namespaces_outcomes_errors_and_batches() {
     s.stop().await;
 }
 
+/// On the embedded store the live claims per namespace are read at each scrape (no table scan):
+/// there from start-up for configured namespaces, exact right after claims and deletes.
+#[tokio::test]
+async fn live_claim_counts_are_exact_at_every_scrape() {
+    let s = TestServer::start_embedded(|c| {
+        c.namespaces.insert("counted_zero".into(), idem_server::config::NamespaceConfig::default());
+    })
+    .await;
+    let scrape = || async {
+        let reply = s.client.send(Method::GET, "/metrics", None).await.expect("metrics");
+        String::from_utf8_lossy(&reply.body).into_owned()
+    };
+    assert!(scrape().await.lines().any(|l| l == r#"idem_claims_stored{namespace="counted_zero"} 0"#));
+    s.post("/v1/claims/counted/batch", json!({"items": [{"key": "a"}, {"key": "b"}, {"key": "c"}]}), 200).await;
+    let line = r#"idem_claims_stored{namespace="counted"}"#;
+    assert!(scrape().await.lines().any(|l| l == format!("{line} 3")), "three claims counted");
+    let id = idem_core::Parts::new(vec!["a".into()]).expect("parts").id().to_string();
+    s.expect(Method::DELETE, &format!("/v1/claims/counted/{id}"), None, 204).await;
+    assert!(scrape().await.lines().any(|l| l == format!("{line} 2")), "a delete counts at once");
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn openapi_describes_the_whole_v1_api() {
     let s = TestServer::start().await;

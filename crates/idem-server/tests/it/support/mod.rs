@@ -45,6 +45,28 @@ impl TestServer {
         let store: Arc<dyn Store> = Arc::new(
             SqliteStore::open(&config.data_dir, Arc::clone(&clock), SqliteOptions::default()).expect("open store"),
         );
+        Self::start_on(store, dir, config, clock).await
+    }
+
+    /// Starts a server on the embedded store as `idem serve` opens it (the log engine for claims
+    /// and keys, SQLite for events).
+    pub async fn start_embedded(configure: impl FnOnce(&mut Config)) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut config = Config { data_dir: dir.path().to_owned(), ..Config::default() };
+        configure(&mut config);
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let store = idem_server::embedded::EmbeddedStore::open(&config.data_dir, Arc::clone(&clock))
+            .await
+            .expect("open the embedded store");
+        Self::start_on(Arc::new(store), dir, config, clock).await
+    }
+
+    async fn start_on(
+        store: Arc<dyn Store>,
+        dir: tempfile::TempDir,
+        mut config: Config,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let gateway = match config.gateway.as_mut() {

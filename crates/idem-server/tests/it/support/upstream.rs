@@ -1,5 +1,6 @@
 //! A real upstream API on a real socket, for the gateway's tests. It counts every request it
-//! receives by path and remembers the `Idempotency-Key` headers it saw.
+//! receives by path, remembers the `Idempotency-Key` headers it saw, and the raw path and query of
+//! every request that reached it, routed or not.
 //!
 //! - `POST /orders` — 201 with a new order number; `?delay_ms=N` (or header `x-delay-ms: N`,
 //!   which is not part of the fingerprint) answers after N ms.
@@ -23,6 +24,8 @@ use serde_json::json;
 pub struct Seen {
     pub counts: HashMap<String, usize>,
     pub keys: Vec<Option<String>>,
+    /// Every request's path and query, byte for byte as it arrived.
+    pub raw: Vec<String>,
 }
 
 #[derive(Clone)]
@@ -40,6 +43,8 @@ impl Upstream {
             .route("/flaky", post(flaky))
             .route("/big", post(big))
             .route("/plain", get(|| async { "hello" }))
+            .fallback(|| async { StatusCode::NOT_FOUND })
+            .layer(axum::middleware::from_fn_with_state(Arc::clone(&seen), record_raw))
             .with_state(Arc::clone(&seen));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
@@ -55,6 +60,21 @@ impl Upstream {
     pub fn keys(&self) -> Vec<Option<String>> {
         self.seen.lock().expect("lock").keys.clone()
     }
+
+    /// The path and query of every request that reached the upstream, as it arrived.
+    pub fn raw(&self) -> Vec<String> {
+        self.seen.lock().expect("lock").raw.clone()
+    }
+}
+
+async fn record_raw(
+    State(seen): State<SeenRef>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let raw = request.uri().path_and_query().map_or_else(|| request.uri().path().to_owned(), |p| p.to_string());
+    seen.lock().expect("lock").raw.push(raw);
+    next.run(request).await
 }
 
 type SeenRef = Arc<Mutex<Seen>>;

@@ -1,0 +1,175 @@
+//! Upstream calls that outlived their client's `upstream_timeout`: each runs on in a task of its
+//! own, holding its key and extending its lease, and settles the key when the upstream answers, so
+//! that a retry gets the answer replayed (and `409`, or a wait, until then).
+//!
+//! - **The bound** (`max_background_calls`, per engine): a call past it is dropped at its
+//!   `504`, and its key stays held until its lease ends, never released early: a retry before then
+//!   gets `409`, one after it executes again. Counted as `outcome="over_limit"`.
+//! - **Shutdown** ([`Engine::drain`]): no call moves to the background any more (one that times out
+//!   now is dropped as above, `outcome="abandoned"`); those running are given the grace period to
+//!   finish and store their answers, with their leases still extended. Any still running then are
+//!   abandoned without releasing their keys: as if idem had died, each key is free once its lease
+//!   ends.
+//!
+//! Metrics: `idem_gateway_background_calls{route}` (running now) and
+//! `idem_gateway_background_calls_total{route,outcome}` (how each ended).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderValue, Response, StatusCode, header};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::time::Instant;
+
+use crate::GatewayBody;
+use crate::call::Call;
+use crate::engine::{Engine, count};
+use crate::held::Held;
+use crate::policy::RoutePolicy;
+use crate::problem::problem;
+
+/// Where the engine is in its life, as its background calls see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Running,
+    /// Shutting down: no new background calls.
+    Draining,
+    /// The grace period is over: running calls stop, leaving their keys held.
+    Abandoned,
+}
+
+/// The engine's background calls: how many may run, and the phase they watch.
+pub(crate) struct Background {
+    slots: Arc<Semaphore>,
+    limit: u32,
+    phase: watch::Sender<Phase>,
+}
+
+impl Background {
+    pub fn new(limit: usize) -> Self {
+        let limit = u32::try_from(limit.min(Semaphore::MAX_PERMITS)).unwrap_or(u32::MAX);
+        Self { slots: Arc::new(Semaphore::new(limit as usize)), limit, phase: watch::Sender::new(Phase::Running) }
+    }
+
+    /// How many run now.
+    pub fn running(&self) -> usize {
+        (self.limit as usize).saturating_sub(self.slots.available_permits())
+    }
+}
+
+/// A running background call's slot; gives it back, and counts it out of the gauge, when dropped.
+struct Slot {
+    _permit: OwnedSemaphorePermit,
+    route: Arc<str>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        metrics::gauge!("idem_gateway_background_calls", "route" => Arc::clone(&self.route)).decrement(1.0);
+    }
+}
+
+fn count_background(route: &RoutePolicy, outcome: &'static str) {
+    metrics::counter!("idem_gateway_background_calls_total", "route" => route.path.shared(), "outcome" => outcome)
+        .increment(1);
+}
+
+impl Engine {
+    /// The client's wait is over: the call goes on in a task of its own, or (over the bound, or
+    /// shutting down) is dropped with its key left held until the lease ends.
+    pub(crate) fn to_background(self: &Arc<Self>, held: Held, call: Call) -> Response<GatewayBody> {
+        count(&held.route, "upstream_timeout");
+        let phase = *self.background.phase.borrow();
+        let permit = match phase {
+            Phase::Running => Arc::clone(&self.background.slots).try_acquire_owned().map_err(|_| "over_limit"),
+            Phase::Draining | Phase::Abandoned => Err("abandoned"),
+        };
+        let permit = match permit {
+            Ok(permit) => permit,
+            Err(outcome) => {
+                count_background(&held.route, outcome);
+                tracing::warn!(
+                    route = held.route.path.as_str(),
+                    outcome,
+                    "an upstream call slower than upstream_timeout was dropped; its key is held until its lease ends"
+                );
+                let lease_left = (held.started + held.route.lease).saturating_duration_since(Instant::now());
+                return abandoned(lease_left);
+            }
+        };
+        let retry_after = held.route.upstream_timeout;
+        metrics::gauge!("idem_gateway_background_calls", "route" => held.route.path.shared()).increment(1.0);
+        let slot = Slot { _permit: permit, route: held.route.path.shared() };
+        let engine = Arc::clone(self);
+        tokio::spawn(async move { engine.finish_in_background(held, call, slot).await });
+        in_background(retry_after)
+    }
+
+    /// Runs a call to its end and settles its key, unless the engine abandons it first.
+    async fn finish_in_background(self: Arc<Self>, mut held: Held, mut call: Call, _slot: Slot) {
+        let mut phase = self.background.phase.subscribe();
+        let ended = tokio::select! {
+            ended = self.drive(&mut held, &mut call, None) => ended,
+            _ = phase.wait_for(|p| *p == Phase::Abandoned) => None,
+        };
+        let Some(exchange) = ended else {
+            count_background(&held.route, "abandoned");
+            return;
+        };
+        let (outcome, _) = self.settle(&held, exchange).await;
+        count_background(&held.route, outcome);
+    }
+
+    /// Background calls running now.
+    pub fn background_calls(&self) -> usize {
+        self.background.running()
+    }
+
+    /// Shutting down: starts no more background calls, waits up to `grace` for the running ones
+    /// to settle their keys, then abandons the rest (their keys stay held until their leases end)
+    /// and waits for them to stop. Answers how many were abandoned.
+    pub async fn drain(&self, grace: Duration) -> usize {
+        let background = &self.background;
+        background.phase.send_replace(Phase::Draining);
+        let all = Arc::clone(&background.slots).acquire_many_owned(background.limit);
+        if tokio::time::timeout(grace, all).await.is_ok() {
+            return 0;
+        }
+        let left = background.running();
+        tracing::warn!(
+            calls = left,
+            "background upstream calls still running after the shutdown grace period; abandoned, their keys held until their leases end"
+        );
+        background.phase.send_replace(Phase::Abandoned);
+        // They stop at their next poll; wait for that, so that none touches the store after it
+        // closes (one settling its key right now gets a moment to finish).
+        let all = Arc::clone(&background.slots).acquire_many_owned(background.limit);
+        let _ = tokio::time::timeout(Duration::from_secs(1), all).await;
+        left
+    }
+}
+
+/// `504`: the call goes on, and a retry gets its answer.
+fn in_background(retry_after: Duration) -> Response<GatewayBody> {
+    timed_out(
+        "the upstream did not answer within the route's upstream_timeout; idem keeps the request running and holds its Idempotency-Key, so a retry gets the upstream's answer once it comes (409, or a wait, until then)",
+        retry_after,
+    )
+}
+
+/// `504`: the call was dropped; its key is held until the lease ends.
+fn abandoned(lease_left: Duration) -> Response<GatewayBody> {
+    timed_out(
+        "the upstream did not answer within the route's upstream_timeout, and idem could not keep the request running (max_background_calls reached, or shutting down): the Idempotency-Key stays held until the route's lease ends, then a retry executes again",
+        lease_left,
+    )
+}
+
+fn timed_out(detail: &str, retry_after: Duration) -> Response<GatewayBody> {
+    let mut response = problem(StatusCode::GATEWAY_TIMEOUT, "upstream-timeout", detail);
+    let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+    if let Ok(value) = HeaderValue::from_str(&seconds.max(1).to_string()) {
+        response.headers_mut().insert(header::RETRY_AFTER, value);
+    }
+    response
+}

@@ -1,0 +1,123 @@
+//! One upstream call of a held request, as a value that can move: forward the request, then read
+//! the response body up to the cap for storing. A [`Call`] is an `Unpin` future, so the engine can
+//! poll it until the route's `upstream_timeout` and then hand the same call, half done, to a task
+//! of its own that keeps it running: the upstream is never cancelled because the client stopped
+//! waiting, and no byte already read is lost.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use bytes::{Bytes, BytesMut};
+use http::Response;
+use http::response::Parts;
+use http_body::Body;
+use idem_core::gateway::keeps_response;
+
+use crate::GatewayBody;
+use crate::engine::{ForwardError, ForwardFuture};
+use crate::headers::strip_hop_by_hop;
+
+/// How a call ended, and so what happens to its key.
+pub enum Exchange {
+    /// The exchange failed (nothing reached the upstream, or it broke off): the key is released.
+    Failed(ForwardError),
+    /// A transient failure (5xx unless the route stores them, 408, 425, 429): released.
+    Transient(Response<GatewayBody>),
+    /// Larger than the cap: what was read and the rest, to pass through; released.
+    TooLarge(Parts, Vec<Bytes>, GatewayBody),
+    /// A whole response, hop-by-hop headers gone: stored.
+    Whole(Parts, Bytes),
+}
+
+pub struct Call {
+    state: State,
+    cap: usize,
+    store_5xx: bool,
+}
+
+enum State {
+    Forwarding(ForwardFuture),
+    Reading { parts: Parts, body: GatewayBody, chunks: Vec<Bytes>, total: usize },
+    Ended,
+}
+
+impl Call {
+    /// A call of `forward`, whose response is read whole when it is at most `cap` bytes.
+    pub fn new(forward: ForwardFuture, cap: usize, store_5xx: bool) -> Self {
+        Self { state: State::Forwarding(forward), cap, store_5xx }
+    }
+}
+
+/// A response to read whole (or up to the cap), without its hop-by-hop headers.
+fn reading(response: Response<GatewayBody>) -> State {
+    let (mut parts, body) = response.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    State::Reading { parts, body, chunks: Vec::new(), total: 0 }
+}
+
+impl Future for Call {
+    type Output = Exchange;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Exchange> {
+        loop {
+            if self.over_cap() {
+                return Poll::Ready(self.read_too_much());
+            }
+            match &mut self.state {
+                State::Forwarding(forward) => {
+                    let response = match ready!(forward.as_mut().poll(cx)) {
+                        Ok(response) => response,
+                        Err(e) => return Poll::Ready(self.end(Exchange::Failed(e))),
+                    };
+                    if !keeps_response(response.status().as_u16(), self.store_5xx) {
+                        return Poll::Ready(self.end(Exchange::Transient(response)));
+                    }
+                    self.state = reading(response);
+                }
+                State::Reading { body, chunks, total, .. } => match ready!(Pin::new(body).poll_frame(cx)) {
+                    Some(Ok(frame)) => {
+                        if let Ok(data) = frame.into_data() {
+                            *total += data.len();
+                            chunks.push(data);
+                        }
+                    }
+                    Some(Err(e)) => {
+                        return Poll::Ready(self.end(Exchange::Failed(ForwardError::Failed(e.to_string()))));
+                    }
+                    None => return Poll::Ready(self.read_whole()),
+                },
+                State::Ended => return Poll::Pending,
+            }
+        }
+    }
+}
+
+impl Call {
+    fn end(&mut self, exchange: Exchange) -> Exchange {
+        self.state = State::Ended;
+        exchange
+    }
+
+    fn over_cap(&self) -> bool {
+        matches!(&self.state, State::Reading { total, .. } if *total > self.cap)
+    }
+
+    fn read_whole(&mut self) -> Exchange {
+        match std::mem::replace(&mut self.state, State::Ended) {
+            State::Reading { parts, chunks, total, .. } => {
+                let mut whole = BytesMut::with_capacity(total);
+                chunks.iter().for_each(|c| whole.extend_from_slice(c));
+                Exchange::Whole(parts, whole.freeze())
+            }
+            _ => Exchange::Failed(ForwardError::Failed("the call was read twice".into())),
+        }
+    }
+
+    fn read_too_much(&mut self) -> Exchange {
+        match std::mem::replace(&mut self.state, State::Ended) {
+            State::Reading { parts, body, chunks, .. } => Exchange::TooLarge(parts, chunks, body),
+            _ => Exchange::Failed(ForwardError::Failed("the call was read twice".into())),
+        }
+    }
+}

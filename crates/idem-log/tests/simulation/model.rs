@@ -1,0 +1,254 @@
+//! The model: what was acknowledged, kept in plain maps, and the answer each step should get.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use idem_core::request::{Begin, Forget, LeaseToken, NewRequest};
+use idem_core::{ClaimId, ClaimStore, Namespace, NewClaim, Parts, RequestStore};
+use idem_log::LogStore;
+use serde_json::value::RawValue;
+
+pub const NEVER: i64 = i64::MAX;
+
+pub type Key = (String, Vec<String>);
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct MClaim {
+    pub data: Option<String>,
+    pub created_at: i64,
+    pub expires_at: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct MReq {
+    pub completed: bool,
+    /// The holder's token (unknown after a crash cut the begin short).
+    pub token: Option<LeaseToken>,
+    pub until: i64,
+    pub fingerprint: [u8; 32],
+    pub body: Vec<u8>,
+}
+
+/// What was acknowledged.
+#[derive(Debug, Clone, Default)]
+pub struct Model {
+    pub claims: BTreeMap<Key, MClaim>,
+    pub requests: BTreeMap<String, MReq>,
+}
+
+impl Model {
+    pub fn claim(&self, key: &Key, now: i64) -> Option<&MClaim> {
+        self.claims.get(key).filter(|c| c.expires_at > now)
+    }
+
+    pub fn request(&self, key: &str, now: i64) -> Option<&MReq> {
+        self.requests.get(key).filter(|r| r.until > now)
+    }
+}
+
+/// A step that changes the store.
+#[derive(Debug, Clone)]
+pub enum Op {
+    Claim { ns: String, items: Vec<(Vec<String>, Option<String>, Option<Duration>)> },
+    Delete { key: Key },
+    Begin { key: String, lease: Duration, fingerprint: [u8; 32], held: Vec<u8> },
+    Complete { key: String, token: LeaseToken, result: Vec<u8>, ttl: Duration },
+    Release { key: String, token: LeaseToken },
+    Extend { key: String, token: LeaseToken, lease: Duration },
+    Forget { key: String },
+}
+
+impl Op {
+    /// The keys it can change: what decides, after a crash, whether it happened.
+    pub fn claim_keys(&self) -> Vec<Key> {
+        match self {
+            Op::Claim { ns, items } => items.iter().map(|(p, _, _)| (ns.clone(), p.clone())).collect(),
+            Op::Delete { key } => vec![key.clone()],
+            _ => Vec::new(),
+        }
+    }
+
+    pub fn request_key(&self) -> Option<&str> {
+        match self {
+            Op::Begin { key, .. }
+            | Op::Complete { key, .. }
+            | Op::Release { key, .. }
+            | Op::Extend { key, .. }
+            | Op::Forget { key } => Some(key),
+            _ => None,
+        }
+    }
+}
+
+/// An answer, in a form both the model and the store give.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    Claims(Vec<(bool, Option<String>, i64, i64)>),
+    Done(bool),
+    Started,
+    InFlight { same: bool, until: i64 },
+    Completed { same: bool, result: Vec<u8>, until: i64 },
+    Extended(Option<i64>),
+    Forgot(&'static str),
+}
+
+pub fn ms(d: Duration) -> i64 {
+    d.as_millis() as i64
+}
+
+/// The model's answer to `op` at `now`, and the model after it.
+pub fn expect(model: &Model, op: &Op, now: i64) -> (Answer, Model) {
+    let mut after = model.clone();
+    let answer = match op {
+        Op::Claim { ns, items } => {
+            let mut out = Vec::new();
+            for (parts, data, ttl) in items {
+                let key = (ns.clone(), parts.clone());
+                match after.claim(&key, now) {
+                    Some(c) => out.push((false, c.data.clone(), c.created_at, c.expires_at)),
+                    None => {
+                        let expires_at = ttl.map_or(NEVER, |t| now + ms(t));
+                        after.claims.insert(key, MClaim { data: data.clone(), created_at: now, expires_at });
+                        out.push((true, data.clone(), now, expires_at));
+                    }
+                }
+            }
+            Answer::Claims(out)
+        }
+        Op::Delete { key } => Answer::Done(after.claim(key, now).is_some() && after.claims.remove(key).is_some()),
+        Op::Begin { key, lease, fingerprint, held } => match after.request(key, now) {
+            Some(r) if r.completed => {
+                Answer::Completed { same: r.fingerprint == *fingerprint, result: r.body.clone(), until: r.until }
+            }
+            Some(r) => Answer::InFlight { same: r.fingerprint == *fingerprint, until: r.until },
+            None => {
+                let req = MReq {
+                    completed: false,
+                    token: None,
+                    until: now + ms(*lease),
+                    fingerprint: *fingerprint,
+                    body: held.clone(),
+                };
+                after.requests.insert(key.clone(), req);
+                Answer::Started
+            }
+        },
+        Op::Complete { key, token, result, ttl } => {
+            let held = after.request(key, now).is_some_and(|r| !r.completed && r.token == Some(*token));
+            if held && let Some(r) = after.requests.get_mut(key) {
+                *r = MReq { completed: true, token: None, until: now + ms(*ttl), body: result.clone(), ..r.clone() };
+            }
+            Answer::Done(held)
+        }
+        Op::Release { key, token } => {
+            let held = after.request(key, now).is_some_and(|r| !r.completed && r.token == Some(*token));
+            if held {
+                after.requests.remove(key);
+            }
+            Answer::Done(held)
+        }
+        Op::Extend { key, token, lease } => {
+            let held = after.request(key, now).is_some_and(|r| !r.completed && r.token == Some(*token));
+            match after.requests.get_mut(key) {
+                Some(r) if held => {
+                    r.until = now + ms(*lease);
+                    Answer::Extended(Some(r.until))
+                }
+                _ => Answer::Extended(None),
+            }
+        }
+        Op::Forget { key } => match after.request(key, now) {
+            Some(r) if r.completed => {
+                after.requests.remove(key);
+                Answer::Forgot("forgotten")
+            }
+            Some(_) => Answer::Forgot("in flight"),
+            None => Answer::Forgot("absent"),
+        },
+    };
+    (answer, after)
+}
+
+pub fn namespace(ns: &str) -> Namespace {
+    Namespace::new(ns).expect("namespace")
+}
+
+pub fn parts_of(p: &[String]) -> Parts {
+    Parts::new(p.to_vec()).expect("parts")
+}
+
+pub fn request_id(key: &str) -> ClaimId {
+    parts_of(&[key.to_owned()]).id()
+}
+
+/// Runs `op` on the store; answers its answer, and the lease token a begin got.
+pub async fn run(store: &LogStore, op: &Op) -> Result<(Answer, Option<LeaseToken>), String> {
+    let e = |e: idem_core::StoreError| e.to_string();
+    Ok(match op {
+        Op::Claim { ns, items } => {
+            let claims = items
+                .iter()
+                .map(|(p, data, ttl)| NewClaim {
+                    parts: parts_of(p),
+                    data: data.as_ref().map(|d| RawValue::from_string(d.clone()).expect("json")),
+                    ttl: *ttl,
+                })
+                .collect();
+            let out = store.claim(&namespace(ns), claims).await.map_err(e)?;
+            let answers = out
+                .into_iter()
+                .map(|o| {
+                    let r = o.record;
+                    let data = r.data.map(|d| d.get().to_owned());
+                    (o.claimed, data, r.created_at.millis(), r.expires_at.map_or(NEVER, |t| t.millis()))
+                })
+                .collect();
+            (Answer::Claims(answers), None)
+        }
+        Op::Delete { key } => {
+            (Answer::Done(store.delete(&namespace(&key.0), &parts_of(&key.1).id()).await.map_err(e)?), None)
+        }
+        Op::Begin { key, lease, fingerprint, held } => {
+            let request =
+                NewRequest { id: request_id(key), fingerprint: *fingerprint, lease: *lease, held: held.clone() };
+            match store.begin_request(request).await.map_err(e)? {
+                Begin::Started { token, .. } => (Answer::Started, Some(token)),
+                Begin::InFlight { same_fingerprint, lease_until } => {
+                    (Answer::InFlight { same: same_fingerprint, until: lease_until.millis() }, None)
+                }
+                Begin::Completed { same_fingerprint, result, expires_at } => {
+                    (Answer::Completed { same: same_fingerprint, result, until: expires_at.millis() }, None)
+                }
+            }
+        }
+        Op::Complete { key, token, result, ttl } => {
+            (Answer::Done(store.complete_request(&request_id(key), *token, result, *ttl).await.map_err(e)?), None)
+        }
+        Op::Release { key, token } => {
+            (Answer::Done(store.release_request(&request_id(key), *token).await.map_err(e)?), None)
+        }
+        Op::Extend { key, token, lease } => {
+            let until = store.extend_request(&request_id(key), *token, *lease).await.map_err(e)?;
+            (Answer::Extended(until.map(|t| t.millis())), None)
+        }
+        Op::Forget { key } => {
+            let forgot = match store.forget_request(&request_id(key)).await.map_err(e)? {
+                Forget::Forgotten => "forgotten",
+                Forget::InFlight => "in flight",
+                Forget::Absent => "absent",
+            };
+            (Answer::Forgot(forgot), None)
+        }
+    })
+}
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReqView {
+    pub completed: bool,
+    pub until: i64,
+    pub fingerprint: [u8; 32],
+    pub body: Vec<u8>,
+}
+
+pub fn view(r: Option<&MReq>) -> Option<ReqView> {
+    r.map(|r| ReqView { completed: r.completed, until: r.until, fingerprint: r.fingerprint, body: r.body.clone() })
+}
