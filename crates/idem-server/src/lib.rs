@@ -4,7 +4,10 @@
 //! - [`proxy`]: the `Idempotency-Key` reverse proxy on its own listener;
 //! - [`worker`]: event delivery and the sweeper;
 //! - [`config`]: the typed config, parsed once;
-//! - [`cli`]: the `idem` command line (`serve`, client verbs, `import`).
+//! - [`conn`] and [`tls`]: serving connections (limits, TLS handshakes) and the certificates, the
+//!   listeners' (swapped on SIGHUP and when their files change) and the roots outbound `https://`
+//!   is verified against;
+//! - [`cli`]: the `idem` command line (`serve`, client verbs, `import`, `token new`).
 //!
 //! Dependencies run one way: `cli` → `run` → `api` / `proxy` / `worker` → `config`.
 //! [`run`] is the one way a server starts: the binary and every test call it with a config, a
