@@ -154,6 +154,13 @@ pub async fn get_text(client: &Http, url: &str) -> Result<String, String> {
     if status.is_success() { Ok(String::from_utf8_lossy(&body).into_owned()) } else { Err(format!("status {status}")) }
 }
 
+/// Where idem's warnings go: nowhere, or (with `BENCH_IDEM_LOG=FILE`) appended to a file.
+fn idem_stderr() -> Stdio {
+    let file = std::env::var_os("BENCH_IDEM_LOG")
+        .and_then(|path| std::fs::OpenOptions::new().create(true).append(true).open(path).ok());
+    file.map_or_else(Stdio::null, Stdio::from)
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(7499)
 }
@@ -201,7 +208,7 @@ impl Idem {
             .arg(dir.path().join("data"))
             .env("IDEM_LOG__LEVEL", "warn")
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stderr(idem_stderr());
         let mut schema = None;
         if let Backend::Postgres(base) = backend {
             let name = unique_name("idem_bench");
@@ -256,7 +263,7 @@ impl Idem {
         self.stop_sampler.store(true, Ordering::Relaxed);
         let started = std::time::Instant::now();
         let mut command = Command::new(Self::binary());
-        command.args(&self.args).envs(self.envs.iter().cloned()).stdout(Stdio::null()).stderr(Stdio::null());
+        command.args(&self.args).envs(self.envs.iter().cloned()).stdout(Stdio::null()).stderr(idem_stderr());
         self.child = command.spawn().map_err(|e| e.to_string())?;
         self.stop_sampler = Arc::new(AtomicBool::new(false));
         sample_memory(self.child.id(), Arc::clone(&self.peaks), Arc::clone(&self.stop_sampler));
