@@ -76,6 +76,39 @@ pub enum RequestState {
     Completed { fingerprint: Fingerprint, result: Vec<u8>, expires_at: Timestamp },
 }
 
+/// A key's record as a begin finds it in the store (live or not: [`decide_begin`] judges that).
+#[derive(Debug, Clone)]
+pub enum Found {
+    Held { fingerprint: Fingerprint, until: Timestamp },
+    Completed { fingerprint: Fingerprint, until: Timestamp, result: Vec<u8> },
+}
+
+/// What a begin does with the key it found.
+#[derive(Debug, Clone)]
+pub enum Decision {
+    /// Someone holds the key, or it completed: this is the answer; nothing changes.
+    Answer(Begin),
+    /// The key is free: the caller takes it (with a new token and lease). `lease_expired`: it was
+    /// held by a lease that ran out (its holder died, or gave up without releasing).
+    Take { lease_expired: bool },
+}
+
+/// The one rule every store follows for a begin: a record still live at `now` answers it (in
+/// flight, or completed with its result), saying whether the request's fingerprint is the same;
+/// anything else (no record, a result past its TTL, a lease that ran out) leaves the key free.
+pub fn decide_begin(found: Option<Found>, fingerprint: &Fingerprint, now: Timestamp) -> Decision {
+    match found {
+        Some(Found::Held { fingerprint: held, until }) if until > now => {
+            Decision::Answer(Begin::InFlight { same_fingerprint: held == *fingerprint, lease_until: until })
+        }
+        Some(Found::Completed { fingerprint: held, until, result }) if until > now => {
+            Decision::Answer(Begin::Completed { same_fingerprint: held == *fingerprint, result, expires_at: until })
+        }
+        Some(Found::Held { .. }) => Decision::Take { lease_expired: true },
+        Some(Found::Completed { .. }) | None => Decision::Take { lease_expired: false },
+    }
+}
+
 /// What `forget_request` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Forget {
@@ -101,6 +134,37 @@ mod tests {
         for i in 0..16 {
             let values: std::collections::HashSet<u8> = tokens.iter().map(|t| t[i]).collect();
             assert!(values.len() > 200, "byte {i} takes only {} values", values.len());
+        }
+    }
+
+    #[test]
+    fn a_begin_is_answered_by_a_live_record_and_takes_any_other() {
+        let (same, other, now) = ([1; 32], [2; 32], Timestamp(1_000));
+        let held = |until| Some(Found::Held { fingerprint: same, until: Timestamp(until) });
+        let done = |until| Some(Found::Completed { fingerprint: same, until: Timestamp(until), result: b"r".to_vec() });
+        let answer = |found, fp: &Fingerprint| match decide_begin(found, fp, now) {
+            Decision::Answer(Begin::InFlight { same_fingerprint, lease_until }) => {
+                format!("in flight {same_fingerprint} {}", lease_until.0)
+            }
+            Decision::Answer(Begin::Completed { same_fingerprint, result, expires_at }) => {
+                format!("completed {same_fingerprint} {} {}", String::from_utf8_lossy(&result), expires_at.0)
+            }
+            Decision::Answer(Begin::Started { .. }) => "started".into(),
+            Decision::Take { lease_expired } => format!("take {lease_expired}"),
+        };
+        let table: [(Option<Found>, &Fingerprint, &str); 8] = [
+            (None, &same, "take false"),
+            (held(1_001), &same, "in flight true 1001"),
+            (held(1_001), &other, "in flight false 1001"),
+            (held(1_000), &same, "take true"),
+            (held(999), &other, "take true"),
+            (done(2_000), &same, "completed true r 2000"),
+            (done(2_000), &other, "completed false r 2000"),
+            (done(1_000), &same, "take false"),
+        ];
+        for (found, fp, want) in table {
+            let label = format!("{found:?}");
+            assert_eq!(answer(found, fp), want, "{label}");
         }
     }
 

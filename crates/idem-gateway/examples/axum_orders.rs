@@ -17,7 +17,7 @@ use axum::routing::post;
 use idem_core::SystemClock;
 use idem_core::gateway::{KeyPolicy, PathPattern};
 use idem_gateway::{Engine, EngineConfig, IdempotencyLayer, RoutePolicy, Routes};
-use idem_sqlite::{SqliteOptions, SqliteStore};
+use idem_log::{LogOptions, LogStore};
 
 async fn create_order(State(next): State<Arc<AtomicU64>>, body: String) -> (StatusCode, String) {
     let id = next.fetch_add(1, Ordering::SeqCst) + 1;
@@ -28,8 +28,7 @@ async fn create_order(State(next): State<Arc<AtomicU64>>, body: String) -> (Stat
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Any store backend works; this one keeps its keys in ./orders-idem-data.
-    let store =
-        Arc::new(SqliteStore::open("./orders-idem-data".as_ref(), Arc::new(SystemClock), SqliteOptions::default())?);
+    let store = Arc::new(LogStore::open("./orders-idem-data".as_ref(), Arc::new(SystemClock), LogOptions::default())?);
     let engine = Arc::new(Engine::new(store, Arc::new(SystemClock), EngineConfig::default()));
     let mut orders = RoutePolicy::new(PathPattern::parse("/orders")?);
     orders.key = KeyPolicy::Required;

@@ -1,4 +1,4 @@
-//! The engine as a tower layer around an axum router, over a real SQLite store: the handler runs
+//! The engine as a tower layer around an axum router, over a real the log engine (idem-log) store: the handler runs
 //! once however many identical requests race, and unguarded routes are untouched.
 
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use http_body_util::BodyExt;
 use idem_core::SystemClock;
 use idem_core::gateway::{InFlightPolicy, KeyPolicy, PathPattern};
 use idem_gateway::{Engine, EngineConfig, IdempotencyLayer, RoutePolicy, Routes};
-use idem_sqlite::{SqliteOptions, SqliteStore};
+use idem_log::{LogOptions, LogStore};
 use tower::ServiceExt;
 
 struct App {
@@ -25,7 +25,7 @@ struct App {
 
 fn app(in_flight: InFlightPolicy) -> App {
     let dir = tempfile::tempdir().expect("temp dir");
-    let store = Arc::new(SqliteStore::open(dir.path(), Arc::new(SystemClock), SqliteOptions::default()).expect("open"));
+    let store = Arc::new(LogStore::open(dir.path(), Arc::new(SystemClock), LogOptions::default()).expect("open"));
     let engine = Arc::new(Engine::new(store, Arc::new(SystemClock), EngineConfig::default()));
     let mut orders = RoutePolicy::new(PathPattern::parse("/orders").expect("valid"));
     orders.key = KeyPolicy::Required;

@@ -38,7 +38,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use idem_core::request::{Begin, Forget, LeaseToken, NewRequest, RequestState};
+use idem_core::request::{
+    Begin, Decision, Forget, Found as KeyFound, LeaseToken, NewRequest, RequestState, decide_begin,
+};
 use idem_core::{
     ClaimId, ClaimOutcome, ClaimRecord, ClaimStore, Clock, Namespace, NewClaim, Parts, RequestStore, StoreError,
     StoreLifecycle, Timestamp,
@@ -265,13 +267,22 @@ impl Shared {
 
     /// What a begin finds when the key is held or completed; `None` when it is free.
     fn held_or_completed(&self, request: &NewRequest) -> Result<Option<Begin>, StoreError> {
-        let Some((entry, rec)) = self.live_request(&request.id, self.clock.now().millis())? else { return Ok(None) };
-        let same_fingerprint = rec.fingerprint == request.fingerprint;
-        Ok(Some(if entry.completed {
-            Begin::Completed { same_fingerprint, result: rec.body, expires_at: Timestamp(entry.until) }
-        } else {
-            Begin::InFlight { same_fingerprint, lease_until: Timestamp(entry.until) }
-        }))
+        let now = self.clock.now().millis();
+        let found = self.live_request(&request.id, now)?.map(|(entry, rec)| found(&entry, rec));
+        Ok(match decide_begin(found, &request.fingerprint, Timestamp(now)) {
+            Decision::Answer(answer) => Some(answer),
+            Decision::Take { .. } => None,
+        })
+    }
+}
+
+/// A leased key's record as a begin sees it.
+fn found(entry: &index::RequestEntry, rec: RequestRec) -> KeyFound {
+    let until = Timestamp(entry.until);
+    if entry.completed {
+        KeyFound::Completed { fingerprint: rec.fingerprint, until, result: rec.body }
+    } else {
+        KeyFound::Held { fingerprint: rec.fingerprint, until }
     }
 }
 

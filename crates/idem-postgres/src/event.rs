@@ -23,38 +23,23 @@ fn internal(what: &str) -> StoreError {
     StoreError::Internal(format!("event store: {what}"))
 }
 
-/// The one mapping between the lifecycle's states and the `receipts.status` column.
+/// The `receipts.status` column holds the lifecycle's own names for its states (one mapping, in
+/// core: `ReceiptStatus::as_str`).
 fn status_column(status: ReceiptStatus) -> &'static str {
-    match status {
-        ReceiptStatus::Accepted => "accepted",
-        ReceiptStatus::Processing => "processing",
-        ReceiptStatus::Retrying => "retrying",
-        ReceiptStatus::Completed => "completed",
-        ReceiptStatus::Dead => "dead",
-        ReceiptStatus::Discarded => "discarded",
-    }
+    status.as_str()
 }
 
 fn status_of(text: &str) -> Result<ReceiptStatus, StoreError> {
-    ReceiptStatus::ALL.into_iter().find(|s| status_column(*s) == text).ok_or_else(|| internal("unknown receipt status"))
+    ReceiptStatus::parse(text).ok_or_else(|| internal("unknown receipt status"))
 }
 
-/// The one mapping between the result webhook's states and the `receipts.result_status` column.
+/// The `receipts.result_status` column likewise (`ResultWebhookState::as_str`).
 fn result_column(state: ResultWebhookState) -> &'static str {
-    match state {
-        ResultWebhookState::Pending => "pending",
-        ResultWebhookState::Retrying => "retrying",
-        ResultWebhookState::Delivered => "delivered",
-        ResultWebhookState::Failed => "failed",
-    }
+    state.as_str()
 }
 
 fn result_of(text: &str) -> Result<ResultWebhookState, StoreError> {
-    use ResultWebhookState::*;
-    [Pending, Retrying, Delivered, Failed]
-        .into_iter()
-        .find(|s| result_column(*s) == text)
-        .ok_or_else(|| internal("unknown result webhook state"))
+    ResultWebhookState::parse(text).ok_or_else(|| internal("unknown result webhook state"))
 }
 
 fn receipt_id(text: &str) -> Result<ReceiptId, StoreError> {

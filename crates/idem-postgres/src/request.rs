@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use deadpool_postgres::Object;
-use idem_core::request::{Begin, Forget, LeaseToken, NewRequest, RequestState};
+use idem_core::request::{Begin, Decision, Forget, Found, LeaseToken, NewRequest, RequestState, decide_begin};
 use idem_core::{ClaimId, StoreError, Timestamp};
 use tokio_postgres::Row;
 
@@ -13,16 +13,28 @@ use crate::{retryable, store_error};
 
 const READ: &str = "SELECT fingerprint, state, until, response FROM requests WHERE id = $1";
 
-fn state(id: &ClaimId, row: &Row, fingerprint: &[u8; 32]) -> Result<Begin, StoreError> {
-    let same_fingerprint = row.get::<_, Vec<u8>>(0) == fingerprint;
+/// A key's row as a begin sees it.
+fn found(id: &ClaimId, row: &Row) -> Result<Found, StoreError> {
+    let fingerprint: [u8; 32] = row
+        .get::<_, Vec<u8>>(0)
+        .try_into()
+        .map_err(|_| StoreError::Internal(format!("request {id}: a fingerprint of the wrong length")))?;
     let until = Timestamp(row.get(2));
     if row.get::<_, i16>(1) == 0 {
-        return Ok(Begin::InFlight { same_fingerprint, lease_until: until });
+        return Ok(Found::Held { fingerprint, until });
     }
     let result: Vec<u8> = row
         .get::<_, Option<Vec<u8>>>(3)
         .ok_or_else(|| StoreError::Internal(format!("request {id}: completed without a result")))?;
-    Ok(Begin::Completed { same_fingerprint, result, expires_at: until })
+    Ok(Found::Completed { fingerprint, until, result })
+}
+
+/// The answer of a row someone else holds or completed (its begin committed first).
+fn answer(request: &NewRequest, row: &Row, now: Timestamp) -> Result<Begin, StoreError> {
+    match decide_begin(Some(found(&request.id, row)?), &request.fingerprint, now) {
+        Decision::Answer(answer) => Ok(answer),
+        Decision::Take { .. } => Err(StoreError::Unavailable("a concurrent begin's lease ended at once; retry".into())),
+    }
 }
 
 pub async fn begin(client: &mut Object, request: &NewRequest, now: Timestamp) -> Result<Begin, StoreError> {
@@ -43,11 +55,17 @@ async fn try_begin(
     let tx = client.transaction().await?;
     let id = &request.id.0[..];
     let existing = tx.query_opt(&format!("{READ} FOR UPDATE"), &[&id]).await?;
-    if let Some(row) = existing.as_ref().filter(|r| r.get::<_, i64>(2) > now.millis()) {
-        let answer = state(&request.id, row, &request.fingerprint);
-        tx.commit().await?;
-        return Ok(answer);
-    }
+    let found = match existing.as_ref().map(|row| found(&request.id, row)).transpose() {
+        Ok(found) => found,
+        Err(e) => return Ok(Err(e)),
+    };
+    let lease_expired = match decide_begin(found, &request.fingerprint, now) {
+        Decision::Answer(answer) => {
+            tx.commit().await?;
+            return Ok(Ok(answer));
+        }
+        Decision::Take { lease_expired } => lease_expired,
+    };
     let token = LeaseToken::generate();
     let lease_until = now.plus(request.lease);
     let taken = tx
@@ -61,12 +79,10 @@ async fn try_begin(
         )
         .await?;
     let answer = match taken {
-        Some(_) => {
-            Ok(Begin::Started { token, lease_until, lease_expired: existing.is_some_and(|r| r.get::<_, i16>(1) == 0) })
-        }
+        Some(_) => Ok(Begin::Started { token, lease_until, lease_expired }),
         // Another node's begin committed first: report what it holds.
         None => match tx.query_opt(READ, &[&id]).await? {
-            Some(row) => state(&request.id, &row, &request.fingerprint),
+            Some(row) => answer(request, &row, now),
             None => Err(StoreError::Unavailable("a concurrent begin vanished; retry".into())),
         },
     };
@@ -142,17 +158,14 @@ pub async fn peek(client: &Object, id: &ClaimId, now: Timestamp) -> Result<Optio
     if row.get::<_, i64>(2) <= now.millis() {
         return Ok(None);
     }
-    let fingerprint: [u8; 32] = row
-        .get::<_, Vec<u8>>(0)
-        .try_into()
-        .map_err(|_| StoreError::Internal(format!("request {id}: bad fingerprint")))?;
-    Ok(Some(match state(id, &row, &fingerprint)? {
-        Begin::InFlight { lease_until, .. } => RequestState::InFlight {
+    Ok(Some(match found(id, &row)? {
+        Found::Held { fingerprint, until } => RequestState::InFlight {
             fingerprint,
-            lease_until,
+            lease_until: until,
             held: row.get::<_, Option<Vec<u8>>>(3).unwrap_or_default(),
         },
-        Begin::Completed { result, expires_at, .. } => RequestState::Completed { fingerprint, result, expires_at },
-        Begin::Started { .. } => return Err(StoreError::Internal("impossible request state".into())),
+        Found::Completed { fingerprint, until, result } => {
+            RequestState::Completed { fingerprint, result, expires_at: until }
+        }
     }))
 }

@@ -1,12 +1,15 @@
-//! The embedded store: one SQLite file in WAL mode under the data dir.
+//! The embedded store's events: one SQLite file in WAL mode under the data dir (`idem.db`), where
+//! their queries (listing and filtering receipts, the leased job queue) need a SQL engine. Claims
+//! and leased keys live in the log engine (`idem-log`); the server combines the two.
 //!
 //! Writes go to a single writer thread that gathers every command waiting in its queue into one
-//! transaction and one fsync (group commit), then answers them all: a claim is acknowledged only
-//! after its commit is durable, yet many concurrent claims share each fsync. Reads run on a small
+//! transaction and one fsync (group commit), then answers them all: an event is acknowledged only
+//! after its commit is durable, yet many concurrent intakes share each fsync. Reads run on a small
 //! pool of read connections and never wait behind the writer (WAL readers see the last commit).
 //!
-//! It implements every storage trait (`ClaimStore`, `RequestStore`, `EventStore`,
-//! `StoreLifecycle`); for events it persists the transitions the core lifecycle decides.
+//! It implements `EventStore` and `StoreLifecycle`, persisting the transitions the core lifecycle
+//! decides. The claims and keys an idem before the log engine kept here are read out once, for the
+//! move into the log ([`SqliteStore::legacy_claims`]).
 //!
 //! A lock file in the data dir keeps a second process from opening the same store.
 
@@ -14,7 +17,6 @@ mod checkpoint;
 mod event;
 mod legacy;
 mod reader;
-mod request;
 mod row;
 mod schema;
 mod writer;
@@ -30,11 +32,7 @@ use std::time::Duration;
 use idem_core::event::{
     Accept, Job, NewEvent, QueueStats, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus, ReplayBatch, Transition,
 };
-use idem_core::request::{Begin, Forget, LeaseToken, NewRequest, RequestState};
-use idem_core::{
-    ClaimId, ClaimOutcome, ClaimRecord, ClaimStore, Clock, EventStore, Namespace, NewClaim, Parts, RequestStore,
-    StoreError, StoreLifecycle, Timestamp,
-};
+use idem_core::{ClaimId, ClaimRecord, Clock, EventStore, StoreError, StoreLifecycle, Timestamp};
 use tokio::sync::{mpsc, oneshot};
 
 pub use crate::legacy::LegacyResult;
@@ -170,84 +168,6 @@ fn lock_data_dir(dir: &Path) -> Result<File, OpenError> {
         Ok(()) => Ok(file),
         Err(std::fs::TryLockError::WouldBlock) => Err(OpenError::Locked(dir.to_owned())),
         Err(std::fs::TryLockError::Error(source)) => Err(OpenError::DataDir { dir: dir.to_owned(), source }),
-    }
-}
-
-#[async_trait]
-impl ClaimStore for SqliteStore {
-    async fn claim(&self, ns: &Namespace, items: Vec<NewClaim>) -> Result<Vec<ClaimOutcome>, StoreError> {
-        let ns = ns.clone();
-        self.send(|reply| Command::Claim { ns, items, reply }).await
-    }
-
-    async fn lookup(&self, ns: &Namespace, ids: &[ClaimId]) -> Result<Vec<Option<ClaimRecord>>, StoreError> {
-        let (ns, ids, now) = (ns.clone(), ids.to_vec(), self.clock.now());
-        self.readers.run(move |conn| reader::lookup(conn, &ns, &ids, now)).await
-    }
-
-    async fn prefix_exists(&self, ns: &Namespace, prefix: &Parts) -> Result<bool, StoreError> {
-        let (ns, prefix, now) = (ns.clone(), prefix.clone(), self.clock.now());
-        self.readers.run(move |conn| reader::prefix_exists(conn, &ns, &prefix, now)).await
-    }
-
-    async fn delete(&self, ns: &Namespace, id: &ClaimId) -> Result<bool, StoreError> {
-        let (ns, id) = (ns.clone(), *id);
-        self.send(|reply| Command::Delete { ns, id, reply }).await
-    }
-
-    async fn sweep_expired(&self, limit: usize) -> Result<usize, StoreError> {
-        self.send(|reply| Command::Sweep { limit, reply }).await
-    }
-
-    async fn count_claims(&self) -> Result<Vec<(String, u64)>, StoreError> {
-        self.readers.run(reader::count_claims).await
-    }
-}
-
-#[async_trait]
-impl RequestStore for SqliteStore {
-    async fn begin_request(&self, request: NewRequest) -> Result<Begin, StoreError> {
-        self.send(|reply| Command::Begin { request, reply }).await
-    }
-
-    async fn complete_request(
-        &self,
-        id: &ClaimId,
-        token: LeaseToken,
-        result: &[u8],
-        ttl: Duration,
-    ) -> Result<bool, StoreError> {
-        let (id, response) = (*id, result.to_vec());
-        self.send(|reply| Command::Complete { id, token, response, ttl, reply }).await
-    }
-
-    async fn release_request(&self, id: &ClaimId, token: LeaseToken) -> Result<bool, StoreError> {
-        let id = *id;
-        self.send(|reply| Command::Release { id, token, reply }).await
-    }
-
-    async fn extend_request(
-        &self,
-        id: &ClaimId,
-        token: LeaseToken,
-        lease: Duration,
-    ) -> Result<Option<Timestamp>, StoreError> {
-        let id = *id;
-        self.send(|reply| Command::Extend { id, token, lease, reply }).await
-    }
-
-    async fn peek_request(&self, id: &ClaimId) -> Result<Option<RequestState>, StoreError> {
-        let (id, now) = (*id, self.clock.now());
-        self.readers.run(move |conn| request::peek(conn, &id, now)).await
-    }
-
-    async fn forget_request(&self, id: &ClaimId) -> Result<Forget, StoreError> {
-        let id = *id;
-        self.send(|reply| Command::Forget { id, reply }).await
-    }
-
-    async fn sweep_requests(&self, limit: usize) -> Result<usize, StoreError> {
-        self.send(|reply| Command::SweepRequests { limit, reply }).await
     }
 }
 

@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use idem_core::{ClaimId, ClaimRecord, Namespace, Parts, StoreError, Timestamp};
-use rusqlite::{Connection, OptionalExtension, params};
+use idem_core::StoreError;
+use rusqlite::Connection;
 
-use crate::row::{self, store_error};
+use crate::row::store_error;
 use crate::schema;
 
 /// Read connections, at most: reads beyond this many wait for one instead of opening a new
@@ -70,51 +70,4 @@ impl ReaderPool {
 
 pub fn ping(conn: &Connection) -> Result<(), StoreError> {
     conn.query_row("SELECT count(*) FROM meta", [], |_| Ok(())).map_err(store_error)
-}
-
-/// Reads many ids in one snapshot.
-pub fn lookup(
-    conn: &Connection,
-    ns: &Namespace,
-    ids: &[ClaimId],
-    now: Timestamp,
-) -> Result<Vec<Option<ClaimRecord>>, StoreError> {
-    let tx = conn.unchecked_transaction().map_err(store_error)?;
-    let sql = format!(
-        "SELECT {} FROM claims WHERE ns = ?1 AND id = ?2 AND (expires_at IS NULL OR expires_at > ?3)",
-        row::COLUMNS
-    );
-    let mut stmt = tx.prepare_cached(&sql).map_err(store_error)?;
-    let mut order: Vec<usize> = (0..ids.len()).collect();
-    order.sort_by_key(|&i| ids[i]);
-    let mut out: Vec<Option<ClaimRecord>> = (0..ids.len()).map(|_| None).collect();
-    for i in order {
-        let id = ids[i];
-        let found = stmt
-            .query_row(params![ns.as_str(), &id.0[..], now.millis()], |r| row::record(ns, id, r))
-            .optional()
-            .map_err(store_error)?;
-        out[i] = found.transpose()?;
-    }
-    Ok(out)
-}
-
-/// A range scan of the parts index, stopping at the first live claim.
-pub fn prefix_exists(conn: &Connection, ns: &Namespace, prefix: &Parts, now: Timestamp) -> Result<bool, StoreError> {
-    let mut stmt = conn
-        .prepare_cached(
-            "SELECT 1 FROM claims INDEXED BY claims_by_parts
-             WHERE ns = ?1 AND parts >= ?2 AND parts < ?3 AND (expires_at IS NULL OR expires_at > ?4)
-             LIMIT 1",
-        )
-        .map_err(store_error)?;
-    stmt.exists(params![ns.as_str(), prefix.encode(), prefix.prefix_upper_bound(), now.millis()]).map_err(store_error)
-}
-
-/// Claims per namespace, from the primary key's index.
-pub fn count_claims(conn: &Connection) -> Result<Vec<(String, u64)>, StoreError> {
-    let mut stmt = conn.prepare_cached("SELECT ns, count(*) FROM claims GROUP BY ns").map_err(store_error)?;
-    stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64)))
-        .and_then(|rows| rows.collect())
-        .map_err(store_error)
 }

@@ -1,32 +1,42 @@
-//! The shared conformance suite on a temporary SQLite file, plus what only the embedded store has:
-//! its file survives a reopen, and a second process cannot open the same data dir.
+//! The event conformance suite on a temporary SQLite file, plus what only this store has: events
+//! survive a reopen, a closed store refuses work, and a second process cannot open the same data
+//! dir. (Claims and leased keys are the log engine's: `idem-log`'s tests.)
 
 use std::sync::Arc;
 
-use idem_conformance::{Harness, START, new_claim, ns};
-use idem_core::{ClaimStore, ManualClock, StoreLifecycle};
+use idem_conformance::{Harness, START};
+use idem_core::event::{Accept, NewEvent};
+use idem_core::{EventStore, ManualClock, StoreError, StoreLifecycle};
 use idem_sqlite::{OpenError, SqliteOptions, SqliteStore};
 
-async fn sqlite() -> Harness {
+async fn sqlite() -> Harness<dyn EventStore> {
     let dir = tempfile::tempdir().expect("temp dir");
     let clock = Arc::new(ManualClock::new(START));
     let store = SqliteStore::open(dir.path(), clock.clone(), SqliteOptions::default()).expect("open");
     Harness { store: Arc::new(store), clock, guard: Box::new(dir) }
 }
 
-idem_conformance::suite!(sqlite);
+idem_conformance::event_suite!(sqlite);
+
+fn event(id: &str) -> NewEvent {
+    NewEvent::new("s".into(), id.into(), b"{}".to_vec(), None)
+}
 
 #[tokio::test]
-async fn claims_survive_a_reopen() {
+async fn events_survive_a_reopen_and_a_closed_store_refuses_work() {
     let dir = tempfile::tempdir().expect("temp dir");
     let clock = Arc::new(ManualClock::new(START));
     let store = SqliteStore::open(dir.path(), clock.clone(), SqliteOptions::default()).expect("open");
-    store.claim(&ns("n"), vec![new_claim(&["kept"], Some("1"), None)]).await.expect("claim");
+    store.check_ready().await.expect("an open store is ready");
+    let Accept::Accepted { receipt_id: first } = store.accept_event(event("kept")).await.expect("accept") else {
+        panic!("a new event is accepted")
+    };
     store.close().await;
+    assert!(matches!(store.accept_event(event("after")).await, Err(StoreError::Closed)), "closed");
     drop(store);
     let store = SqliteStore::open(dir.path(), clock, SqliteOptions::default()).expect("reopen");
-    let again = store.claim(&ns("n"), vec![new_claim(&["kept"], Some("2"), None)]).await.expect("claim");
-    assert!(!again[0].claimed, "the claim was on disk");
+    let again = store.accept_event(event("kept")).await.expect("accept");
+    assert!(matches!(again, Accept::Duplicate { receipt_id, .. } if receipt_id == first), "the event was on disk");
 }
 
 #[tokio::test]

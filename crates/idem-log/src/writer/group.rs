@@ -8,7 +8,7 @@ use std::hash::BuildHasherDefault;
 use std::rc::Rc;
 use std::time::Duration;
 
-use idem_core::request::{Begin, Forget, LeaseToken, NewRequest};
+use idem_core::request::{Begin, Decision, Forget, LeaseToken, NewRequest, decide_begin};
 use idem_core::{ClaimId, ClaimOutcome, ClaimRecord, Namespace, NewClaim, Parts, StoreError, Timestamp};
 use serde_json::value::RawValue;
 
@@ -413,15 +413,11 @@ impl<'a> Group<'a> {
 
     fn begin(&mut self, request: NewRequest) -> Result<Begin, StoreError> {
         let now = self.now;
-        let existing = self.request_record(&request.id)?;
-        if let Some((entry, rec)) = existing.as_ref().filter(|(e, _)| e.until > now) {
-            let same_fingerprint = rec.fingerprint == request.fingerprint;
-            return Ok(if entry.completed {
-                Begin::Completed { same_fingerprint, result: rec.body.clone(), expires_at: Timestamp(entry.until) }
-            } else {
-                Begin::InFlight { same_fingerprint, lease_until: Timestamp(entry.until) }
-            });
-        }
+        let found = self.request_record(&request.id)?.map(|(entry, rec)| crate::found(&entry, rec));
+        let lease_expired = match decide_begin(found, &request.fingerprint, Timestamp(now)) {
+            Decision::Answer(answer) => return Ok(answer),
+            Decision::Take { lease_expired } => lease_expired,
+        };
         let token = LeaseToken::generate();
         let lease_until = Timestamp(now).plus(request.lease);
         let rec = RequestRec {
@@ -433,7 +429,6 @@ impl<'a> Group<'a> {
             body: request.held,
         };
         self.put_request(rec, true)?;
-        let lease_expired = existing.is_some_and(|(e, _)| !e.completed);
         Ok(Begin::Started { token, lease_until, lease_expired })
     }
 

@@ -129,9 +129,9 @@ fn sample(dir: &std::path::Path) -> (u64, Option<u64>) {
 mod tests {
     use std::sync::Arc;
 
+    use crate::embedded::EmbeddedStore;
     use idem_conformance::{START, id, new_claim, ns};
     use idem_core::{ClaimStore, ManualClock};
-    use idem_sqlite::{SqliteOptions, SqliteStore};
 
     use super::*;
 
@@ -143,8 +143,7 @@ mod tests {
     async fn a_namespace_emptied_reads_zero_not_its_last_count() {
         crate::telemetry::metrics_handle(); // the recorder, before anything is recorded
         let dir = tempfile::tempdir().expect("temp dir");
-        let store =
-            SqliteStore::open(dir.path(), Arc::new(ManualClock::new(START)), SqliteOptions::default()).expect("open");
+        let store = EmbeddedStore::open(dir.path(), Arc::new(ManualClock::new(START))).await.expect("open");
         let n = ns("gauged_ns");
         store.claim(&n, vec![new_claim(&["a"], None, None), new_claim(&["b"], None, None)]).await.expect("claim");
         let mut reported = HashSet::new();

@@ -88,9 +88,9 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
+    use crate::embedded::EmbeddedStore;
     use idem_conformance::{START, new_claim, ns};
     use idem_core::{ClaimStore, ManualClock};
-    use idem_sqlite::{SqliteOptions, SqliteStore};
 
     use super::*;
 
@@ -98,7 +98,7 @@ mod tests {
     async fn sweeps_batch_after_batch_until_only_live_claims_remain() {
         let dir = tempfile::tempdir().expect("temp dir");
         let clock = Arc::new(ManualClock::new(START));
-        let store = SqliteStore::open(dir.path(), clock.clone(), SqliteOptions::default()).expect("open");
+        let store = EmbeddedStore::open(dir.path(), clock.clone()).await.expect("open");
         let n = ns("sweep");
         let ttl = Some(Duration::from_secs(60));
         let expiring = (0..25).map(|i| new_claim(&[&format!("old-{i}")], None, ttl)).collect();
@@ -118,8 +118,7 @@ mod tests {
         let config: crate::config::Config = toml::from_str("[events]\nretention = \"30d\"").expect("config");
         assert_eq!(config.events.retention.map(|r| r.0), Some(Duration::from_secs(30 * 86_400)));
         let dir = tempfile::tempdir().expect("temp dir");
-        let store =
-            SqliteStore::open(dir.path(), Arc::new(idem_core::SystemClock), SqliteOptions::default()).expect("open");
+        let store = EmbeddedStore::open(dir.path(), Arc::new(idem_core::SystemClock)).await.expect("open");
         let event = NewEvent::new("s".into(), "e".into(), b"{}".to_vec(), None);
         store.accept_event(event).await.expect("accept");
         let job = store.lease_jobs(1, Duration::from_secs(60), &[]).await.expect("lease").remove(0);

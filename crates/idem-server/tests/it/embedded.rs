@@ -26,19 +26,34 @@ async fn an_older_data_dir_keeps_its_claims_and_results_in_the_log() {
     let clock = Arc::new(ManualClock::new(START));
     let n = ns("survey");
     {
+        // A data dir as an idem before the log engine left it: claims and a stored result in
+        // idem.db's own tables (made by its migrations; SQLite keeps only events now).
         let old = SqliteStore::open(dir.path(), clock.clone(), SqliteOptions::default()).expect("open sqlite");
-        let items = (0..2_500).map(|i| new_claim(&["q1", &format!("user-{i}")], Some("{\"a\":1}"), None)).collect();
-        old.claim(&n, items).await.expect("claim");
-        old.claim(&n, vec![new_claim(&["short"], None, Some(Duration::from_secs(60)))]).await.expect("claim");
-        let request =
-            NewRequest { id: id(&["order-1"]), fingerprint: [3; 32], lease: Duration::from_secs(30), held: vec![] };
-        let Begin::Started { token, .. } = old.begin_request(request).await.expect("begin") else { panic!("started") };
-        assert!(
-            old.complete_request(&id(&["order-1"]), token, b"stored", Duration::from_secs(3600))
-                .await
-                .expect("complete")
-        );
         old.close().await;
+        drop(old);
+        let db = rusqlite::Connection::open(dir.path().join(SqliteStore::FILE_NAME)).expect("open idem.db");
+        let claim = |p: &[&str], data: Option<&str>, expires_at: Option<i64>| {
+            let parts = parts(p);
+            db.execute(
+                "INSERT INTO claims (ns, id, parts, data, created_at, expires_at) VALUES ('survey', ?1, ?2, ?3, ?4, ?5)",
+                rusqlite::params![&parts.id().0[..], parts.encode(), data, START.millis(), expires_at],
+            )
+            .expect("a legacy claim");
+        };
+        for i in 0..2_500 {
+            claim(&["q1", &format!("user-{i}")], Some("{\"a\":1}"), None);
+        }
+        claim(&["short"], None, Some(START.plus(Duration::from_secs(60)).millis()));
+        db.execute(
+            "INSERT INTO requests (id, fingerprint, state, token, until, response) VALUES (?1, ?2, 1, NULL, ?3, ?4)",
+            rusqlite::params![
+                &id(&["order-1"]).0[..],
+                &[3u8; 32][..],
+                START.plus(Duration::from_secs(3600)).millis(),
+                &b"stored"[..]
+            ],
+        )
+        .expect("a legacy result");
     }
     assert!(!log_dir(dir.path()).exists());
 

@@ -13,28 +13,46 @@ async fn health_and_readiness() {
     s.stop().await;
 }
 
-/// Another process holds the SQLite file's write lock: claims answer 503 problem+json, /readyz
-/// fails, nothing already stored is harmed, and service resumes by itself once the lock goes.
+/// Another process holds the events' SQLite file's write lock: event intake answers 503
+/// problem+json, /readyz fails, claims (in the log) and reads go on, nothing already stored is
+/// harmed, and intake resumes by itself once the lock goes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_that_cannot_be_written_is_503_and_recovers() {
-    let s = TestServer::start().await;
-    s.post("/v1/claims/ns", json!({"key": "before"}), 201).await;
+    let receiver = crate::support::receiver::Receiver::start(std::time::Duration::ZERO).await;
+    let handler = receiver.url.clone();
+    let s = TestServer::start_with(
+        move |c| {
+            c.sources = vec![
+                toml::from_str(&format!(
+                    "name = \"locked\"\nhandler_url = \"{handler}\"\nevent_id = \"/id\"\nsigning_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n"
+                ))
+                .expect("source"),
+            ];
+        },
+        std::sync::Arc::new(idem_core::SystemClock),
+    )
+    .await;
+    s.post("/v1/sources/locked/events", json!({"id": "before"}), 202).await;
 
     let db = s.dir.path().join(idem_sqlite::SqliteStore::FILE_NAME);
     let intruder = hold_write_lock(&db);
-    let reply = s.client.send(Method::POST, "/v1/claims/ns", Some(&json!({"key": "during"}))).await.expect("request");
-    let problem = assert_problem(&reply, 503, "claim while the file is locked");
+    let reply = s
+        .client
+        .send(Method::POST, "/v1/sources/locked/events", Some(&json!({"id": "during"})))
+        .await
+        .expect("request");
+    let problem = assert_problem(&reply, 503, "intake while the file is locked");
     assert!(reply.headers.get("retry-after").is_some(), "503 says when to retry");
     assert!(!problem["detail"].as_str().unwrap_or("").contains("lock"), "no internal error text: {problem}");
     let ready = s.client.send(Method::GET, "/readyz", None).await.expect("request");
     assert_problem(&ready, 503, "readyz while the file is locked");
-    let read = s.post("/v1/claims/ns/lookup", json!({"items": [{"key": "before"}]}), 200).await;
-    assert_eq!(read["results"][0]["exists"], true, "reads keep working");
+    s.post("/v1/claims/ns", json!({"key": "claims go on"}), 201).await;
+    let listed = s.expect(Method::GET, "/v1/receipts?source=locked", None, 200).await;
+    assert_eq!(listed["receipts"].as_array().map(Vec::len), Some(1), "reads keep working: {listed}");
 
     drop(intruder);
     s.expect(Method::GET, "/readyz", None, 200).await;
-    s.post("/v1/claims/ns", json!({"key": "during"}), 201).await;
-    s.post("/v1/claims/ns", json!({"key": "before"}), 200).await;
+    s.post("/v1/sources/locked/events", json!({"id": "during"}), 202).await;
     s.stop().await;
 }
 
@@ -73,9 +91,12 @@ async fn metrics_name_namespaces_outcomes_errors_and_batches() {
 /// there from start-up for configured namespaces, exact right after claims and deletes.
 #[tokio::test]
 async fn live_claim_counts_are_exact_at_every_scrape() {
-    let s = TestServer::start_embedded(|c| {
-        c.namespaces.insert("counted_zero".into(), idem_server::config::NamespaceConfig::default());
-    })
+    let s = TestServer::start_with(
+        |c| {
+            c.namespaces.insert("counted_zero".into(), idem_server::config::NamespaceConfig::default());
+        },
+        std::sync::Arc::new(idem_core::SystemClock),
+    )
     .await;
     let scrape = || async {
         let reply = s.client.send(Method::GET, "/metrics", None).await.expect("metrics");

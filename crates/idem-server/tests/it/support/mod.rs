@@ -13,7 +13,6 @@ use http::{Method, StatusCode};
 use idem_core::{Clock, Store, SystemClock};
 use idem_server::Config;
 use idem_server::cli::client::{ApiClient, Reply};
-use idem_sqlite::{SqliteOptions, SqliteStore};
 use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -42,19 +41,8 @@ impl TestServer {
     pub async fn start_in(dir: tempfile::TempDir, configure: impl FnOnce(&mut Config), clock: Arc<dyn Clock>) -> Self {
         let mut config = Config { data_dir: dir.path().to_owned(), ..Config::default() };
         configure(&mut config);
-        let store: Arc<dyn Store> = Arc::new(
-            SqliteStore::open(&config.data_dir, Arc::clone(&clock), SqliteOptions::default()).expect("open store"),
-        );
-        Self::start_on(store, dir, config, clock).await
-    }
-
-    /// Starts a server on the embedded store as `idem serve` opens it (the log engine for claims
-    /// and keys, SQLite for events).
-    pub async fn start_embedded(configure: impl FnOnce(&mut Config)) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let mut config = Config { data_dir: dir.path().to_owned(), ..Config::default() };
-        configure(&mut config);
-        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        // The embedded store as `idem serve` opens it: the log engine for claims and keys, SQLite
+        // for events.
         let store = idem_server::embedded::EmbeddedStore::open(&config.data_dir, Arc::clone(&clock))
             .await
             .expect("open the embedded store");
