@@ -32,13 +32,12 @@ use idem_core::gateway::{
 };
 use idem_core::request::{Begin, LeaseToken, NewRequest};
 use idem_core::{ClaimId, Clock, RequestStore};
-use tokio::time::Instant;
 
 use crate::background::Background;
 use crate::cache::{Cached, ReplayCache};
 use crate::policy::{RoutePolicy, ScopePart};
 use crate::problem::{in_flight, problem};
-use crate::waiters::{Subscription, Waiters};
+use crate::waiters::{Wait, Waiters};
 use crate::{GatewayBody, full};
 
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -150,16 +149,10 @@ impl Engine {
     /// Takes the key for this request, or answers for it: a replay, a mismatch, a conflict (at
     /// once, or after waiting for the holder with `in_flight = "wait"`), or an unavailable store.
     async fn take_key(&self, route: &RoutePolicy, identity: &Identity) -> Result<LeaseToken, Response<GatewayBody>> {
-        let deadline = Instant::now() + route.wait_timeout;
-        let _subscription = (route.in_flight == InFlightPolicy::Wait)
-            .then(|| Subscription { waiters: Arc::clone(&self.waiters), id: identity.id });
+        let wait = if route.in_flight == InFlightPolicy::Wait { route.wait_timeout } else { Duration::ZERO };
+        let wait = Wait::new(&self.waiters, identity.id, wait);
         loop {
-            // Subscribe before looking, so that a completion in between still wakes us.
-            let mut woken = (route.in_flight == InFlightPolicy::Wait)
-                .then(|| Box::pin(self.waiters.subscribe(&identity.id).notified_owned()));
-            if let Some(w) = woken.as_mut() {
-                w.as_mut().enable();
-            }
+            let armed = wait.arm();
             let new =
                 NewRequest { id: identity.id, fingerprint: identity.fingerprint, lease: route.lease, held: Vec::new() };
             match self.store.begin_request(new).await {
@@ -175,15 +168,13 @@ impl Engine {
                     return Err(self.completed(route, identity, same_fingerprint, &result, expires_at));
                 }
                 Ok(Begin::InFlight { same_fingerprint: false, .. }) => return Err(mismatch(route)),
+                // Woken by the holder on this node, or look again after a second (the holder may
+                // be another node), or give up at the deadline.
                 Ok(Begin::InFlight { .. }) => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    let Some(woken) = woken.filter(|_| !left.is_zero()) else {
+                    if !wait.until_next_look(armed, Duration::from_secs(1)).await {
                         count(route, "conflict");
                         return Err(in_flight(1));
-                    };
-                    // Woken by the holder on this node, or look again after a second (the holder
-                    // may be another node), or give up at the deadline.
-                    let _ = tokio::time::timeout(left.min(Duration::from_secs(1)), woken).await;
+                    }
                 }
             }
         }

@@ -1,12 +1,20 @@
-//! Wake-ups for duplicates that wait (`in_flight = "wait"`): the request that holds a key wakes
-//! every waiter of that key when it completes or releases it, so that on one node nobody polls the
-//! store. (Waiters still re-check now and then, for a first request running on another node.)
+//! Wake-ups for duplicates that wait (`in_flight = "wait"`, an operation's `wait_seconds`): the
+//! request that holds a key wakes every waiter of that key when it completes or releases it, so
+//! that on one node nobody polls the store. (Waiters still look again now and then, for a holder
+//! on another node.) [`Wait`] is the one waiting loop's state, shared by the gateway and the
+//! Operations API: subscribe before each look at the store, then wait for a wake-up, the next
+//! look, or the deadline. A waiter is never told a key is free because a timer ran out: after every
+//! wait it asks the store again, which answers for the key as it is.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use idem_core::ClaimId;
 use tokio::sync::Notify;
+use tokio::sync::futures::OwnedNotified;
+use tokio::time::Instant;
 
 #[derive(Default)]
 pub struct Waiters {
@@ -60,6 +68,42 @@ pub struct Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         self.waiters.forget_idle(&self.id);
+    }
+}
+
+/// One begin's waiting for a key's holder, until a deadline.
+pub struct Wait {
+    waiters: Arc<Waiters>,
+    id: ClaimId,
+    deadline: Instant,
+    _subscription: Option<Subscription>,
+}
+
+/// A wake-up registered before a look at the store (so that one in between is not lost).
+pub type Armed = Option<Pin<Box<OwnedNotified>>>;
+
+impl Wait {
+    /// Waits for up to `wait` in all (zero: never waits).
+    pub fn new(waiters: &Arc<Waiters>, id: ClaimId, wait: Duration) -> Self {
+        let subscription = (!wait.is_zero()).then(|| Subscription { waiters: Arc::clone(waiters), id });
+        Self { waiters: Arc::clone(waiters), id, deadline: Instant::now() + wait, _subscription: subscription }
+    }
+
+    /// Registers for the next wake-up; call it before each look at the store.
+    pub fn arm(&self) -> Armed {
+        self._subscription.as_ref()?;
+        let mut woken = Box::pin(self.waiters.subscribe(&self.id).notified_owned());
+        woken.as_mut().enable();
+        Some(woken)
+    }
+
+    /// After the store said the key is held: waits to be woken, or at most `look_again`, or until
+    /// the deadline. `false` when there is no time left to wait (the caller answers now).
+    pub async fn until_next_look(&self, armed: Armed, look_again: Duration) -> bool {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        let Some(woken) = armed.filter(|_| !left.is_zero()) else { return false };
+        let _ = tokio::time::timeout(left.min(look_again), woken).await;
+        true
     }
 }
 

@@ -6,7 +6,6 @@
 //! the current token can complete, release or extend, an ended lease frees the key. The pure rules
 //! (ids, fingerprints, what is stored) are `idem_core::operation`'s.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
@@ -18,10 +17,9 @@ use idem_core::gateway::Fingerprint;
 use idem_core::operation::{self, ANY_REQUEST, Outcome};
 use idem_core::request::{Begin, Forget, LeaseToken, NewRequest, RequestState};
 use idem_core::{ClaimId, Invalid, Namespace, Parts, Timestamp};
-use idem_gateway::waiters::Subscription;
+use idem_gateway::waiters::Wait;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use tokio::time::Instant;
 use utoipa::ToSchema;
 
 use super::claim::KeyRef;
@@ -213,15 +211,9 @@ pub async fn begin(
     let op = body.validate(state.config.default_ttl(path.ns.as_str()))?;
     let id = op.parts.id();
     let key = operation::store_id(&path.ns, &id);
-    let deadline = Instant::now() + op.wait;
-    let waits = !op.wait.is_zero();
-    let _subscription = waits.then(|| Subscription { waiters: Arc::clone(&state.waiters), id: key });
+    let wait = Wait::new(&state.waiters, key, op.wait);
     loop {
-        // Subscribe before looking, so that a completion in between still wakes us.
-        let mut woken = waits.then(|| Box::pin(state.waiters.subscribe(&key).notified_owned()));
-        if let Some(w) = woken.as_mut() {
-            w.as_mut().enable();
-        }
+        let armed = wait.arm();
         let new =
             NewRequest { id: key, fingerprint: op.fingerprint, lease: op.lease, held: operation::encode_held(op.ttl) };
         let lease_until = match state.store.begin_request(new).await? {
@@ -246,14 +238,12 @@ pub async fn begin(
             }
         };
         let until_lease_ends = Duration::from_millis((lease_until.millis() - state.clock.now().millis()).max(0) as u64);
-        let left = deadline.saturating_duration_since(Instant::now());
-        let Some(woken) = woken.filter(|_| !left.is_zero()) else {
-            count(&path.ns, "in_progress");
-            return Err(ApiError::InProgress(until_lease_ends.as_secs().max(1)));
-        };
         // Woken when the holder completes or releases (on this node, or another through the
         // store's signals), or look again when its lease ends, or give up at the deadline.
-        let _ = tokio::time::timeout(left.min(until_lease_ends + Duration::from_millis(5)), woken).await;
+        if !wait.until_next_look(armed, until_lease_ends + Duration::from_millis(5)).await {
+            count(&path.ns, "in_progress");
+            return Err(ApiError::InProgress(until_lease_ends.as_secs().max(1)));
+        }
     }
 }
 
