@@ -42,37 +42,13 @@ pub fn open(dir: &Path, clock: Arc<dyn Clock>, options: &LogOptions) -> Result<(
         doomed: Mutex::new(Vec::new()),
         preallocate: options.preallocate,
     };
-    let now = shared.clock.now().millis();
-    // Two threads read the whole log, each replaying the keys of its half of the index's shards
-    // (every record of a key in one thread, in order); both judge it the same way.
-    let (verdict, counts) = std::thread::scope(|scope| {
-        let other = scope.spawn(|| replay_part(&shared, dir, now, 1));
-        let (verdict, mut counts) = replay_part(&shared, dir, now, 0);
-        let other = other.join().map_err(|_| dir_error(std::io::Error::other("a start-up thread panicked")))?;
-        counts.merge(other.1);
-        Ok::<_, OpenError>((verdict, counts))
-    })?;
+    let (verdict, counts) = replay_all(&shared, dir)?;
     if !verdict.damage.is_empty() {
         return Err(OpenError::Damaged(verdict.damage));
     }
     *shared.counts.lock().unwrap_or_else(|e| e.into_inner()) = counts;
     settle(disk.as_ref(), dir, &shared, &verdict).map_err(dir_error)?;
-    let active = match verdict.segments.last() {
-        Some(head) => {
-            let file = disk.open(&shared.segments.path(head.number), OpenMode::ReadWrite).map_err(dir_error)?;
-            // What start-up read may be in the page cache only (after a kill -9): made durable
-            // before the mark vouches for it.
-            file.sync_data().map_err(dir_error)?;
-            let allocated = file.size().map_err(dir_error)?.max(head.end);
-            Active { number: head.number, file, len: head.end, allocated, records: head.records, dirty: false }
-        }
-        None => {
-            let file = segment::create(disk.as_ref(), dir, 1).map_err(dir_error)?;
-            shared.segments.insert(1, Arc::clone(&file));
-            let len = segment::SEGMENT_HEADER as u64;
-            Active { number: 1, file, len, allocated: len, records: 0, dirty: false }
-        }
-    };
+    let active = open_head(disk.as_ref(), dir, &shared, &verdict).map_err(dir_error)?;
     if verdict.without_manifest {
         // A log from before the manifest: its sealed segments are made durable once, before the
         // manifest vouches for their lengths.
@@ -89,6 +65,39 @@ pub fn open(dir: &Path, clock: Arc<dyn Clock>, options: &LogOptions) -> Result<(
     shared.head.store(active.number, std::sync::atomic::Ordering::Release);
     *shared.space.lock().unwrap_or_else(|e| e.into_inner()) = space(&shared, &verdict, &active);
     Ok((shared, active, manifest))
+}
+
+/// Two threads read the whole log, each replaying the keys of its half of the index's shards
+/// (every record of a key in one thread, in order); both judge it the same way.
+fn replay_all(shared: &Shared, dir: &Path) -> Result<(Verdict, Counts), OpenError> {
+    let now = shared.clock.now().millis();
+    let dir_error = |source| OpenError::Dir { dir: dir.to_owned(), source };
+    std::thread::scope(|scope| {
+        let other = scope.spawn(|| replay_part(shared, dir, now, 1));
+        let (verdict, mut counts) = replay_part(shared, dir, now, 0);
+        let other = other.join().map_err(|_| dir_error(std::io::Error::other("a start-up thread panicked")))?;
+        counts.merge(other.1);
+        Ok((verdict, counts))
+    })
+}
+
+/// The segment writes go to: the newest found (synced first: what start-up read may be in the
+/// page cache only, after a kill -9, and the mark is about to vouch for it), or a new first one.
+fn open_head(disk: &dyn Disk, dir: &Path, shared: &Shared, verdict: &Verdict) -> std::io::Result<Active> {
+    match verdict.segments.last() {
+        Some(head) => {
+            let file = disk.open(&shared.segments.path(head.number), OpenMode::ReadWrite)?;
+            file.sync_data()?;
+            let allocated = file.size()?.max(head.end);
+            Ok(Active { number: head.number, file, len: head.end, allocated, records: head.records, dirty: false })
+        }
+        None => {
+            let file = segment::create(disk, dir, 1)?;
+            shared.segments.insert(1, Arc::clone(&file));
+            let len = segment::SEGMENT_HEADER as u64;
+            Ok(Active { number: 1, file, len, allocated: len, records: 0, dirty: false })
+        }
+    }
 }
 
 /// Cuts a torn tail off and deletes the files the manifest no longer lists.

@@ -184,80 +184,94 @@ pub fn scan(number: u32, bytes: &[u8], mark: Option<u64>, apply: &mut Apply<'_>)
     if version(bytes, number).is_none() {
         return Err("bad segment header".into());
     }
-    let mut out = Scan { len: bytes.len() as u64, end: SEGMENT_HEADER as u64, ..Scan::default() };
-    let (mut at, mut group_start) = (SEGMENT_HEADER, SEGMENT_HEADER);
-    // The group's records as (place, start of body, end of body), applied once its commit is read.
-    let mut group: Vec<(Loc, usize, usize)> = Vec::new();
-    let note_mark = |out: &mut Scan, end: usize| {
-        if mark == Some(end as u64) {
-            out.records_at_mark = Some(out.records);
-        }
-    };
-    note_mark(&mut out, SEGMENT_HEADER);
-    while at < bytes.len() {
-        if group.is_empty() && bytes[at..].iter().all(|&b| b == 0) {
-            out.zero_tail = true;
+    let out = Scan { len: bytes.len() as u64, end: SEGMENT_HEADER as u64, ..Scan::default() };
+    let mut scanner =
+        Scanner { number, bytes, mark, apply, out, at: SEGMENT_HEADER, group_start: SEGMENT_HEADER, group: Vec::new() };
+    scanner.group_ended(SEGMENT_HEADER);
+    while scanner.at < bytes.len() {
+        if scanner.group.is_empty() && bytes[scanner.at..].iter().all(|&b| b == 0) {
+            scanner.out.zero_tail = true;
             break;
         }
-        let problem = match record::frame(&bytes[at..]) {
-            Frame::Valid { body, len } => {
-                let loc = Loc { segment: number, offset: at as u32 };
-                match record::commit_info(body) {
-                    _ if record::is_pad(body) && group.is_empty() => {
-                        at += len;
-                        group_start = at;
-                        out.end = at as u64;
-                        continue;
-                    }
-                    Some(info)
-                        if info.count as usize == group.len()
-                            && info.group_bytes.is_none_or(|g| g as usize == at - group_start) =>
-                    {
-                        let applied = group.drain(..).try_for_each(|(loc, start, end)| {
-                            apply(loc, &bytes[start..end], (HEADER + end - start) as u32)?;
-                            out.records += 1;
-                            Ok::<(), String>(())
-                        });
-                        match applied {
-                            Ok(()) => {
-                                at += len;
-                                group_start = at;
-                                out.end = at as u64;
-                                note_mark(&mut out, at);
-                                continue;
-                            }
-                            Err(why) => why,
-                        }
-                    }
-                    Some(info) => format!("a commit of {} records ends a group of {}", info.count, group.len()),
-                    None => {
-                        group.push((loc, at + HEADER, at + HEADER + body.len()));
-                        at += len;
-                        continue;
-                    }
-                }
-            }
-            Frame::Short => "a record ends early".into(),
-            Frame::Damaged(why) => why,
-        };
-        let bad_at = at;
-        let (resume, old_commit_follows) = next_group(bytes, group_start, bad_at);
-        out.bad.push(Bad { start: group_start as u64, at: bad_at as u64, reason: problem, resume, old_commit_follows });
-        group.clear();
-        match resume {
-            Some(next) => {
-                at = next as usize;
-                group_start = at;
-            }
-            None => return Ok(out),
+        if let Err(problem) = scanner.step() {
+            let (start, bad_at) = (scanner.group_start, scanner.at);
+            let (resume, old_commit_follows) = next_group(bytes, start, bad_at);
+            let bad = Bad { start: start as u64, at: bad_at as u64, reason: problem, resume, old_commit_follows };
+            scanner.out.bad.push(bad);
+            scanner.group.clear();
+            let Some(next) = resume else { return Ok(scanner.out) };
+            scanner.at = next as usize;
+            scanner.group_start = scanner.at;
         }
     }
-    if !group.is_empty() {
-        let (resume, old_commit_follows) = (None, false);
+    if !scanner.group.is_empty() {
+        // The file ends where the group's commit should be: that is what cannot be read.
+        let (start, at) = (scanner.group_start as u64, scanner.at as u64);
         let reason = "a group has no commit".into();
-        out.bad.push(Bad { start: group_start as u64, at: group_start as u64, reason, resume, old_commit_follows });
+        scanner.out.bad.push(Bad { start, at, reason, resume: None, old_commit_follows: false });
     }
-    Ok(out)
+    Ok(scanner.out)
+}
+
+/// One segment being read, group by group.
+struct Scanner<'b, 'a> {
+    number: u32,
+    bytes: &'b [u8],
+    mark: Option<u64>,
+    apply: &'b mut Apply<'a>,
+    out: Scan,
+    at: usize,
+    group_start: usize,
+    /// The group's records as (place, start of body, end of body), applied once its commit is read.
+    group: Vec<(Loc, usize, usize)>,
+}
+
+impl Scanner<'_, '_> {
+    /// Reads the frame at `at`; `Err` says why it cannot be read as part of a whole group.
+    fn step(&mut self) -> Result<(), String> {
+        let (body, len) = match record::frame(&self.bytes[self.at..]) {
+            Frame::Valid { body, len } => (body, len),
+            Frame::Short => return Err("a record ends early".into()),
+            Frame::Damaged(why) => return Err(why),
+        };
+        match record::commit_info(body) {
+            _ if record::is_pad(body) && self.group.is_empty() => self.group_ended(self.at + len),
+            Some(info)
+                if info.count as usize == self.group.len()
+                    && info.group_bytes.is_none_or(|g| g as usize == self.at - self.group_start) =>
+            {
+                self.apply_group()?;
+                self.group_ended(self.at + len);
+            }
+            Some(info) => {
+                return Err(format!("a commit of {} records ends a group of {}", info.count, self.group.len()));
+            }
+            None => {
+                let loc = Loc { segment: self.number, offset: self.at as u32 };
+                self.group.push((loc, self.at + HEADER, self.at + HEADER + body.len()));
+                self.at += len;
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_group(&mut self) -> Result<(), String> {
+        for (loc, start, end) in self.group.drain(..) {
+            (self.apply)(loc, &self.bytes[start..end], (HEADER + end - start) as u32)?;
+            self.out.records += 1;
+        }
+        Ok(())
+    }
+
+    /// A whole group (or padding) ends at `end`.
+    fn group_ended(&mut self, end: usize) {
+        self.at = end;
+        self.group_start = end;
+        self.out.end = end as u64;
+        if self.mark == Some(end as u64) {
+            self.out.records_at_mark = Some(self.out.records);
+        }
+    }
 }
 
 /// The first intact group that begins after `from` (the start of an unreadable stretch) and

@@ -274,35 +274,60 @@ fn plan_unlisted(disk: &dyn Disk, dir: &Path, numbers: &[u32], verdict: &mut Ver
     plan
 }
 
+/// One segment as scanned, judged: its unreadable stretches, then what its role asks of it.
 fn judge(path: &Path, number: u32, bytes: &[u8], scan: &Scan, role: Role, verdict: &mut Verdict) {
-    let damage = |offset: u64, reason: String, lost_records: Option<u64>, fix: Fix| Damage {
-        file: path.to_owned(),
-        offset,
-        reason,
-        lost_records,
-        fix,
-    };
-    let pad_or_cut = |bad: &Bad| match bad.resume {
-        Some(end) => Fix::Pad { segment: number, start: bad.start, end },
-        None => Fix::Cut { segment: number, end: bad.start },
-    };
+    let at = Judged { path, number, scan };
+    let end = judge_bad(&at, bytes, role, verdict);
+    verdict.damage.extend(judge_role(&at, role));
+    verdict.segments.push(Found { number, end, records: scan.records, len: scan.len });
+}
+
+/// A segment being judged.
+struct Judged<'a> {
+    path: &'a Path,
+    number: u32,
+    scan: &'a Scan,
+}
+
+impl Judged<'_> {
+    fn damage(&self, offset: u64, reason: String, lost_records: Option<u64>, fix: Fix) -> Damage {
+        Damage { file: self.path.to_owned(), offset, reason, lost_records, fix }
+    }
+
+    /// Cover a stretch when an intact group follows it; cut the segment there when none does.
+    fn pad_or_cut(&self, bad: &Bad) -> Fix {
+        match bad.resume {
+            Some(end) => Fix::Pad { segment: self.number, start: bad.start, end },
+            None => Fix::Cut { segment: self.number, end: bad.start },
+        }
+    }
+
+    fn cut_at_end(&self) -> Fix {
+        Fix::Cut { segment: self.number, end: self.scan.end }
+    }
+}
+
+/// The unreadable stretches: each is damage, but for the last one of the head when a crash explains
+/// it (then a torn tail, dropped). Answers where the segment's whole groups end.
+fn judge_bad(at: &Judged<'_>, bytes: &[u8], role: Role, verdict: &mut Verdict) -> u64 {
+    let scan = at.scan;
     let (last_bad_may_be_torn, mark) = match role {
         Role::Head { mark } => (true, mark),
         Role::Unlisted { last } => (last, Mark { len: SEGMENT_HEADER as u64, records: 0 }),
         Role::Sealed { .. } => (false, Mark { len: scan.len, records: 0 }),
     };
-    let mut found = Found { number, end: scan.end, records: scan.records, len: scan.len };
+    let mut end = scan.end;
     for (i, bad) in scan.bad.iter().enumerate() {
         let last = i + 1 == scan.bad.len() && bad.resume.is_none();
         if last && last_bad_may_be_torn {
             match torn_or_damage(bytes, bad, mark) {
                 Ok(()) => {
-                    found.end = bad.start;
-                    verdict.torn = Some(Torn { segment: number, offset: bad.start, bytes: scan.len - bad.start });
+                    end = bad.start;
+                    verdict.torn = Some(Torn { segment: at.number, offset: bad.start, bytes: scan.len - bad.start });
                 }
                 Err(why) => {
                     let lost = (bad.start < mark.len).then(|| mark.records.saturating_sub(scan.records));
-                    verdict.damage.push(damage(bad.at, why, lost, pad_or_cut(bad)));
+                    verdict.damage.push(at.damage(bad.at, why, lost, at.pad_or_cut(bad)));
                 }
             }
             continue;
@@ -311,40 +336,48 @@ fn judge(path: &Path, number: u32, bytes: &[u8], scan: &Scan, role: Role, verdic
             Some(next) => format!("{}; the records from byte {} to {next} cannot be read", bad.reason, bad.start),
             None => bad.reason.clone(),
         };
-        verdict.damage.push(damage(bad.at, reason, None, pad_or_cut(bad)));
+        verdict.damage.push(at.damage(bad.at, reason, None, at.pad_or_cut(bad)));
     }
+    end
+}
+
+/// What the manifest says of the segment, checked: a sealed one's exact length and records, the
+/// head's acknowledged part, and zeros only at the end of the newest.
+fn judge_role(at: &Judged<'_>, role: Role) -> Option<Damage> {
+    let scan = at.scan;
     match role {
         Role::Sealed { len, records } => {
-            let lost = records.saturating_sub(scan.records);
+            let lost = Some(records.saturating_sub(scan.records));
             if scan.len < len {
                 let reason = format!("the sealed segment is {} bytes long; it was sealed at {len}", scan.len);
-                verdict.damage.push(damage(scan.len, reason, Some(lost), Fix::Cut { segment: number, end: scan.end }));
+                Some(at.damage(scan.len, reason, lost, at.cut_at_end()))
             } else if scan.zero_tail || scan.len > len {
                 let reason = format!("bytes after the sealed segment's end ({len})");
-                verdict.damage.push(damage(scan.end, reason, Some(lost), Fix::Cut { segment: number, end: scan.end }));
+                Some(at.damage(scan.end, reason, lost, at.cut_at_end()))
             } else if scan.bad.is_empty() && scan.records != records {
                 let reason = format!("holds {} records; the manifest says {records}", scan.records);
-                verdict.damage.push(damage(0, reason, Some(lost), Fix::RebuildManifest));
+                Some(at.damage(0, reason, lost, Fix::RebuildManifest))
+            } else {
+                None
             }
         }
         Role::Head { mark } if scan.bad.is_empty() && scan.end < mark.len => {
             let reason =
                 format!("the log ends at byte {}, but its first {} bytes were acknowledged", scan.end, mark.len);
             let lost = Some(mark.records.saturating_sub(scan.records));
-            verdict.damage.push(damage(scan.end, reason, lost, Fix::Cut { segment: number, end: scan.end }));
+            Some(at.damage(scan.end, reason, lost, at.cut_at_end()))
         }
         Role::Head { mark } if scan.end >= mark.len && scan.records_at_mark.is_some_and(|r| r != mark.records) => {
             let reason =
                 format!("holds {:?} records before the mark; the manifest says {}", scan.records_at_mark, mark.records);
-            verdict.damage.push(damage(mark.len, reason, None, Fix::RebuildManifest));
+            Some(at.damage(mark.len, reason, None, Fix::RebuildManifest))
         }
         Role::Unlisted { last: false } if scan.zero_tail => {
             let reason = "zeros where records should be (only the newest segment has a zeroed tail)".into();
-            verdict.damage.push(damage(scan.end, reason, None, Fix::Cut { segment: number, end: scan.end }));
+            Some(at.damage(scan.end, reason, None, at.cut_at_end()))
         }
-        _ => {}
+        _ => None,
     }
-    verdict.segments.push(found);
 }
 
 /// The unreadable end of the head: a torn write (`Ok`), or damage (why).
