@@ -121,6 +121,7 @@ def test_batch_lookup_exists_and_shorthands() -> None:
     assert rec.requests[1].url.path == "/v1/claims/articles/lookup"
     assert idem.claims.exists("survey", prefix=["s", "u"]) is True
     assert rec.body() == {"prefix": ["s", "u"]}
+    assert rec.requests[2].url.path == "/v1/claims/survey/prefix"
 
 
 def test_get_and_delete_absent_and_present() -> None:

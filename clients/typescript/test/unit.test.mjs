@@ -52,7 +52,7 @@ describe("construction and auth", () => {
     } finally {
       globalThis.fetch = saved;
     }
-    assert.equal(calls[0].url, `${URL_}/v1/claims/ns/lookup`);
+    assert.equal(calls[0].url, `${URL_}/v1/claims/ns/prefix`);
   });
 
   test("the token goes in Authorization only, never in the URL or an error", async () => {
@@ -78,7 +78,7 @@ describe("construction and auth", () => {
   test("a base path in the url is kept", async () => {
     const { idem, calls } = client(() => reply(200, { exists: false }), { url: "https://h.test/idem/" });
     await idem.claims.exists("ns", { prefix: ["a"] });
-    assert.equal(calls[0].url, "https://h.test/idem/v1/claims/ns/lookup");
+    assert.equal(calls[0].url, "https://h.test/idem/v1/claims/ns/prefix");
   });
 });
 

@@ -148,7 +148,7 @@ def exists_prefix(ns: str, prefix: Union[str, Sequence[str]]) -> Call[bool]:
     parts = [prefix] if isinstance(prefix, str) else list(prefix)
     return Call(
         "POST",
-        f"/v1/claims/{_seg(ns)}/lookup",
+        f"/v1/claims/{_seg(ns)}/prefix",
         lambda r: bool(_obj(r).get("exists")),
         encode_json({"prefix": parts}),
     )
