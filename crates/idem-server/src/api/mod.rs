@@ -66,8 +66,9 @@ pub fn app(state: AppState) -> Router {
         .with_state(state)
 }
 
-async fn not_found(State(_): State<AppState>) -> ApiError {
-    ApiError::NotFound("no such route".into())
+async fn not_found(State(_): State<AppState>, request: Request) -> ApiError {
+    let path: String = request.uri().path().chars().take(200).collect();
+    ApiError::NoRoute(format!("{} {path}", request.method()))
 }
 
 async fn method_not_allowed(State(_): State<AppState>) -> ApiError {
