@@ -5,6 +5,7 @@
 
 pub mod client;
 pub mod import;
+pub mod secret;
 pub mod serve;
 pub mod token;
 pub mod verbs;
@@ -40,6 +41,9 @@ pub enum Command {
     /// Make API tokens.
     #[command(subcommand)]
     Token(token::TokenCommand),
+    /// Make signing secrets (whsec_…) for [[sources]].
+    #[command(subcommand)]
+    Secret(secret::SecretCommand),
     /// Load existing keys from JSON Lines into a running server, one claim per line.
     Import(ImportArgs),
     /// Claims on a running server.
@@ -287,6 +291,9 @@ pub async fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::Serve(args) => serve::serve(args).await,
         Command::Config(ConfigCommand::Check(args)) => {
             let config = load_config(&args)?;
+            for warning in &config.warnings {
+                eprintln!("idem: warning: {warning}");
+            }
             config.check_exposure(false).map_err(Failure::usage)?;
             config.check_transport().map_err(Failure::usage)?;
             crate::tls::check_files(&config).map_err(Failure::usage)?;
@@ -295,6 +302,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Token(command) => token::run(command),
+        Command::Secret(command) => secret::run(command),
         Command::Check(args) => serve::check(&load_config(&args)?),
         Command::Repair { yes, config } => serve::repair(&load_config(&config)?, yes),
         Command::Backup { dir, config } => serve::backup(&load_config(&config)?, &dir).await,

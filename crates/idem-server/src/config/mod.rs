@@ -6,6 +6,7 @@
 //! `idem config check`. Loading has no side effects.
 
 mod access;
+mod collect;
 mod gateway;
 mod source;
 mod value;
@@ -46,6 +47,10 @@ pub struct Config {
     pub gateway: Option<GatewayConfig>,
     /// Inbound event sources, each delivered to its handler.
     pub sources: Vec<SourceConfig>,
+    /// What loading noticed without refusing: `IDEM_` variables that are not config. Logged by
+    /// `idem serve` once logging starts; printed by `idem config check`.
+    #[serde(skip)]
+    pub warnings: Vec<String>,
 }
 
 impl Default for Config {
@@ -64,6 +69,7 @@ impl Default for Config {
             namespaces: NamespacesConfig::default(),
             gateway: None,
             sources: Vec::new(),
+            warnings: Vec::new(),
         }
     }
 }
@@ -238,6 +244,26 @@ pub struct Overrides {
 const NOT_CONFIG_ENV: &[&str] = &["IDEM_CONFIG", "IDEM_SERVER", "IDEM_TOKEN", "IDEM_CA_FILE", "IDEM_DATABASE_URL"];
 /// Variables of idem's own test suite (`IDEM_TEST_DATABASE_URL`), never config.
 const TEST_ENV_PREFIX: &str = "IDEM_TEST_";
+/// The config's top-level keys. An `IDEM_` variable is config when the first segment of its name
+/// (up to `__`) is one of these, and is then checked strictly (`IDEM_LIMITS__MAX_BODY_BYTE` is an
+/// error). Any other `IDEM_` variable belongs to someone else (`IDEM_SIGNING_SECRET`, read by a
+/// handler; `IDEM_TOKEN` and `IDEM_SERVER`, read by the clients): it is ignored, with a warning
+/// that suggests the config key it may be a typo of.
+pub const TOP_LEVEL_KEYS: &[&str] = &[
+    "listen",
+    "data_dir",
+    "store",
+    "auth",
+    "http",
+    "tls",
+    "limits",
+    "sweeper",
+    "events",
+    "log",
+    "namespaces",
+    "gateway",
+    "sources",
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -247,6 +273,20 @@ pub enum ConfigError {
     Syntax { path: PathBuf, message: String },
     #[error("config key `{key}`: {message}")]
     Key { key: String, message: String },
+    /// Every mistake found, each naming its key, so that one run shows them all.
+    #[error("{} mistakes in the config:\n{}", .0.len(), .0.iter().map(|e| format!("  - {e}")).collect::<Vec<_>>().join("\n"))]
+    Many(Vec<ConfigError>),
+}
+
+impl ConfigError {
+    /// One error as itself; several as [`ConfigError::Many`]; none as `None`.
+    fn gather(mut errors: Vec<ConfigError>) -> Option<ConfigError> {
+        match errors.len() {
+            0 => None,
+            1 => errors.pop(),
+            _ => Some(ConfigError::Many(errors)),
+        }
+    }
 }
 
 impl Config {
@@ -260,31 +300,52 @@ impl Config {
             Some(path) => read_file(path)?,
             None => toml::Table::new(),
         };
+        let mut warnings = Vec::new();
         for (name, value) in env {
             let Some(rest) = name.strip_prefix("IDEM_") else { continue };
             if NOT_CONFIG_ENV.contains(&name.as_str()) || name.starts_with(TEST_ENV_PREFIX) || rest.is_empty() {
                 continue;
             }
             let path: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
+            if !TOP_LEVEL_KEYS.contains(&path[0].as_str()) {
+                warnings.push(not_config(&name, &path[0]));
+                continue;
+            }
             set_path(&mut tree, &path, env_value(&value))
                 .map_err(|message| ConfigError::Key { key: name.clone(), message })?;
         }
         apply_overrides(&mut tree, overrides)?;
-        let config: Config = serde_path_to_error::deserialize(toml::Value::Table(tree))
-            .map_err(|e| ConfigError::Key { key: e.path().to_string(), message: plain(&e.into_inner().to_string()) })?;
-        config.validate()?;
-        Ok(config)
+        let read = collect::read(tree, plain);
+        let mut errors = read.errors;
+        if let Some(config) = &read.config {
+            // Values that stood in for missing ones, or moved, are not the file's: not judged.
+            let sure = |e: &ConfigError| match e {
+                ConfigError::Key { key, .. } => !read.unsure.iter().any(|u| key.starts_with(u.as_str())),
+                _ => true,
+            };
+            errors.extend(config.validate(errors.is_empty()).into_iter().filter(sure));
+        }
+        match (ConfigError::gather(errors), read.config) {
+            (None, Some(config)) => Ok(Config { warnings, ..config }),
+            (Some(error), _) => Err(error),
+            (None, None) => Err(ConfigError::Key { key: String::new(), message: "cannot be read".into() }),
+        }
     }
 
-    fn validate(&self) -> Result<(), ConfigError> {
+    /// Every mistake serde cannot see, each naming its key. `whole`: the config is the file's,
+    /// with nothing taken out, so references between tables can be judged too.
+    fn validate(&self, whole: bool) -> Vec<ConfigError> {
         let key_error = |key: String, message: &str| ConfigError::Key { key, message: message.to_owned() };
+        let mut errors = Vec::new();
         for (name, ns) in self.namespaces.iter() {
-            Namespace::new(name).map_err(|e| key_error(format!("namespaces.{name}"), &e.message))?;
+            if let Err(e) = Namespace::new(name) {
+                errors.push(key_error(format!("namespaces.{name}"), &e.message));
+            }
             if ns.default_ttl.is_some_and(|t| t.0.is_zero()) {
-                return Err(key_error(format!("namespaces.{name}.default_ttl"), "must be longer than zero"));
+                errors.push(key_error(format!("namespaces.{name}.default_ttl"), "must be longer than zero"));
             }
         }
-        self.validate_access()?;
+        errors.extend(self.validate_access(whole));
         let limits = &self.limits;
         for (key, zero) in [
             ("limits.max_body_bytes", limits.max_body_bytes == 0),
@@ -294,65 +355,77 @@ impl Config {
             ("limits.idle_timeout", limits.idle_timeout.0.is_zero()),
         ] {
             if zero {
-                return Err(key_error(key.into(), "must be greater than zero"));
+                errors.push(key_error(key.into(), "must be greater than zero"));
             }
         }
         if self.sweeper.batch == 0 || self.sweeper.interval.0.is_zero() {
-            return Err(key_error("sweeper".into(), "interval and batch must be greater than zero"));
+            errors.push(key_error("sweeper".into(), "interval and batch must be greater than zero"));
         }
         if let Some(gateway) = &self.gateway {
             if gateway.listen == self.listen {
-                return Err(key_error("gateway.listen".into(), "must differ from listen"));
+                errors.push(key_error("gateway.listen".into(), "must differ from listen"));
             }
             if let Some((i, other)) = gateway.duplicate_route() {
                 let message = format!("matches the same requests as gateway.routes[{other}] (same path and method)");
-                return Err(key_error(format!("gateway.routes[{i}]"), &message));
+                errors.push(key_error(format!("gateway.routes[{i}]"), &message));
             }
         }
         for (i, source) in self.sources.iter().enumerate() {
-            source.validate().map_err(|(field, message)| key_error(format!("sources[{i}].{field}"), message))?;
+            if let Err((field, message)) = source.validate() {
+                errors.push(key_error(format!("sources[{i}].{field}"), message));
+            }
             if self.sources[..i].iter().any(|other| other.name == source.name) {
-                return Err(key_error(format!("sources[{i}].name"), "another source has this name"));
+                errors.push(key_error(format!("sources[{i}].name"), "another source has this name"));
             }
         }
-        Ok(())
+        errors
     }
 
     /// `[auth]`, `[http]` and `[tls]`: tokens that can be presented and are told apart, sources that
     /// exist, certificate files given in pairs.
-    fn validate_access(&self) -> Result<(), ConfigError> {
+    fn validate_access(&self, whole: bool) -> Vec<ConfigError> {
         let key_error = |key: String, message: &str| ConfigError::Key { key, message: message.to_owned() };
+        let mut errors = Vec::new();
         for (i, token) in self.auth.tokens.iter().enumerate() {
-            access::check_secret(token.expose()).map_err(|m| key_error(format!("auth.tokens[{i}]"), m))?;
+            if let Err(m) = access::check_secret(token.expose()) {
+                errors.push(key_error(format!("auth.tokens[{i}]"), m));
+            }
         }
         let mut digests: Vec<[u8; 32]> = self.auth.tokens.iter().map(|t| token_digest(t.expose())).collect();
         for (i, token) in self.auth.token.iter().enumerate() {
             let at = |field: &str| format!("auth.token[{i}].{field}");
-            token.validate().map_err(|(field, message)| key_error(at(field), &message))?;
-            if self.auth.token[..i].iter().any(|other| other.name == token.name) {
-                return Err(key_error(at("name"), "another [[auth.token]] has this name"));
+            if let Err((field, message)) = token.validate() {
+                errors.push(key_error(at(field), &message));
+                continue;
             }
+            if self.auth.token[..i].iter().any(|other| other.name == token.name) {
+                errors.push(key_error(at("name"), "another [[auth.token]] has this name"));
+            }
+            // A source taken out for its own mistakes would show up here as unknown: judged only
+            // on the whole file.
             let unknown = token.sources.iter().flatten().find(|s| self.source(s.as_str()).is_none());
-            if let Some(source) = unknown {
-                return Err(key_error(
-                    at("sources"),
-                    &format!("names {source}, which no [[sources]] table configures"),
-                ));
+            if let Some(source) = unknown.filter(|_| whole) {
+                errors
+                    .push(key_error(at("sources"), &format!("names {source}, which no [[sources]] table configures")));
             }
             let digest = token.digest().unwrap_or_default();
             if digests.contains(&digest) {
-                return Err(key_error(at("sha256"), "is the same token as another one: each token must differ"));
+                errors.push(key_error(at("sha256"), "is the same token as another one: each token must differ"));
             }
             digests.push(digest);
         }
-        self.http.validate().map_err(|m| key_error("http.allowed_hosts".into(), &m))?;
-        self.tls.validate().map_err(|(field, m)| key_error(format!("tls.{field}"), m))?;
+        if let Err(m) = self.http.validate() {
+            errors.push(key_error("http.allowed_hosts".into(), &m));
+        }
+        if let Err((field, m)) = self.tls.validate() {
+            errors.push(key_error(format!("tls.{field}"), m));
+        }
         if let Some(tls) = self.gateway.as_ref().and_then(|g| g.tls.as_ref())
             && tls.watch_interval.0.is_zero()
         {
-            return Err(key_error("gateway.tls.watch_interval".into(), "must be longer than zero"));
+            errors.push(key_error("gateway.tls.watch_interval".into(), "must be longer than zero"));
         }
-        Ok(())
+        errors
     }
 
     /// Refuses a non-loopback `listen` with no tokens (anyone who can reach it could claim and
@@ -397,6 +470,34 @@ impl Config {
     pub fn default_ttl(&self, ns: &str) -> Option<Duration> {
         self.namespaces.get(ns).and_then(|n| n.default_ttl).map(|d| d.0)
     }
+}
+
+/// The warning for an `IDEM_` variable that is not config: ignored, and, when its first segment is
+/// close to a config key, named as a likely typo.
+fn not_config(name: &str, first: &str) -> String {
+    let close = TOP_LEVEL_KEYS.iter().find(|key| edit_distance(first, key) <= 2.min(key.len() / 2));
+    let hint = close.map(|key| format!(" Did you mean IDEM_{}?", key.to_ascii_uppercase())).unwrap_or_default();
+    format!(
+        "{name} is not idem config (no config key `{first}`), so idem ignores it: idem reads an IDEM_ variable as \
+         config only when its name starts with a config key ({}).{hint}",
+        TOP_LEVEL_KEYS.iter().map(|k| format!("IDEM_{}", k.to_ascii_uppercase())).collect::<Vec<_>>().join(", ")
+    )
+}
+
+/// Levenshtein distance, for typo hints between short names.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut previous = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substituted = previous + usize::from(ca != *cb);
+            previous = row[j + 1];
+            row[j + 1] = substituted.min(row[j] + 1).min(row[j + 1] + 1);
+        }
+    }
+    row[b.len()]
 }
 
 /// The deserializer's words for types, in the words of someone writing a config file.
@@ -508,8 +609,8 @@ mod tests {
         assert!(err.to_string().contains("namespaces.a") && err.to_string().contains("defualt_ttl"), "{err}");
         let err = load("[namespaces.a]\ndefault_ttl = \"5x\"\n", &[], &Overrides::default()).unwrap_err();
         assert!(err.to_string().contains("namespaces.a.default_ttl"), "{err}");
-        let err = load("", &[("IDEM_LISTN", "x")], &Overrides::default()).unwrap_err();
-        assert!(err.to_string().contains("listn"), "{err}");
+        let err = load("", &[("IDEM_LIMITS__MAX_BODY_BYTE", "5")], &Overrides::default()).unwrap_err();
+        assert!(err.to_string().contains("max_body_byte"), "a typo inside a config section is an error: {err}");
         let err = load("[namespaces.Bad]\n", &[], &Overrides::default()).unwrap_err();
         assert!(err.to_string().contains("namespaces.Bad"), "{err}");
         let err = load("[store]\ntype = \"sqlite\"\nurl = \"postgres://x\"\n", &[], &Overrides::default()).unwrap_err();
@@ -680,6 +781,61 @@ mod tests {
                 .expect("load");
         assert!(proxied.check_transport().is_ok());
         assert!(Config::default().check_transport().is_ok(), "loopback needs no TLS");
+    }
+
+    /// `IDEM_SIGNING_SECRET` (the PHP handler's), `IDEM_TOKEN` (the clients') or any variable of
+    /// the user's own programs never stops idem; a likely typo of a config key is named.
+    #[test]
+    fn only_idem_variables_named_for_a_config_key_are_config() {
+        let env = [
+            ("IDEM_SIGNING_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+            ("IDEM_TOKEN", "client-only"),
+            ("IDEM_SERVER", "http://127.0.0.1:7070"),
+            ("IDEM_LISTN", "127.0.0.1:9999"),
+            ("IDEM_LOG__LEVEL", "warn"),
+        ];
+        let c = load("", &env, &Overrides::default()).expect("others' variables do not stop idem");
+        assert_eq!(c.log.level, "warn", "a config variable still applies");
+        assert_eq!(c.listen.port(), 7070, "a typo is not applied");
+        assert_eq!(c.warnings.len(), 2, "{:?}", c.warnings);
+        assert!(
+            c.warnings[0].starts_with("IDEM_SIGNING_SECRET is not idem config")
+                && !c.warnings[0].contains("Did you mean")
+        );
+        assert!(
+            c.warnings[1].contains("IDEM_LISTN") && c.warnings[1].contains("Did you mean IDEM_LISTEN?"),
+            "{:?}",
+            c.warnings
+        );
+        assert!(!c.warnings.concat().contains("whsec_MfKQ"), "a warning never repeats a value");
+    }
+
+    #[test]
+    fn the_top_level_keys_are_the_configs() {
+        let err = load("zzz = 1\n", &[], &Overrides::default()).unwrap_err().to_string();
+        let expected = err.split("expected one of ").nth(1).unwrap_or_default();
+        let named: Vec<&str> =
+            expected.split(", ").map(|k| k.trim_matches(|c: char| c == '`' || c.is_whitespace())).collect();
+        assert_eq!(named, TOP_LEVEL_KEYS, "{err}");
+    }
+
+    #[test]
+    fn every_mistake_is_listed_at_once() {
+        let text = "listen = \"nowhere\"\n[limits]\nmax_body_bytes = 0\n[[sources]]\nname = \"p\"\nhandler_url = \"ftp://x\"\n";
+        let err = load(text, &[], &Overrides::default()).unwrap_err().to_string();
+        for key in [
+            "`listen`",
+            "`sources[0].handler_url`",
+            "`sources[0]`: missing field `event_id`",
+            "`sources[0]`: missing field `signing_secret`",
+        ] {
+            assert!(err.contains(key), "{key} in:\n{err}");
+        }
+        assert!(err.starts_with("5 mistakes in the config:\n"), "{err}");
+        assert!(
+            err.contains("`limits.max_body_bytes`: must be greater than zero"),
+            "validation's mistakes too:\n{err}"
+        );
     }
 
     #[test]
