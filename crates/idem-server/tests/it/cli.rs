@@ -187,6 +187,27 @@ async fn receipts_list_show_replay() {
         idem(with_server(args(&["receipts", "list", "--status", "dead", "--source", "partner"]))).await;
     assert_eq!(code, 0);
     assert!(stdout.contains(&id), "{stdout}");
+    let page: serde_json::Value = serde_json::from_str(&stdout).expect("piped: JSON by default");
+    assert_eq!(page["receipts"][0]["id"], id.as_str());
+    let (code, table, _) = idem(with_server(args(&["receipts", "list", "--output", "table"]))).await;
+    assert_eq!(code, 0);
+    let mut lines = table.lines();
+    assert!(
+        lines.next().is_some_and(|h| h.starts_with("ID") && h.contains("STATUS") && h.contains("CREATED")),
+        "{table}"
+    );
+    let row = lines.next().unwrap_or_default();
+    assert!(row.starts_with(&id) && row.contains("partner") && row.contains("e1") && row.contains("dead"), "{table}");
+    for (bad, why) in [
+        (vec!["receipts", "replay", "--status", "dead", "--created-before", "yesterday"], "an unparseable time"),
+        (vec!["receipts", "list", "--status", "deadd"], "an unknown status"),
+        (vec!["receipts", "list", "--output", "yaml"], "an unknown output"),
+        (vec!["receipts", "list", "--limit", "0"], "a limit the server refuses (400)"),
+        (vec!["claims", "put", "ns", "--key", "k", "--ttl-seconds", "0"], "a TTL the server refuses (400)"),
+    ] {
+        let (code, _, stderr) = idem(with_server(args(&bad))).await;
+        assert_eq!(code, 2, "{why} is a usage error: {stderr}");
+    }
     let dry = ["receipts", "replay", "--status", "dead", "--source", "partner", "--dry-run"];
     let (code, stdout, _) = idem(with_server(args(&dry))).await;
     assert_eq!((code, stdout.contains("\"matching\": 1")), (0, true), "{stdout}");
