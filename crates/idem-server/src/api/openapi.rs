@@ -6,6 +6,11 @@
 //! when bearer auth applies (never for a signed source's event intake: its signature is the
 //! credential).
 //!
+//! It is written for generators too (Redocly's recommended lint and openapi-python-client run on
+//! it in `scripts/check-openapi.sh`, and must say nothing): one answer shape per status, `key` or
+//! `parts` as a `oneOf` of two closed object types, `format: date-time` on every `…_at`, the
+//! headers answers carry, `servers`, and an example for every JSON request body.
+//!
 //! What it still cannot state (JSON Schema counts characters where idem counts a part's bytes, for
 //! instance) is listed in the README's Testing section, with why.
 
