@@ -6,7 +6,8 @@
 # Schemathesis, then the deploy/ pack.
 # Ends with one line summing every runner's counts: `tests: N passed, M failed`.
 #
-# Needs: a Rust toolchain, Node 18+ with npm, Python 3.9+ with pip, Go 1.19+ and PHP 8.2's CLI
+# Needs: a Rust toolchain, Node 18+ with npm, Python 3.11+ with pip (the Python client supports
+# 3.9+; openapi-python-client, which the OpenAPI check generates a client with, needs 3.11), Go 1.19+ and PHP 8.2's CLI
 # (Debian's golang-go and php-cli: skipped loudly when missing; .ci/run installs them), and
 # Debian's chromium and chromium-driver (installed here when missing and run as root; .ci/run does
 # the same). Tests that need PostgreSQL run
