@@ -231,7 +231,7 @@ func (c *Claims) Exists(ctx context.Context, ns string, prefix ...string) (bool,
 	var out struct {
 		Exists bool `json:"exists"`
 	}
-	req := request{method: "POST", path: claimsPath(ns) + "/lookup", json: map[string]any{"prefix": prefix}}
+	req := request{method: "POST", path: claimsPath(ns) + "/prefix", json: map[string]any{"prefix": prefix}}
 	if err := c.t.call(ctx, req, &out); err != nil {
 		return false, err
 	}

@@ -286,6 +286,23 @@ func TestGetAndDelete(t *testing.T) {
 	}
 }
 
+// A client with a wrong base path gets ErrNoRoute from Get and Delete, never "absent".
+func TestWrongBasePathIsNoRouteNotAbsent(t *testing.T) {
+	ctx, ns := ctxFor(t), namespace(t)
+	wrong := idem.New(srv.URL+"/api", idem.WithBackoff(20*time.Millisecond, 2*time.Second))
+	rec, err := wrong.Claims.Get(ctx, ns, idem.Key("k"))
+	if rec != nil || !errors.Is(err, idem.ErrNoRoute) || errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("Get under a wrong base path: want ErrNoRoute, got %+v, %v", rec, err)
+	}
+	gone, err := wrong.Claims.Delete(ctx, ns, idem.Key("k"))
+	if gone || !errors.Is(err, idem.ErrNoRoute) {
+		t.Fatalf("Delete under a wrong base path: want ErrNoRoute, got %v, %v", gone, err)
+	}
+	if op, err := wrong.Operations.Get(ctx, ns, idem.Key("k")); op != nil || !errors.Is(err, idem.ErrNoRoute) {
+		t.Fatalf("Operations.Get under a wrong base path: want ErrNoRoute, got %+v, %v", op, err)
+	}
+}
+
 func TestInvalidRequests(t *testing.T) {
 	ctx, c := ctxFor(t), client()
 	_, err := c.Claims.Claim(ctx, "Not A Namespace", idem.Key("k"))

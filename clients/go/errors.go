@@ -13,6 +13,10 @@ const (
 	ProblemInProgress          = "urn:idem:problem:in-progress"
 	ProblemLeaseLost           = "urn:idem:problem:lease-lost"
 	ProblemFingerprintMismatch = "urn:idem:problem:fingerprint-mismatch"
+	// ProblemNotFound is idem's "no such record": the only 404 that Get and Delete read as absent.
+	ProblemNotFound = "urn:idem:problem:not-found"
+	// ProblemNoSuchRoute is a 404 for a path that is no route at all: a wrong base URL.
+	ProblemNoSuchRoute = "urn:idem:problem:no-such-route"
 	// ProblemConnection and ProblemTimeout are the Type of an *Error that never got an answer.
 	ProblemConnection = "urn:idem:client:connection-error"
 	ProblemTimeout    = "urn:idem:client:timeout"
@@ -38,9 +42,13 @@ var (
 	ErrUnauthorized = errors.New("idem: unauthorized")
 	// ErrForbidden: 403, the token may not do this.
 	ErrForbidden = errors.New("idem: forbidden")
-	// ErrNotFound: 404 where the call has no "absent" answer of its own (Get answers nil, nil and
-	// Delete false instead).
+	// ErrNotFound: 404 urn:idem:problem:not-found, no such record, where the call has no "absent"
+	// answer of its own (Get answers nil, nil and Delete false instead).
 	ErrNotFound = errors.New("idem: not found")
+	// ErrNoRoute: 404 urn:idem:problem:no-such-route, a path that is no route at all (the base URL
+	// passed to New is wrong). Never read as "absent": Get and Delete return it. A 404 that is not
+	// idem's (a proxy's page) matches neither this nor ErrNotFound, and is returned too.
+	ErrNoRoute = errors.New("idem: no such route")
 	// ErrConnection: no answer at all (connection refused or reset, or the per-attempt timeout),
 	// on every attempt. Status is 0.
 	ErrConnection = errors.New("idem: no answer")
@@ -121,7 +129,9 @@ func (e *Error) Is(target error) bool {
 	case ErrForbidden:
 		return e.Status == 403
 	case ErrNotFound:
-		return e.Status == 404
+		return e.Status == 404 && e.Type == ProblemNotFound
+	case ErrNoRoute:
+		return e.Status == 404 && e.Type == ProblemNoSuchRoute
 	case ErrConnection:
 		return e.Status == 0
 	}

@@ -122,13 +122,15 @@ func TestNoRetryAndSentinels(t *testing.T) {
 		{401, "urn:idem:problem:unauthorized", idem.ErrUnauthorized},
 		{403, "urn:idem:problem:forbidden", idem.ErrForbidden},
 		{404, "urn:idem:problem:not-found", idem.ErrNotFound},
+		{404, idem.ProblemNoSuchRoute, idem.ErrNoRoute},
+		{404, "about:blank", nil},
 		{409, idem.ProblemInProgress, idem.ErrInProgress},
 		{409, idem.ProblemLeaseLost, idem.ErrLeaseLost},
 		{409, "urn:idem:problem:conflict", idem.ErrConflict},
 		{422, idem.ProblemFingerprintMismatch, idem.ErrMismatch},
 		{500, "urn:idem:problem:internal", nil},
 	}
-	all := []error{idem.ErrUnauthorized, idem.ErrForbidden, idem.ErrNotFound, idem.ErrInProgress, idem.ErrLeaseLost,
+	all := []error{idem.ErrUnauthorized, idem.ErrForbidden, idem.ErrNotFound, idem.ErrNoRoute, idem.ErrInProgress, idem.ErrLeaseLost,
 		idem.ErrMismatch, idem.ErrUnavailable, idem.ErrConnection}
 	for _, tc := range cases {
 		s, n := fakeIdem(t, func(i int, w http.ResponseWriter, r *http.Request) {

@@ -14,7 +14,8 @@ over the same orders:
 Then it checks the provider's ledger: every order charged exactly once.
 
 Run:  idem serve   (in another terminal), then  python3 examples/payments/demo.py
-Needs: the Python client (pip install ./clients/python). IDEM_URL defaults to http://127.0.0.1:7070.
+Needs: the Python client (pip install ./clients/python). IDEM_URL defaults to http://127.0.0.1:7070;
+IDEM_TOKEN is the token, when idem has [auth] tokens.
 """
 
 import json
@@ -45,6 +46,29 @@ def read_ledger(path):
         return json.load(f)
 
 
+def check_token():
+    """Begins and releases an operation of its own, as the worker will begin real ones: a 401 or
+    403 now is a clear message instead of a worker's stack trace later."""
+    from idem_client import Idem, IdemError
+
+    token = os.environ.get("IDEM_TOKEN")
+    try:
+        with Idem(IDEM_URL, token=token, retries=0) as idem:
+            begun = idem.operations.begin("payments", key=f"demo-token-check-{RUN}")
+            if begun.token:
+                idem.operations.release("payments", begun.id, begun.token)
+    except IdemError as e:
+        if e.status == 401 and not token:
+            raise SystemExit(f"idem at {IDEM_URL} wants a token: set IDEM_TOKEN to one of its [auth] tokens "
+                             "(`idem token new --can write --namespace payments` makes one)")
+        if e.status == 401:
+            raise SystemExit(f"idem at {IDEM_URL} does not know the token in IDEM_TOKEN: set it to one of its [auth] tokens")
+        if e.status == 403:
+            raise SystemExit(f"idem at {IDEM_URL} refused the token in IDEM_TOKEN: {e.detail} "
+                             "(the worker needs can = \"write\" on namespace payments)")
+        raise
+
+
 def main():
     try:
         import idem_client  # noqa: F401  (the worker imports it; say so here, before starting anything)
@@ -55,6 +79,7 @@ def main():
             response.read()
     except OSError as e:
         raise SystemExit(f"idem is not reachable at {IDEM_URL} ({e}): start it with `idem serve`, or set IDEM_URL")
+    check_token()
 
     orders = [{"id": f"order-{RUN}-{n}", "amount": 1000 + n} for n in range(1, ORDERS + 1)]
     killed_id = orders[KILLED - 1]["id"]

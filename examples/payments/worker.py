@@ -22,7 +22,7 @@ import sys
 import urllib.request
 
 try:
-    from idem_client import Idem
+    from idem_client import Idem, IdemError
 except ImportError:
     raise SystemExit("this example needs the Python client: pip install ./clients/python")
 
@@ -75,4 +75,9 @@ def main():
         print(f"{order['id']} ({order['amount']} cents): {line}", flush=True)
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except IdemError as e:
+        if e.status in (401, 403):  # a token problem is the user's to fix, not a bug: no traceback
+            raise SystemExit(f"idem at {IDEM_URL} answered {e.status}: {e.detail} (IDEM_TOKEN: a token that may write to payments)")
+        raise

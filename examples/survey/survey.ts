@@ -75,11 +75,29 @@ async function main(): Promise<void> {
   console.log("ok");
 }
 
-main().catch((error: unknown) => {
+/** What went wrong, in one line and what to do about it: no stack trace for the usual mistakes. */
+function explain(error: unknown): string {
+  const url = process.env.IDEM_URL ?? "http://127.0.0.1:7070";
   if (error instanceof IdemError && error.status === 0) {
-    console.error(`idem is not reachable at ${process.env.IDEM_URL ?? "http://127.0.0.1:7070"}: start it with \`idem serve\` (or set IDEM_URL)`);
+    return `idem is not reachable at ${url}: start it with \`idem serve\` (or set IDEM_URL)`;
+  }
+  if (error instanceof IdemError && error.status === 401) {
+    return process.env.IDEM_TOKEN
+      ? `idem at ${url} does not know the token in IDEM_TOKEN: set IDEM_TOKEN to one of its [auth] tokens`
+      : `idem at ${url} wants a token: set IDEM_TOKEN to one of its [auth] tokens (\`idem token new --can write\` makes one)`;
+  }
+  if (error instanceof IdemError && error.status === 403) {
+    return `idem at ${url} refused: ${error.detail ?? error.message} (IDEM_TOKEN needs can = "write" on namespace ${NS})`;
+  }
+  return `FAILED: ${error instanceof IdemError ? error.message : String(error)}`;
+}
+
+main().catch((error: unknown) => {
+  const message = explain(error);
+  if (message.startsWith("FAILED") && !(error instanceof IdemError)) {
+    console.error("FAILED:", error); // an unexpected error: its stack helps
   } else {
-    console.error("FAILED:", error);
+    console.error(message);
   }
   process.exit(1);
 });

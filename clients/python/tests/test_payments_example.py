@@ -52,3 +52,21 @@ def test_says_what_it_needs_when_idem_is_not_reachable() -> None:
     )
     assert done.returncode != 0
     assert "idem is not reachable at http://127.0.0.1:9" in done.stderr and "idem serve" in done.stderr, done.stderr
+
+
+def test_says_what_it_needs_when_idem_wants_a_token(auth_server: IdemServer) -> None:
+    def demo(**env: str) -> "subprocess.CompletedProcess[str]":
+        base = {k: v for k, v in os.environ.items() if k != "IDEM_TOKEN"}
+        return subprocess.run(
+            [sys.executable, str(DEMO)], env=dict(base, IDEM_URL=auth_server.url, **env),
+            capture_output=True, text=True, timeout=30,
+        )
+
+    done = demo()
+    assert done.returncode != 0
+    assert f"idem at {auth_server.url} wants a token: set IDEM_TOKEN" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    wrong = demo(IDEM_TOKEN="not-it")
+    assert "does not know the token in IDEM_TOKEN" in wrong.stderr and "Traceback" not in wrong.stderr, wrong.stderr
+    reader = demo(IDEM_TOKEN="v13w")
+    assert "refused the token in IDEM_TOKEN" in reader.stderr and "Traceback" not in reader.stderr, reader.stderr

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Dict, List
 
+import socket
+
 import httpx
 import pytest
 
@@ -121,6 +123,7 @@ def test_batch_lookup_exists_and_shorthands() -> None:
     assert rec.requests[1].url.path == "/v1/claims/articles/lookup"
     assert idem.claims.exists("survey", prefix=["s", "u"]) is True
     assert rec.body() == {"prefix": ["s", "u"]}
+    assert rec.requests[2].url.path == "/v1/claims/survey/prefix"
 
 
 def test_get_and_delete_absent_and_present() -> None:
@@ -235,6 +238,39 @@ def test_connection_errors_are_retried_then_wrapped() -> None:
         make(rec, FakeClock(), retries=1).claims.claim("ns", key="k")
     assert isinstance(info.value, UnavailableError) and info.value.status == 0
     assert len(rec.requests) == 2
+    message = str(info.value)
+    assert f"cannot reach idem at {URL}: connection refused (is idem running there?)" in message, message
+    assert "POST /v1/claims/ns, 2 attempts" in message, message
+
+
+def test_a_real_refused_connection_names_the_host_and_the_cause() -> None:
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(IdemConnectionError) as info:
+        Idem(f"http://127.0.0.1:{port}/", retries=0).claims.claim("x", key="k")
+    message = str(info.value)
+    assert f"cannot reach idem at http://127.0.0.1:{port}: connection refused" in message, message
+    assert info.value.type == "urn:idem:client:connection-error"
+
+
+def test_a_404_that_is_not_idems_not_found_raises_instead_of_answering_absent() -> None:
+    for answer in (
+        httpx.Response(404, json={"type": "urn:idem:problem:no-such-route", "title": "No such route", "status": 404, "detail": "no route"}),
+        httpx.Response(404, text="<html>Not Found</html>"),
+    ):
+        idem = make(Recorder(answer), FakeClock())
+        for call in (
+            lambda: idem.claims.get("survey", key="k"),
+            lambda: idem.claims.delete("survey", key="k"),
+            lambda: idem.operations.get("ops", key="k"),
+            lambda: idem.receipts.get("rcpt_1"),
+        ):
+            with pytest.raises(IdemError) as info:
+                call()
+            assert info.value.status == 404
+    absent = httpx.Response(404, json={"type": "urn:idem:problem:not-found", "title": "Not found", "status": 404, "detail": "no claim"})
+    assert make(Recorder(absent), FakeClock()).claims.get("survey", key="k") is None
 
 
 def test_retries_zero_means_one_attempt() -> None:

@@ -3,7 +3,7 @@
  * backoff and jitter on connection errors and 502/503/504 (honouring `Retry-After`), and
  * problem+json answers turned into errors.
  */
-import { ConnectionError, errorFor, IdemError, PROBLEM_CONNECTION, PROBLEM_TIMEOUT, } from "./errors.js";
+import { ConnectionError, errorFor, IdemError, PROBLEM_CONNECTION, PROBLEM_NOT_FOUND, PROBLEM_TIMEOUT, } from "./errors.js";
 const RETRY_STATUSES = new Set([502, 503, 504]);
 export const defaultSleep = (ms) => new Promise((resolve) => {
     setTimeout(resolve, ms);
@@ -112,8 +112,8 @@ export class Transport {
                     type: timedOut ? PROBLEM_TIMEOUT : PROBLEM_CONNECTION,
                     title: timedOut ? "Timed out" : "Connection failed",
                     detail: timedOut
-                        ? `${what}: no answer within ${timeoutMs} ms (${attempt + 1} attempts)`
-                        : `${what}: ${describe(cause)} (${attempt + 1} attempts)`,
+                        ? `no answer from idem at ${where(this.#base)} within ${timeoutMs} ms (${what}, ${attempt + 1} attempts)`
+                        : `cannot reach idem at ${where(this.#base)}: ${describe(cause)} (${what}, ${attempt + 1} attempts)`,
                     cause,
                 });
             }
@@ -121,7 +121,9 @@ export class Transport {
             if (status >= 200 && status < 300) {
                 return { status, body: parseBody(text) };
             }
-            if (status === 404 && options.nullOn404)
+            // Only idem's own "no such record" is absent: a 404 for an unknown route (a wrong base URL)
+            // or from something in front of idem is an error.
+            if (status === 404 && options.nullOn404 && problemType(contentType, text) === PROBLEM_NOT_FOUND)
                 return null;
             const retryAfterSeconds = parseRetryAfter(retryAfter);
             if (RETRY_STATUSES.has(status) && attempt < this.#retries) {
@@ -143,13 +145,39 @@ function nonNegative(value, fallback, name) {
     }
     return value;
 }
+/** Node's error codes for a failed connection, in words. */
+const REASONS = {
+    ECONNREFUSED: "connection refused (is idem running there?)",
+    ENOTFOUND: "no such host",
+    EAI_AGAIN: "the host name could not be resolved",
+    ECONNRESET: "the connection was reset",
+    ETIMEDOUT: "the connection timed out",
+    EHOSTUNREACH: "the host is unreachable",
+    ENETUNREACH: "the network is unreachable",
+    UND_ERR_SOCKET: "the connection closed early",
+};
+/** The cause of a failed fetch, in words, with its code: `fetch failed` alone says nothing. */
 function describe(cause) {
     if (cause instanceof Error) {
         const inner = cause.cause;
         const code = inner && typeof inner === "object" ? inner.code : undefined;
-        return typeof code === "string" ? `${cause.message} (${code})` : cause.message;
+        if (typeof code !== "string")
+            return cause.message;
+        return `${REASONS[code] ?? (inner instanceof Error ? inner.message : cause.message)} [${code}]`;
     }
     return String(cause);
+}
+/** The base URL without any user or password in it, as an error may show it. */
+function where(base) {
+    try {
+        const url = new URL(base);
+        url.username = "";
+        url.password = "";
+        return url.toString().replace(/\/+$/, "");
+    }
+    catch {
+        return base;
+    }
 }
 function parseBody(text) {
     if (text === "")
@@ -159,6 +187,18 @@ function parseBody(text) {
     }
     catch {
         return text;
+    }
+}
+function problemType(contentType, text) {
+    if (!text || (contentType !== null && !/json/i.test(contentType)))
+        return undefined;
+    try {
+        const parsed = JSON.parse(text);
+        const type = parsed && typeof parsed === "object" ? parsed.type : undefined;
+        return typeof type === "string" ? type : undefined;
+    }
+    catch {
+        return undefined;
     }
 }
 function problemError(status, statusText, contentType, text, retryAfterSeconds, what) {

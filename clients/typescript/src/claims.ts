@@ -93,7 +93,7 @@ export class Claims {
    */
   async exists(ns: string, query: ExistsQuery): Promise<boolean> {
     if (query !== null && typeof query === "object" && "prefix" in query && query.prefix !== undefined) {
-      const res = await this.#http.call("POST", `${base(ns)}/lookup`, { body: { prefix: [...query.prefix] } });
+      const res = await this.#http.call("POST", `${base(ns)}/prefix`, { body: { prefix: [...query.prefix] } });
       return (res?.body as { exists: boolean }).exists;
     }
     const [result] = await this.lookup(ns, [query as KeyRef]);

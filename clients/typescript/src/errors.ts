@@ -20,6 +20,10 @@ export const PROBLEM_IN_PROGRESS = "urn:idem:problem:in-progress";
 export const PROBLEM_LEASE_LOST = "urn:idem:problem:lease-lost";
 export const PROBLEM_FINGERPRINT_MISMATCH = "urn:idem:problem:fingerprint-mismatch";
 export const PROBLEM_FORBIDDEN = "urn:idem:problem:forbidden";
+/** A 404 that means "no such record": the only 404 a `get` or `delete` reads as absent. */
+export const PROBLEM_NOT_FOUND = "urn:idem:problem:not-found";
+/** A 404 for a path that is no route at all: a wrong base URL, never "absent". */
+export const PROBLEM_NO_SUCH_ROUTE = "urn:idem:problem:no-such-route";
 /** Types the client itself uses for failures that never reached a server's answer. */
 export const PROBLEM_CONNECTION = "urn:idem:client:connection-error";
 export const PROBLEM_TIMEOUT = "urn:idem:client:timeout";

@@ -9,6 +9,7 @@ import {
   errorFor,
   IdemError,
   PROBLEM_CONNECTION,
+  PROBLEM_NOT_FOUND,
   PROBLEM_TIMEOUT,
   type Problem,
 } from "./errors.js";
@@ -178,8 +179,8 @@ export class Transport {
           type: timedOut ? PROBLEM_TIMEOUT : PROBLEM_CONNECTION,
           title: timedOut ? "Timed out" : "Connection failed",
           detail: timedOut
-            ? `${what}: no answer within ${timeoutMs} ms (${attempt + 1} attempts)`
-            : `${what}: ${describe(cause)} (${attempt + 1} attempts)`,
+            ? `no answer from idem at ${where(this.#base)} within ${timeoutMs} ms (${what}, ${attempt + 1} attempts)`
+            : `cannot reach idem at ${where(this.#base)}: ${describe(cause)} (${what}, ${attempt + 1} attempts)`,
           cause,
         });
       }
@@ -188,7 +189,9 @@ export class Transport {
       if (status >= 200 && status < 300) {
         return { status, body: parseBody(text) };
       }
-      if (status === 404 && options.nullOn404) return null;
+      // Only idem's own "no such record" is absent: a 404 for an unknown route (a wrong base URL)
+      // or from something in front of idem is an error.
+      if (status === 404 && options.nullOn404 && problemType(contentType, text) === PROBLEM_NOT_FOUND) return null;
 
       const retryAfterSeconds = parseRetryAfter(retryAfter);
       if (RETRY_STATUSES.has(status) && attempt < this.#retries) {
@@ -211,13 +214,39 @@ function nonNegative(value: number | undefined, fallback: number, name: string):
   return value;
 }
 
+/** Node's error codes for a failed connection, in words. */
+const REASONS: Record<string, string> = {
+  ECONNREFUSED: "connection refused (is idem running there?)",
+  ENOTFOUND: "no such host",
+  EAI_AGAIN: "the host name could not be resolved",
+  ECONNRESET: "the connection was reset",
+  ETIMEDOUT: "the connection timed out",
+  EHOSTUNREACH: "the host is unreachable",
+  ENETUNREACH: "the network is unreachable",
+  UND_ERR_SOCKET: "the connection closed early",
+};
+
+/** The cause of a failed fetch, in words, with its code: `fetch failed` alone says nothing. */
 function describe(cause: unknown): string {
   if (cause instanceof Error) {
     const inner = (cause as { cause?: unknown }).cause;
     const code = inner && typeof inner === "object" ? (inner as { code?: unknown }).code : undefined;
-    return typeof code === "string" ? `${cause.message} (${code})` : cause.message;
+    if (typeof code !== "string") return cause.message;
+    return `${REASONS[code] ?? (inner instanceof Error ? inner.message : cause.message)} [${code}]`;
   }
   return String(cause);
+}
+
+/** The base URL without any user or password in it, as an error may show it. */
+function where(base: string): string {
+  try {
+    const url = new URL(base);
+    url.username = "";
+    url.password = "";
+    return url.toString().replace(/\/+$/, "");
+  } catch {
+    return base;
+  }
 }
 
 function parseBody(text: string): unknown {
@@ -226,6 +255,17 @@ function parseBody(text: string): unknown {
     return JSON.parse(text);
   } catch {
     return text;
+  }
+}
+
+function problemType(contentType: string | null, text: string): string | undefined {
+  if (!text || (contentType !== null && !/json/i.test(contentType))) return undefined;
+  try {
+    const parsed: unknown = JSON.parse(text);
+    const type = parsed && typeof parsed === "object" ? (parsed as { type?: unknown }).type : undefined;
+    return typeof type === "string" ? type : undefined;
+  } catch {
+    return undefined;
   }
 }
 

@@ -49,10 +49,12 @@ after(async () => {
 });
 
 /** Runs the compiled example; resolves to `{ code, stdout, stderr }` whatever its exit code. */
-async function survey(url) {
+async function survey(url, env = {}) {
+  const base = { ...process.env };
+  delete base.IDEM_TOKEN;
   try {
     const { stdout, stderr } = await run(process.execPath, [script], {
-      env: { ...process.env, IDEM_URL: url },
+      env: { ...base, IDEM_URL: url, ...env },
       timeout: 120_000,
     });
     return { code: 0, stdout, stderr };
@@ -82,4 +84,20 @@ test("the survey example says plainly when idem is not running", async () => {
   assert.equal(code, 1, `${stdout}\n${stderr}`);
   assert.match(stderr, new RegExp(`idem is not reachable at ${url.replaceAll(".", "\\.")}: start it with \`idem serve\``));
   assert.doesNotMatch(stderr, /at .*survey\.js:\d+/, "no stack trace");
+});
+
+test("the survey example says plainly when idem wants a token", async () => {
+  const server = await startIdem({ config: '[auth]\ntokens = ["survey-t0ken"]\n' });
+  try {
+    const { code, stdout, stderr } = await survey(server.url);
+    assert.equal(code, 1, `${stdout}\n${stderr}`);
+    assert.match(stderr, /wants a token: set IDEM_TOKEN to one of its \[auth\] tokens/);
+    assert.doesNotMatch(stderr, /at .*survey\.js:\d+/, "no stack trace");
+    const wrong = await survey(server.url, { IDEM_TOKEN: "not-it" });
+    assert.match(wrong.stderr, /does not know the token in IDEM_TOKEN/);
+    const right = await survey(server.url, { IDEM_TOKEN: "survey-t0ken" });
+    assert.equal(right.code, 0, `${right.stdout}\n${right.stderr}`);
+  } finally {
+    await server.stop();
+  }
 });

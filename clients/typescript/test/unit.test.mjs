@@ -52,7 +52,7 @@ describe("construction and auth", () => {
     } finally {
       globalThis.fetch = saved;
     }
-    assert.equal(calls[0].url, `${URL_}/v1/claims/ns/lookup`);
+    assert.equal(calls[0].url, `${URL_}/v1/claims/ns/prefix`);
   });
 
   test("the token goes in Authorization only, never in the URL or an error", async () => {
@@ -78,7 +78,7 @@ describe("construction and auth", () => {
   test("a base path in the url is kept", async () => {
     const { idem, calls } = client(() => reply(200, { exists: false }), { url: "https://h.test/idem/" });
     await idem.claims.exists("ns", { prefix: ["a"] });
-    assert.equal(calls[0].url, "https://h.test/idem/v1/claims/ns/lookup");
+    assert.equal(calls[0].url, "https://h.test/idem/v1/claims/ns/prefix");
   });
 });
 
@@ -117,6 +117,8 @@ describe("retries", () => {
     assert.equal(err.type, "urn:idem:client:connection-error");
     assert.equal(err.cause, boom);
     assert.match(err.message, /ECONNREFUSED/);
+    assert.match(err.message, /cannot reach idem at http:\/\/idem\.test:7070: connection refused \(is idem running there\?\)/);
+    assert.match(err.message, /POST \/v1\/claims\/ns, 3 attempts/);
     assert.equal(calls.length, 3);
     assert.equal(waits.length, 2);
   });
@@ -265,6 +267,21 @@ describe("claims", () => {
     assert.equal(await idem.claims.delete("survey", { key: "nope" }), false);
     assert.equal(calls[0].path, `/v1/claims/survey/${ID_AB}`);
     assert.equal(calls[3].method, "DELETE");
+  });
+
+  test("a 404 that is not idem's not-found (a wrong base URL, a proxy) throws instead of answering absent", async () => {
+    for (const answer of [
+      () => problem(404, "urn:idem:problem:no-such-route"),
+      () => reply(404, "<html>Not Found</html>"),
+    ]) {
+      const { idem } = client(answer);
+      for (const call of [() => idem.claims.get("survey", { key: "k" }), () => idem.claims.delete("survey", { key: "k" }),
+        () => idem.operations.get("ops", { key: "k" }), () => idem.receipts.get("rcpt_1")]) {
+        const err = await call().catch((e) => e);
+        assert.ok(err instanceof IdemError, String(err));
+        assert.equal(err.status, 404);
+      }
+    }
   });
 
   test("namespaces and ids are URL-encoded", async () => {
@@ -594,5 +611,21 @@ describe("receipts", () => {
     assert.equal(await idem.receipts.get("rcpt_0"), null);
     assert.deepEqual(await idem.receipts.replay("rcpt_1"), { receipt_id: "rcpt_1", status: "accepted", replay: false });
     assert.equal(calls[2].path, "/v1/receipts/rcpt_1/replay");
+  });
+});
+
+describe("the README", () => {
+  test("documents every public method of claims, operations and receipts, with the shapes they return", async () => {
+    const { readFile } = await import("node:fs/promises");
+    const readme = await readFile(new URL("../README.md", import.meta.url), "utf8");
+    const idem = new Idem({ url: URL_, fetch: async () => reply(200, {}) });
+    for (const [area, api] of [["claims", idem.claims], ["operations", idem.operations], ["receipts", idem.receipts]]) {
+      const methods = Object.getOwnPropertyNames(Object.getPrototypeOf(api)).filter((m) => m !== "constructor");
+      for (const method of methods) {
+        assert.ok(readme.includes(`| \`${method}(`) || readme.includes(`### \`${method}(`), `the README's ${area} section lacks ${method}`);
+      }
+    }
+    const replayRow = readme.split("\n").find((line) => line.startsWith("| `replay(id)`"));
+    assert.match(replayRow ?? "", /replayed: true/, "replay answers `replayed`, as the server names it");
   });
 });

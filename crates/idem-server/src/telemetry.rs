@@ -179,7 +179,9 @@ pub fn register_configured(config: &crate::config::Config) {
     metrics::gauge!("idem_jobs_oldest_due_age_seconds").set(0.0);
 }
 
-/// Starts structured logging to stderr. Safe to call more than once (later calls do nothing).
+/// Starts structured logging to stderr. Safe to call more than once (later calls do nothing). Text
+/// logs are coloured only when stderr is a terminal and `NO_COLOR` is unset: a log written to a
+/// file or read by a program is plain, so that its lines are stable (`idem listening addr=…`).
 pub fn init_logging(config: &LogConfig) {
     let filter: tracing_subscriber::filter::Targets = config.level.parse().unwrap_or_else(|_| {
         eprintln!("idem: log level {:?} is not a valid filter; using \"info\"", config.level);
@@ -189,7 +191,11 @@ pub fn init_logging(config: &LogConfig) {
     use tracing_subscriber::util::SubscriberInitExt;
     let registry = tracing_subscriber::registry().with(filter);
     let _ = match config.format {
-        LogFormat::Text => registry.with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr)).try_init(),
+        LogFormat::Text => {
+            use std::io::IsTerminal;
+            let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+            registry.with(tracing_subscriber::fmt::layer().with_ansi(colour).with_writer(std::io::stderr)).try_init()
+        }
         LogFormat::Json => {
             registry.with(tracing_subscriber::fmt::layer().json().with_writer(std::io::stderr)).try_init()
         }

@@ -5,8 +5,8 @@
 //
 // Run:  IDEM_SIGNING_SECRET=whsec_… php -S 127.0.0.1:9000 handler.php
 //       (the secret is the source's signing_secret in idem.toml; handler_url = "http://127.0.0.1:9000/handle").
-//       Give the variable to php only, as above: idem reads every IDEM_* variable as its own config
-//       and refuses to start with an exported IDEM_SIGNING_SECRET (unknown key `signing_secret`).
+//       `idem secret new` makes a secret. An exported IDEM_SIGNING_SECRET does not bother idem: it
+//       reads only IDEM_ variables named for a config key, and ignores this one with a warning.
 //
 // Routes:
 //   POST /handle   an event from idem: 401 on a bad signature (nothing runs), else 204

@@ -23,7 +23,7 @@ from urllib.parse import quote
 
 import httpx
 
-from ._errors import IdemError, error_from_response
+from ._errors import NOT_FOUND, IdemError, error_from_response
 from ._keys import item_body, key_body
 from ._models import BeginResult, ClaimRecord, ClaimResult, LookupResult, ReceiptPage
 
@@ -47,9 +47,21 @@ class Call(Generic[T]):
     extra_timeout: float = 0.0
 
     def finish(self, response: httpx.Response) -> T:
-        if response.status_code >= 400 and response.status_code not in self.accept:
+        if response.status_code >= 400 and not (response.status_code in self.accept and _is_absent(response)):
             raise error_from_response(response)
         return self.parse(response)
+
+
+def _is_absent(response: httpx.Response) -> bool:
+    """Only idem's own "no such record" is absent: a 404 for an unknown route (a wrong base URL)
+    or from something in front of idem is an error."""
+    if response.status_code != 404:
+        return True
+    try:
+        body = json.loads(response.content)
+    except ValueError:
+        return False
+    return isinstance(body, dict) and body.get("type") == NOT_FOUND
 
 
 def encode_json(value: Any) -> bytes:
@@ -148,7 +160,7 @@ def exists_prefix(ns: str, prefix: Union[str, Sequence[str]]) -> Call[bool]:
     parts = [prefix] if isinstance(prefix, str) else list(prefix)
     return Call(
         "POST",
-        f"/v1/claims/{_seg(ns)}/lookup",
+        f"/v1/claims/{_seg(ns)}/prefix",
         lambda r: bool(_obj(r).get("exists")),
         encode_json({"prefix": parts}),
     )

@@ -40,7 +40,7 @@ from ._base import (
     request_kwargs,
     roundtrip,
 )
-from ._errors import IdemConnectionError, InProgressError, LeaseLostError
+from ._errors import InProgressError, LeaseLostError, connection_error
 from ._keys import resolve_id
 from ._models import BeginResult, ClaimRecord, ClaimResult, LookupResult, ReceiptPage
 from ._retry import RetryPolicy, in_progress_delay, parse_retry_after, server_wait_seconds
@@ -147,9 +147,7 @@ class AsyncIdem:
             except httpx.TransportError as exc:
                 delay = policy.for_connection_error(attempt)
                 if delay is None:
-                    raise IdemConnectionError(
-                        0, "about:blank", "Connection failed", f"{type(exc).__name__} calling {call.method} {call.path}"
-                    ) from exc
+                    raise connection_error(exc, http.base_url, call.method, call.path, attempt + 1) from exc
             else:
                 delay = policy.for_status(
                     attempt, response.status_code, parse_retry_after(response.headers.get("retry-after"))

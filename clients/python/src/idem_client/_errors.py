@@ -14,6 +14,10 @@ IN_PROGRESS = "urn:idem:problem:in-progress"
 FINGERPRINT_MISMATCH = "urn:idem:problem:fingerprint-mismatch"
 LEASE_LOST = "urn:idem:problem:lease-lost"
 FORBIDDEN = "urn:idem:problem:forbidden"
+#: A 404 meaning "no such record": the only 404 that ``get`` and ``delete`` read as absent.
+NOT_FOUND = "urn:idem:problem:not-found"
+#: A 404 for a path that is no route at all (a wrong base URL): always an error.
+NO_SUCH_ROUTE = "urn:idem:problem:no-such-route"
 
 
 class IdemError(Exception):
@@ -79,6 +83,22 @@ class UnavailableError(IdemError):
 class IdemConnectionError(UnavailableError):
     """idem could not be reached at all (connection refused, reset, timed out) after the
     configured retries. ``status`` is 0."""
+
+
+def connection_error(exc: httpx.TransportError, base_url: httpx.URL, method: str, path: str, attempts: int) -> IdemConnectionError:
+    """The error for a call that never got an answer: it names where idem was looked for (without
+    any user or password in the URL) and why it could not be reached."""
+    where = f"{base_url.scheme}://{base_url.host}" + (f":{base_url.port}" if base_url.port else "")
+    where += base_url.path.rstrip("/")
+    cause = str(exc) or type(exc).__name__
+    if isinstance(exc, httpx.TimeoutException):
+        reason = f"no answer in time ({type(exc).__name__})"
+    elif "refused" in cause.lower():
+        reason = f"connection refused (is idem running there?) [{cause}]"
+    else:
+        reason = f"{type(exc).__name__}: {cause}"
+    detail = f"cannot reach idem at {where}: {reason} ({method} {path}, {attempts} attempts)"
+    return IdemConnectionError(0, "urn:idem:client:connection-error", "Connection failed", detail)
 
 
 class WebhookVerificationError(Exception):

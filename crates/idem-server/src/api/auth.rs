@@ -216,7 +216,7 @@ pub fn need(method: &Method, route: &str) -> Need {
     match (method.as_str(), route) {
         ("POST", "/v1/sources/{name}/events") => Need::Intake,
         ("GET" | "HEAD" | "OPTIONS", _) => Need::Role(Read, "reading"),
-        ("POST", "/v1/claims/{ns}/lookup") => Need::Role(Read, "a lookup"),
+        ("POST", "/v1/claims/{ns}/lookup" | "/v1/claims/{ns}/prefix") => Need::Role(Read, "a lookup"),
         ("POST", "/v1/claims/{ns}" | "/v1/claims/{ns}/batch") => Need::Role(Write, "claiming"),
         ("DELETE", "/v1/claims/{ns}/{id}") => Need::Role(Write, "deleting a claim"),
         (
@@ -333,6 +333,7 @@ mod tests {
         let post = Method::POST;
         assert_eq!(need(&Method::GET, "/v1/receipts"), Need::Role(Can::Read, "reading"));
         assert_eq!(need(&post, "/v1/claims/{ns}/lookup"), Need::Role(Can::Read, "a lookup"));
+        assert_eq!(need(&post, "/v1/claims/{ns}/prefix"), Need::Role(Can::Read, "a lookup"));
         assert!(matches!(need(&post, "/v1/claims/{ns}"), Need::Role(Can::Write, _)));
         assert!(matches!(need(&Method::DELETE, "/v1/operations/{ns}/{id}"), Need::Role(Can::Admin, _)));
         assert!(matches!(need(&post, "/v1/receipts/{id}/discard"), Need::Role(Can::Admin, _)));

@@ -1,4 +1,5 @@
-//! The Claims API (contract §1): claim, batch claim, lookup by ids or by prefix, get and delete.
+//! The Claims API (contract §1): claim, batch claim, lookup by ids, ask whether a prefix exists, get
+//! and delete.
 //! Requests are validated whole before the store is touched, so bad input changes nothing.
 
 use std::time::Duration;
@@ -86,12 +87,24 @@ pub struct BatchRequest {
     pub items: Vec<ClaimRequest>,
 }
 
-/// Either `items` (look up ids) or `prefix` (does any claim begin with these parts?).
+/// The keys to look up. (A body `{"prefix": [...]}` is still answered here as `POST
+/// /v1/claims/{ns}/prefix` answers it, for clients written before that route; the document states
+/// only `items`, so that every operation has one answer shape.)
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LookupRequest {
+    /// 1 to 10,000 keys, answered in this order.
     pub items: Option<Vec<KeyRef>>,
+    #[schema(ignore)]
     pub prefix: Option<Vec<String>>,
+}
+
+/// Does any live claim begin with these parts?
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PrefixRequest {
+    /// 1 to 16 parts: the leading parts of the keys asked about.
+    pub prefix: Vec<String>,
 }
 
 /// A stored claim.
@@ -229,12 +242,12 @@ pub async fn batch(
     Ok(Json(BatchResponse { results: outcomes.into_iter().map(ClaimResponse::from).collect() }))
 }
 
-/// Look up keys by `items` (in request order), or ask whether any live claim begins with `prefix`.
+/// Look up keys by `items`, answered in request order.
 #[utoipa::path(post, path = "/v1/claims/{ns}/lookup", operation_id = "lookupClaims", tag = "claims",
     params(("ns" = String, Path, description = "Namespace")),
     request_body = LookupRequest,
     responses(
-        (status = 200, description = "`{results}` for items, `{exists}` for a prefix", body = LookupResponse),
+        (status = 200, description = "One result per item, in request order", body = LookupResponse),
         (status = 400, description = "Invalid request", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn lookup(
@@ -243,35 +256,56 @@ pub async fn lookup(
     ApiJson(body): ApiJson<LookupRequest>,
 ) -> Result<Response, ApiError> {
     match (body.items, body.prefix) {
-        (Some(items), None) => {
-            check_item_count(items.len())?;
-            let ids = items
-                .into_iter()
-                .enumerate()
-                .map(|(i, key)| key.resolve().map(|p| p.id()).map_err(|e| e.within(&format!("items[{i}]"))))
-                .collect::<Result<Vec<ClaimId>, _>>()?;
-            let found = state.store.lookup(&path.ns, &ids).await?;
-            count_lookup(&path.ns, "ids", ids.len());
-            let results = ids
-                .iter()
-                .zip(found)
-                .map(|(id, record)| LookupResult {
-                    id: id.to_string(),
-                    exists: record.is_some(),
-                    record: record.map(Record::from),
-                })
-                .collect();
-            Ok(Json(LookupResponse { results }).into_response())
-        }
-        (None, Some(prefix)) => {
-            let prefix = Parts::new(prefix).map_err(|e| e.within("prefix"))?;
-            let exists = state.store.prefix_exists(&path.ns, &prefix).await?;
-            count_lookup(&path.ns, "prefix", 1);
-            Ok(Json(PrefixResponse { exists }).into_response())
-        }
+        (Some(items), None) => Ok(Json(lookup_items(&state, &path.ns, items).await?).into_response()),
+        // The body `POST /prefix` takes, from before that route existed: answered as it answers.
+        (None, Some(prefix)) => Ok(Json(prefix_exists(&state, &path.ns, prefix).await?).into_response()),
         (Some(_), Some(_)) => Err(Invalid::new("items", "give either items or prefix, not both").into()),
-        (None, None) => Err(Invalid::new("items", "items or prefix is required").into()),
+        (None, None) => Err(Invalid::new("items", "items is required").into()),
     }
+}
+
+async fn lookup_items(state: &AppState, ns: &Namespace, items: Vec<KeyRef>) -> Result<LookupResponse, ApiError> {
+    check_item_count(items.len())?;
+    let ids = items
+        .into_iter()
+        .enumerate()
+        .map(|(i, key)| key.resolve().map(|p| p.id()).map_err(|e| e.within(&format!("items[{i}]"))))
+        .collect::<Result<Vec<ClaimId>, _>>()?;
+    let found = state.store.lookup(ns, &ids).await?;
+    count_lookup(ns, "ids", ids.len());
+    let results = ids
+        .iter()
+        .zip(found)
+        .map(|(id, record)| LookupResult {
+            id: id.to_string(),
+            exists: record.is_some(),
+            record: record.map(Record::from),
+        })
+        .collect();
+    Ok(LookupResponse { results })
+}
+
+async fn prefix_exists(state: &AppState, ns: &Namespace, prefix: Vec<String>) -> Result<PrefixResponse, ApiError> {
+    let prefix = Parts::new(prefix).map_err(|e| e.within("prefix"))?;
+    let exists = state.store.prefix_exists(ns, &prefix).await?;
+    count_lookup(ns, "prefix", 1);
+    Ok(PrefixResponse { exists })
+}
+
+/// Is there a live claim whose parts begin with `prefix`? Indexed, not a scan.
+#[utoipa::path(post, path = "/v1/claims/{ns}/prefix", operation_id = "claimPrefixExists", tag = "claims",
+    params(("ns" = String, Path, description = "Namespace")),
+    request_body = PrefixRequest,
+    responses(
+        (status = 200, description = "Whether a live claim begins with these parts", body = PrefixResponse),
+        (status = 400, description = "Invalid request", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn prefix(
+    State(state): State<AppState>,
+    path: ClaimPath,
+    ApiJson(body): ApiJson<PrefixRequest>,
+) -> Result<Json<PrefixResponse>, ApiError> {
+    Ok(Json(prefix_exists(&state, &path.ns, body.prefix).await?))
 }
 
 /// Read one claim by id.

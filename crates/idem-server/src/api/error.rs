@@ -14,6 +14,9 @@ pub enum ApiError {
     Invalid(#[from] Invalid),
     #[error("{0}")]
     NotFound(String),
+    /// A path that is no route at all (a wrong base URL, a typo): never read as "absent".
+    #[error("no route {0}: idem's API is under /v1 (GET /openapi.json lists every route); check the client's base URL")]
+    NoRoute(String),
     #[error("{0}")]
     Conflict(String),
     /// The operation is held by someone else; retry after this many seconds.
@@ -25,7 +28,9 @@ pub enum ApiError {
     LeaseLost,
     #[error("the event's signature could not be verified: {0}")]
     BadSignature(String),
-    #[error("a valid bearer token is required")]
+    #[error(
+        "a valid bearer token is required: send the header `Authorization: Bearer <token>` (the CLI: --token or the IDEM_TOKEN environment variable; the clients: their `token` option)"
+    )]
     Unauthorized,
     /// A known caller outside what it may do; the text names what was refused. Nothing changed.
     #[error("{0}; nothing was changed")]
@@ -68,7 +73,7 @@ impl ApiError {
     pub fn status_code(&self) -> StatusCode {
         match self {
             ApiError::Invalid(_) => StatusCode::BAD_REQUEST,
-            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::NotFound(_) | ApiError::NoRoute(_) => StatusCode::NOT_FOUND,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::InProgress(_) | ApiError::LeaseLost => StatusCode::CONFLICT,
             ApiError::FingerprintMismatch => StatusCode::UNPROCESSABLE_ENTITY,
@@ -91,6 +96,7 @@ impl ApiError {
         match self {
             ApiError::Invalid(_) => "invalid-request",
             ApiError::NotFound(_) => "not-found",
+            ApiError::NoRoute(_) => "no-such-route",
             ApiError::Conflict(_) => "conflict",
             ApiError::InProgress(_) => "in-progress",
             ApiError::FingerprintMismatch => "fingerprint-mismatch",
@@ -112,6 +118,7 @@ impl ApiError {
         match self {
             ApiError::Invalid(_) => "Invalid request",
             ApiError::NotFound(_) => "Not found",
+            ApiError::NoRoute(_) => "No such route",
             ApiError::Conflict(_) => "Conflict",
             ApiError::InProgress(_) => "In progress",
             ApiError::FingerprintMismatch => "Fingerprint mismatch",

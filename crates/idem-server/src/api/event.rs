@@ -91,7 +91,7 @@ async fn accept(
             count(&name, "replay");
             let body =
                 IntakeResponse { receipt_id: receipt_id.to_string(), status: status.as_str().into(), replay: true };
-            Ok((StatusCode::OK, Json(body)).into_response())
+            Ok((StatusCode::OK, [super::REPLAYED], Json(body)).into_response())
         }
         Accept::Mismatch { receipt_id } => {
             count(&name, "mismatch");

@@ -27,11 +27,16 @@ use axum::routing::{get, post};
 pub use error::ApiError;
 pub use state::AppState;
 
+/// The header on an answer that was stored earlier (a completed operation's result, a resent
+/// event's receipt), as the gateway marks its replays: the work was not done again.
+pub const REPLAYED: (&str, &str) = ("idempotent-replayed", "true");
+
 pub fn app(state: AppState) -> Router {
     let v1 = Router::new()
         .route("/v1/claims/{ns}", post(claim::create))
         .route("/v1/claims/{ns}/batch", post(claim::batch))
         .route("/v1/claims/{ns}/lookup", post(claim::lookup))
+        .route("/v1/claims/{ns}/prefix", post(claim::prefix))
         .route("/v1/claims/{ns}/{id}", get(claim::read).delete(claim::delete))
         .route("/v1/operations/{ns}/begin", post(operation::begin))
         .route("/v1/operations/{ns}/{id}", get(operation::read).delete(operation::delete))
@@ -61,8 +66,9 @@ pub fn app(state: AppState) -> Router {
         .with_state(state)
 }
 
-async fn not_found(State(_): State<AppState>) -> ApiError {
-    ApiError::NotFound("no such route".into())
+async fn not_found(State(_): State<AppState>, request: Request) -> ApiError {
+    let path: String = request.uri().path().chars().take(200).collect();
+    ApiError::NoRoute(format!("{} {path}", request.method()))
 }
 
 async fn method_not_allowed(State(_): State<AppState>) -> ApiError {

@@ -6,11 +6,16 @@
 //! when bearer auth applies (never for a signed source's event intake: its signature is the
 //! credential).
 //!
+//! It is written for generators too (Redocly's recommended lint and openapi-python-client run on
+//! it in `scripts/check-openapi.sh`, and must say nothing): one answer shape per status, `key` or
+//! `parts` as a `oneOf` of two closed object types, `format: date-time` on every `…_at`, the
+//! headers answers carry, `servers`, and an example for every JSON request body.
+//!
 //! What it still cannot state (JSON Schema counts characters where idem counts a part's bytes, for
 //! instance) is listed in the README's Testing section, with why.
 
 use idem_core::{Namespace, Parts};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
@@ -20,13 +25,13 @@ use super::{claim, operation};
 #[openapi(
     info(title = "idem", description = "Make side effects happen once: claims, idempotency keys, operations, events."),
     paths(
-        crate::api::claim::create, crate::api::claim::batch, crate::api::claim::lookup, crate::api::claim::read, crate::api::claim::delete,
+        crate::api::claim::create, crate::api::claim::batch, crate::api::claim::lookup, crate::api::claim::prefix,
+        crate::api::claim::read, crate::api::claim::delete,
         crate::api::operation::begin, crate::api::operation::complete, crate::api::operation::release,
         crate::api::operation::extend, crate::api::operation::read, crate::api::operation::delete,
         crate::api::event::intake, crate::api::receipt::read, crate::api::receipt::list, crate::api::receipt::replay,
         crate::api::receipt::replay_matching, crate::api::receipt::discard,
     ),
-    components(schemas(crate::api::claim::PrefixResponse)),
     modifiers(&BearerAuth),
     security(("bearer" = [])),
     tags(
@@ -64,7 +69,52 @@ pub fn document() -> Value {
     let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_else(|_| json!({}));
     refine_paths(&mut doc);
     refine_schemas(&mut doc);
+    refine_requests(&mut doc);
+    // Relative: the idem that serves this document (its /openapi.json) serves the API too.
+    doc["servers"] =
+        json!([{"url": "/", "description": "The idem serving this document (by default http://127.0.0.1:7070)"}]);
     doc
+}
+
+/// An example body per operation that takes JSON: what a first call looks like.
+fn example(operation: &str) -> Option<Value> {
+    let token = "5f0c2b6e9d8a4f1e8b7c6d5e4f3a2b1c";
+    Some(match operation {
+        "claim" => json!({"parts": ["scenario-1", "user-3", "node-2"], "data": {"answer": "A"}, "ttl_seconds": 86400}),
+        "claimBatch" => json!({"items": [{"key": "https://example.org/a"}, {"key": "https://example.org/b"}]}),
+        "lookupClaims" => {
+            json!({"items": [{"key": "https://example.org/a"}, {"parts": ["scenario-1", "user-3", "node-2"]}]})
+        }
+        "claimPrefixExists" => json!({"prefix": ["scenario-1", "user-3"]}),
+        "beginOperation" => {
+            json!({"key": "order-1042", "request": {"amount": 1200, "currency": "EUR"}, "lease_seconds": 1})
+        }
+        "completeOperation" => json!({"token": token, "result": {"charge_id": "ch_1042"}}),
+        "releaseOperation" => json!({"token": token}),
+        "extendOperation" => json!({"token": token, "lease_seconds": 120}),
+        "replayReceipts" => {
+            json!({"source": "partner", "status": "dead", "created_after": "2026-11-01T00:00:00Z", "dry_run": true})
+        }
+        _ => return None,
+    })
+}
+
+fn refine_requests(doc: &mut Value) {
+    let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) else { return };
+    for op in paths.values_mut().filter_map(Value::as_object_mut).flat_map(|item| item.values_mut()) {
+        let id = op["operationId"].as_str().unwrap_or_default().to_owned();
+        if let (Some(example), Some(json)) = (example(&id), op.pointer_mut("/requestBody/content/application~1json")) {
+            json["example"] = example;
+        }
+    }
+    // An event is taken as sent: JSON when the source's `event_id` is a JSON pointer, any bytes
+    // when it is a header.
+    if let Some(body) = doc.pointer_mut("/paths/~1v1~1sources~1{name}~1events/post/requestBody") {
+        body["content"] = json!({
+            "application/json": {"schema": {}, "example": {"external_event_id": "evt_1042", "type": "order.paid"}},
+            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+        });
+    }
 }
 
 fn namespace() -> Value {
@@ -84,22 +134,35 @@ fn parts() -> Value {
     json!({"type": "array", "items": part(), "minItems": 1, "maxItems": Parts::MAX_PARTS})
 }
 
-/// `key` or `parts`, exactly one of them.
-fn key_or_parts(schema: &mut Value) {
-    set(
-        schema,
-        &["properties", "key"],
-        json!({"type": ["string", "null"], "minLength": 1, "maxLength": Parts::MAX_PART_BYTES, "pattern": "^[^\\u0000]+$", "description": "The one-part form of a key"}),
-    );
-    set(
-        schema,
-        &["properties", "parts"],
-        json!({"anyOf": [parts(), {"type": "null"}], "description": "1 to 16 non-empty parts, each at most 1 KiB, without NUL"}),
-    );
-    schema["oneOf"] = json!([
-        {"required": ["key"], "properties": {"key": {"type": "string"}, "parts": {"type": "null"}}},
-        {"required": ["parts"], "properties": {"parts": {"type": "array"}, "key": {"type": "null"}}},
-    ]);
+/// The one-part form of a key.
+fn key() -> Value {
+    json!({"type": "string", "minLength": 1, "maxLength": Parts::MAX_PART_BYTES, "pattern": "^[^\\u0000]+$", "description": "The one-part form of a key"})
+}
+
+/// `key` or `parts`, exactly one: `name` becomes a `oneOf` of two closed object schemas, one per
+/// form (`by_key` and `by_parts`, each with the other fields of `name`), so that a generator makes
+/// one plain type per form, and a body with both forms, or neither, matches neither.
+fn split_key_or_parts(schemas: &mut Map<String, Value>, name: &str, by_key: &str, by_parts: &str) {
+    let Some(schema) = schemas.remove(name) else { return };
+    let variant = |form: &str, other: &str| {
+        let mut v = schema.clone();
+        if let Some(object) = v.as_object_mut() {
+            object.remove("oneOf");
+            object.remove("description");
+        }
+        if let Some(properties) = v.get_mut("properties").and_then(Value::as_object_mut) {
+            properties.remove(other);
+            properties.insert(form.to_owned(), if form == "key" { key() } else { parts() });
+        }
+        require(&mut v, form);
+        v["additionalProperties"] = json!(false);
+        v
+    };
+    schemas.insert(by_key.to_owned(), variant("key", "parts"));
+    schemas.insert(by_parts.to_owned(), variant("parts", "key"));
+    let description = schema.get("description").cloned().unwrap_or(json!(""));
+    let refs = [by_key, by_parts].map(|n| json!({"$ref": format!("#/components/schemas/{n}")}));
+    schemas.insert(name.to_owned(), json!({"description": description, "oneOf": refs}));
 }
 
 /// Sets the value at `path` below `root`, making objects on the way.
@@ -160,11 +223,31 @@ fn integer(min: u64, max: u64) -> Value {
 
 fn refine_schemas(doc: &mut Value) {
     let Some(schemas) = doc.pointer_mut("/components/schemas").and_then(Value::as_object_mut) else { return };
-    for name in ["ClaimRequest", "KeyRef", "BeginRequest"] {
-        if let Some(s) = schemas.get_mut(name) {
-            key_or_parts(s);
+    refine_fields(schemas);
+    timestamps(schemas);
+    for (name, by_key, by_parts) in [
+        ("ClaimRequest", "ClaimByKey", "ClaimByParts"),
+        ("KeyRef", "KeyRefByKey", "KeyRefByParts"),
+        ("BeginRequest", "BeginByKey", "BeginByParts"),
+    ] {
+        split_key_or_parts(schemas, name, by_key, by_parts);
+    }
+}
+
+/// Every `…_at` field is an RFC 3339 UTC timestamp.
+fn timestamps(schemas: &mut Map<String, Value>) {
+    for schema in schemas.values_mut() {
+        let Some(properties) = schema.get_mut("properties").and_then(Value::as_object_mut) else { continue };
+        for (name, property) in properties.iter_mut() {
+            let string = |t: &Value| t == "string" || t.as_array().is_some_and(|ts| ts.iter().any(|t| t == "string"));
+            if name.ends_with("_at") && property.get("type").is_some_and(string) {
+                property["format"] = json!("date-time");
+            }
         }
     }
+}
+
+fn refine_fields(schemas: &mut Map<String, Value>) {
     for (name, field) in [
         ("ClaimRequest", "data"),
         ("Record", "data"),
@@ -203,13 +286,12 @@ fn refine_schemas(doc: &mut Value) {
         set(
             s,
             &["properties", "items"],
-            json!({"anyOf": [{"type": "array", "items": {"$ref": "#/components/schemas/KeyRef"}, "minItems": 1, "maxItems": claim::MAX_ITEMS}, {"type": "null"}]}),
+            json!({"type": "array", "items": {"$ref": "#/components/schemas/KeyRef"}, "minItems": 1, "maxItems": claim::MAX_ITEMS, "description": "1 to 10,000 keys, answered in this order"}),
         );
-        set(s, &["properties", "prefix"], json!({"anyOf": [parts(), {"type": "null"}]}));
-        s["oneOf"] = json!([
-            {"required": ["items"], "properties": {"items": {"type": "array"}, "prefix": {"type": "null"}}},
-            {"required": ["prefix"], "properties": {"prefix": {"type": "array"}, "items": {"type": "null"}}},
-        ]);
+        require(s, "items");
+    }
+    if let Some(s) = schemas.get_mut("PrefixRequest") {
+        set(s, &["properties", "prefix"], parts());
     }
     if let Some(s) = schemas.get_mut("BeginRequest") {
         set(s, &["properties", "lease_seconds"], integer(1, operation::MAX_LEASE_SECONDS));
@@ -329,6 +411,7 @@ fn refine_parameters(path: &str, op: &mut Value) {
 }
 
 fn refine_responses(path: &str, op: &mut Value) {
+    let op_id = op["operationId"].as_str().unwrap_or_default().to_owned();
     let has_body = op.get("requestBody").is_some();
     let json_body = has_body && !path.ends_with("/events");
     let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) else { return };
@@ -347,14 +430,45 @@ fn refine_responses(path: &str, op: &mut Value) {
             || json!({"description": description, "content": {"application/problem+json": problem.clone()}}),
         );
     }
-    if path == "/v1/claims/{ns}/lookup"
-        && let Some(ok) = responses.get_mut("200")
-    {
-        ok["content"]["application/json"]["schema"] = json!({"oneOf": [
-            {"$ref": "#/components/schemas/LookupResponse"},
-            {"$ref": "#/components/schemas/PrefixResponse"},
-        ]});
+    let described = header_descriptions();
+    for (status, answer) in responses.iter_mut() {
+        for (name, required) in headers(&op_id, status) {
+            let mut header = described[name].clone();
+            header["required"] = json!(required);
+            set(answer, &["headers", name], header);
+        }
     }
+}
+
+/// The headers an answer carries, beyond `Content-Type`, and whether it always carries them.
+fn headers(operation: &str, status: &str) -> Vec<(&'static str, bool)> {
+    match (operation, status) {
+        (_, "503") => vec![("Retry-After", true)],
+        // A signed source's 401 is a bad signature, which no bearer token fixes.
+        ("acceptEvent", "401") => vec![("WWW-Authenticate", false)],
+        (_, "401") => vec![("WWW-Authenticate", true)],
+        ("beginOperation" | "deleteOperation", "409") => vec![("Retry-After", true)],
+        ("beginOperation" | "acceptEvent", "200") => vec![("Idempotent-Replayed", true)],
+        _ => vec![],
+    }
+}
+
+/// The headers [`headers`] names, described once.
+fn header_descriptions() -> Value {
+    json!({
+        "Retry-After": {
+            "description": "Seconds to wait before trying again",
+            "schema": {"type": "integer", "minimum": 1},
+        },
+        "WWW-Authenticate": {
+            "description": "`Bearer`: send `Authorization: Bearer <token>` (the CLI's `--token` or `IDEM_TOKEN`; the clients' `token` option)",
+            "schema": {"type": "string", "example": "Bearer"},
+        },
+        "Idempotent-Replayed": {
+            "description": "`true`: this answer was stored earlier; the work was not done again",
+            "schema": {"type": "string", "enum": ["true"]},
+        },
+    })
 }
 
 #[cfg(test)]
@@ -386,8 +500,8 @@ mod tests {
         );
         let schemas = &doc["components"]["schemas"];
         assert_eq!(schemas["BatchRequest"]["properties"]["items"]["maxItems"], 10_000);
-        assert!(schemas["ClaimRequest"]["properties"]["data"].get("type").is_none(), "data takes any JSON");
-        assert_eq!(schemas["ClaimRequest"]["properties"]["ttl_seconds"]["minimum"], 1);
+        assert!(schemas["ClaimByKey"]["properties"]["data"].get("type").is_none(), "data takes any JSON");
+        assert_eq!(schemas["ClaimByKey"]["properties"]["ttl_seconds"]["minimum"], 1);
         assert!(schemas["PrefixResponse"].is_object());
         assert!(
             doc["components"]["securitySchemes"]["bearer"]["description"]
@@ -399,5 +513,53 @@ mod tests {
         }
         let intake = &doc["paths"]["/v1/sources/{name}/events"]["post"];
         assert_eq!(intake["security"], json!([{}, {"bearer": []}]), "a signed source needs no token");
+    }
+
+    /// What generators need: one answer shape per status, plain types for key-or-parts, typed
+    /// timestamps, declared headers, servers, and an example for every JSON body.
+    #[test]
+    fn the_document_generates_clean_code() {
+        let doc = document();
+        let lookup = &doc["paths"]["/v1/claims/{ns}/lookup"]["post"]["responses"]["200"]["content"]["application/json"];
+        assert_eq!(lookup["schema"], json!({"$ref": "#/components/schemas/LookupResponse"}));
+        let prefix = &doc["paths"]["/v1/claims/{ns}/prefix"]["post"]["responses"]["200"]["content"]["application/json"];
+        assert_eq!(prefix["schema"], json!({"$ref": "#/components/schemas/PrefixResponse"}));
+        let schemas = &doc["components"]["schemas"];
+        assert!(
+            !doc["components"].to_string().contains(r#"{"type":"null"}}"#),
+            "no null-typed branch stands for an absent field"
+        );
+        assert_eq!(schemas["ClaimRequest"]["oneOf"][0], json!({"$ref": "#/components/schemas/ClaimByKey"}));
+        assert_eq!(schemas["ClaimByParts"]["required"], json!(["parts"]));
+        assert_eq!(schemas["ClaimByParts"]["additionalProperties"], false);
+        assert!(schemas["ClaimByKey"]["properties"].get("parts").is_none());
+        let stamps = [
+            "Record/created_at",
+            "Record/expires_at",
+            "Started/lease_expires_at",
+            "ReceiptView/updated_at",
+            "AttemptView/started_at",
+        ];
+        for stamp in stamps {
+            let (schema, field) = stamp.split_once('/').expect("schema/field");
+            assert_eq!(schemas[schema]["properties"][field]["format"], "date-time", "{stamp}");
+        }
+        let begin = &doc["paths"]["/v1/operations/{ns}/begin"]["post"]["responses"];
+        assert_eq!(begin["409"]["headers"]["Retry-After"]["required"], true);
+        assert_eq!(begin["200"]["headers"]["Idempotent-Replayed"]["schema"]["enum"], json!(["true"]));
+        assert_eq!(begin["503"]["headers"]["Retry-After"]["required"], true);
+        assert!(
+            begin["401"]["headers"]["WWW-Authenticate"]["description"]
+                .as_str()
+                .is_some_and(|d| d.contains("IDEM_TOKEN"))
+        );
+        assert_eq!(doc["servers"][0]["url"], "/");
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for (method, op) in item.as_object().expect("operations") {
+                if let Some(json) = op.pointer("/requestBody/content/application~1json") {
+                    assert!(json.get("example").is_some(), "{method} {path} has an example body");
+                }
+            }
+        }
     }
 }

@@ -230,7 +230,8 @@ pub async fn begin(
             Begin::Completed { same_fingerprint, result, expires_at } => {
                 same_request(&state, &path.ns, &key, op.fingerprint, same_fingerprint).await?;
                 count(&path.ns, "replayed");
-                return Ok(Json(completed_view(&id, decode(&result)?, expires_at)?).into_response());
+                let view = completed_view(&id, decode(&result)?, expires_at)?;
+                return Ok(([super::REPLAYED], Json(view)).into_response());
             }
             Begin::InFlight { same_fingerprint, lease_until } => {
                 same_request(&state, &path.ns, &key, op.fingerprint, same_fingerprint).await?;

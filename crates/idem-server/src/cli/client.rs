@@ -125,7 +125,8 @@ pub struct ClientArgs {
     pub ca_file: Option<PathBuf>,
 }
 
-/// A failure with the exit code it deserves: 1 for "not found / rejected", 2 for bad usage or config.
+/// A failure with the exit code it deserves: 1 for "not found / refused", 2 for bad usage or config
+/// (an argument the server answers 400 to included).
 pub struct Failure {
     pub code: u8,
     pub message: String,
@@ -159,5 +160,10 @@ pub async fn send(
     let problem = reply.json();
     let detail = problem.get("detail").and_then(|d| d.as_str()).unwrap_or("");
     let field = problem.get("field").and_then(|f| f.as_str()).map(|f| format!(" (field {f})")).unwrap_or_default();
-    Err(Failure::runtime(format!("server answered {}: {detail}{field}", reply.status)))
+    let message = format!("server answered {}: {detail}{field}", reply.status);
+    // The server found the request as typed invalid: a usage error, like a bad argument.
+    if reply.status == StatusCode::BAD_REQUEST {
+        return Err(Failure::usage(message));
+    }
+    Err(Failure::runtime(message))
 }

@@ -5,6 +5,7 @@
 
 pub mod client;
 pub mod import;
+pub mod secret;
 pub mod serve;
 pub mod token;
 pub mod verbs;
@@ -23,7 +24,8 @@ pub use serve::{load_config, open_store};
     version,
     about = "Make side effects happen once: claims, idempotency keys, operations, events.",
     after_help = "Exit codes: 0 done; 1 not found, refused by the server, or a runtime failure; \
-                  2 bad usage or config; 3 `claims put` found the key already claimed."
+                  2 bad usage or config (an argument the server answers 400 to included); \
+                  3 `claims put` found the key already claimed."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -40,6 +42,9 @@ pub enum Command {
     /// Make API tokens.
     #[command(subcommand)]
     Token(token::TokenCommand),
+    /// Make signing secrets (whsec_…) for [[sources]].
+    #[command(subcommand)]
+    Secret(secret::SecretCommand),
     /// Load existing keys from JSON Lines into a running server, one claim per line.
     Import(ImportArgs),
     /// Claims on a running server.
@@ -111,8 +116,8 @@ pub enum ReceiptsCommand {
         /// Only receipts of this source.
         #[arg(long)]
         source: Option<String>,
-        /// accepted, processing, retrying, completed, dead or discarded.
-        #[arg(long)]
+        /// Only receipts in this state.
+        #[arg(long, value_parser = ["accepted", "processing", "retrying", "completed", "dead", "discarded"])]
         status: Option<String>,
         /// Only the receipt(s) of this event id.
         #[arg(long)]
@@ -122,6 +127,10 @@ pub enum ReceiptsCommand {
         /// The `next_cursor` of the previous page.
         #[arg(long)]
         cursor: Option<String>,
+        /// table: one line per receipt, for people; json: the API's page as it is, for programs.
+        /// Default: table when stdout is a terminal, else json.
+        #[arg(long, value_enum)]
+        output: Option<Output>,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -150,11 +159,26 @@ pub enum ReceiptsCommand {
     },
 }
 
+/// How `idem receipts list` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Table,
+    Json,
+}
+
+/// An RFC 3339 time, checked before anything is sent: a mistake is a usage error (exit 2).
+fn rfc3339(text: &str) -> Result<String, String> {
+    match idem_core::Timestamp::parse_rfc3339(text) {
+        Some(_) => Ok(text.to_owned()),
+        None => Err("not an RFC 3339 time such as 2026-11-24T00:00:00Z".into()),
+    }
+}
+
 /// Which receipts `idem receipts replay` replays when given no id.
 #[derive(Debug, Args)]
 pub struct ReplayFilterArgs {
-    /// dead, completed or discarded: replay every receipt in this state.
-    #[arg(long)]
+    /// Replay every receipt in this state.
+    #[arg(long, value_parser = ["dead", "completed", "discarded"])]
     pub status: Option<String>,
     /// Only receipts of this source.
     #[arg(long)]
@@ -163,10 +187,10 @@ pub struct ReplayFilterArgs {
     #[arg(long)]
     pub event_id: Option<String>,
     /// RFC 3339: only receipts created before this time.
-    #[arg(long)]
+    #[arg(long, value_parser = rfc3339)]
     pub created_before: Option<String>,
     /// RFC 3339: only receipts created after this time.
-    #[arg(long)]
+    #[arg(long, value_parser = rfc3339)]
     pub created_after: Option<String>,
     /// Count the matching receipts and change nothing.
     #[arg(long)]
@@ -287,6 +311,9 @@ pub async fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::Serve(args) => serve::serve(args).await,
         Command::Config(ConfigCommand::Check(args)) => {
             let config = load_config(&args)?;
+            for warning in &config.warnings {
+                eprintln!("idem: warning: {warning}");
+            }
             config.check_exposure(false).map_err(Failure::usage)?;
             config.check_transport().map_err(Failure::usage)?;
             crate::tls::check_files(&config).map_err(Failure::usage)?;
@@ -295,6 +322,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Token(command) => token::run(command),
+        Command::Secret(command) => secret::run(command),
         Command::Check(args) => serve::check(&load_config(&args)?),
         Command::Repair { yes, config } => serve::repair(&load_config(&config)?, yes),
         Command::Backup { dir, config } => serve::backup(&load_config(&config)?, &dir).await,

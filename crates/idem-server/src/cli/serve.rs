@@ -173,6 +173,9 @@ pub(super) async fn backup(config: &Config, to: &std::path::Path) -> Result<(), 
 pub(super) async fn serve(args: ServeArgs) -> Result<(), Failure> {
     let config = load_config(&args.config)?;
     crate::telemetry::init_logging(&config.log);
+    for warning in &config.warnings {
+        tracing::warn!("{warning}");
+    }
     config.check_exposure(args.insecure_no_auth).map_err(Failure::usage)?;
     if let Err(warning) = config.check_transport() {
         tracing::warn!("{warning}");

@@ -5,7 +5,7 @@ use http::Method;
 use idem_core::{ClaimId, Namespace, Parts};
 
 use super::client::{Failure, connect, send};
-use super::{ClaimsCommand, KeyArgs, OperationsCommand, ReceiptsCommand};
+use super::{ClaimsCommand, KeyArgs, OperationsCommand, Output, ReceiptsCommand};
 
 fn key_parts(key: KeyArgs) -> Result<Option<Parts>, Failure> {
     let parts = match (key.key, key.part.is_empty()) {
@@ -76,11 +76,20 @@ pub(super) async fn operations(command: OperationsCommand) -> Result<(), Failure
 
 pub(super) async fn receipts(command: ReceiptsCommand) -> Result<(), Failure> {
     let reply = match command {
-        ReceiptsCommand::List { source, status, event_id, limit, cursor, client } => {
+        ReceiptsCommand::List { source, status, event_id, limit, cursor, output, client } => {
             let mut query = vec![format!("limit={limit}")];
             let params = [("source", source), ("status", status), ("event_id", event_id), ("cursor", cursor)];
             query.extend(params.into_iter().filter_map(|(k, v)| v.map(|v| format!("{k}={}", percent_encode(&v)))));
-            send(&connect(&client)?, Method::GET, &format!("/v1/receipts?{}", query.join("&")), None).await?
+            let reply =
+                send(&connect(&client)?, Method::GET, &format!("/v1/receipts?{}", query.join("&")), None).await?;
+            use std::io::IsTerminal;
+            if output.unwrap_or(if std::io::stdout().is_terminal() { Output::Table } else { Output::Json })
+                == Output::Table
+            {
+                print!("{}", receipts_table(&reply.json()));
+                return Ok(());
+            }
+            reply
         }
         ReceiptsCommand::Show { id, client } => {
             send(&connect(&client)?, Method::GET, &format!("/v1/receipts/{}", percent_encode(&id)), None).await?
@@ -107,6 +116,39 @@ pub(super) async fn receipts(command: ReceiptsCommand) -> Result<(), Failure> {
     };
     println!("{}", serde_json::to_string_pretty(&reply.json()).unwrap_or_default());
     Ok(())
+}
+
+/// A page of receipts as a table, one line each, and how to get the next page.
+fn receipts_table(page: &serde_json::Value) -> String {
+    let receipts = page["receipts"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let text = |r: &serde_json::Value, field: &str| r[field].as_str().unwrap_or("").to_owned();
+    let rows: Vec<[String; 6]> = receipts
+        .iter()
+        .map(|r| {
+            let round = r["round"].as_u64().map_or_else(String::new, |n| n.to_string());
+            [text(r, "id"), text(r, "source"), text(r, "event_id"), text(r, "status"), round, text(r, "created_at")]
+        })
+        .collect();
+    let mut widths = ["ID", "SOURCE", "EVENT ID", "STATUS", "ROUND", "CREATED"].map(str::len);
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: [&str; 6]| {
+        let padded: Vec<String> = cells.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        format!("{}\n", padded.join("  ").trim_end())
+    };
+    let mut out = line(["ID", "SOURCE", "EVENT ID", "STATUS", "ROUND", "CREATED"]);
+    for row in &rows {
+        out.push_str(&line([&row[0], &row[1], &row[2], &row[3], &row[4], &row[5]]));
+    }
+    match page["next_cursor"].as_str() {
+        Some(cursor) => out.push_str(&format!("(more: --cursor {cursor})\n")),
+        None if rows.is_empty() => out.push_str("(no receipts)\n"),
+        None => {}
+    }
+    out
 }
 
 /// Encodes a query or path value: everything but unreserved characters.

@@ -1,11 +1,14 @@
 //! The one typed config, loaded in layers: compiled-in defaults, then the TOML file, then `IDEM_`
 //! environment variables (`__` for nesting), then command-line flags. Every value is parsed into
 //! the type the code uses as it is read (durations, URLs, secrets, event-id rules, route
-//! policies), and checked once, at load: an unknown key or a bad value is an error that names it,
-//! and nothing downstream can fail on config. Secrets never appear in `Debug` or in
+//! policies), and checked once, at load: an unknown key or a bad value is an error that names it
+//! (every one at once: [`collect`]), and nothing downstream can fail on config. Which `IDEM_`
+//! variables are config is [`env`]'s rule. Secrets never appear in `Debug` or in
 //! `idem config check`. Loading has no side effects.
 
 mod access;
+mod collect;
+mod env;
 mod gateway;
 mod source;
 mod value;
@@ -19,6 +22,8 @@ use idem_core::Namespace;
 use serde::{Deserialize, Serialize};
 
 pub use access::{AuthConfig, Can, HttpConfig, ListenerTls, TlsConfig, TokenConfig, TokenDigest, token_digest};
+pub use env::TOP_LEVEL_KEYS;
+use env::set_path;
 pub use gateway::{GatewayConfig, Route, Upstream};
 pub use source::SourceConfig;
 pub use value::{ConfigDuration, HttpUrl, Secret};
@@ -46,6 +51,10 @@ pub struct Config {
     pub gateway: Option<GatewayConfig>,
     /// Inbound event sources, each delivered to its handler.
     pub sources: Vec<SourceConfig>,
+    /// What loading noticed without refusing: `IDEM_` variables that are not config. Logged by
+    /// `idem serve` once logging starts; printed by `idem config check`.
+    #[serde(skip)]
+    pub warnings: Vec<String>,
 }
 
 impl Default for Config {
@@ -64,6 +73,7 @@ impl Default for Config {
             namespaces: NamespacesConfig::default(),
             gateway: None,
             sources: Vec::new(),
+            warnings: Vec::new(),
         }
     }
 }
@@ -234,11 +244,6 @@ pub struct Overrides {
     pub database_url: Option<String>,
 }
 
-/// Environment variables that belong to the command line, not to the config tree.
-const NOT_CONFIG_ENV: &[&str] = &["IDEM_CONFIG", "IDEM_SERVER", "IDEM_TOKEN", "IDEM_CA_FILE", "IDEM_DATABASE_URL"];
-/// Variables of idem's own test suite (`IDEM_TEST_DATABASE_URL`), never config.
-const TEST_ENV_PREFIX: &str = "IDEM_TEST_";
-
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
@@ -247,6 +252,20 @@ pub enum ConfigError {
     Syntax { path: PathBuf, message: String },
     #[error("config key `{key}`: {message}")]
     Key { key: String, message: String },
+    /// Every mistake found, each naming its key, so that one run shows them all.
+    #[error("{} mistakes in the config:\n{}", .0.len(), .0.iter().map(|e| format!("  - {e}")).collect::<Vec<_>>().join("\n"))]
+    Many(Vec<ConfigError>),
+}
+
+impl ConfigError {
+    /// One error as itself; several as [`ConfigError::Many`]; none as `None`.
+    fn gather(mut errors: Vec<ConfigError>) -> Option<ConfigError> {
+        match errors.len() {
+            0 => None,
+            1 => errors.pop(),
+            _ => Some(ConfigError::Many(errors)),
+        }
+    }
 }
 
 impl Config {
@@ -260,31 +279,39 @@ impl Config {
             Some(path) => read_file(path)?,
             None => toml::Table::new(),
         };
-        for (name, value) in env {
-            let Some(rest) = name.strip_prefix("IDEM_") else { continue };
-            if NOT_CONFIG_ENV.contains(&name.as_str()) || name.starts_with(TEST_ENV_PREFIX) || rest.is_empty() {
-                continue;
-            }
-            let path: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
-            set_path(&mut tree, &path, env_value(&value))
-                .map_err(|message| ConfigError::Key { key: name.clone(), message })?;
-        }
+        let warnings = env::apply(&mut tree, env)?;
         apply_overrides(&mut tree, overrides)?;
-        let config: Config = serde_path_to_error::deserialize(toml::Value::Table(tree))
-            .map_err(|e| ConfigError::Key { key: e.path().to_string(), message: plain(&e.into_inner().to_string()) })?;
-        config.validate()?;
-        Ok(config)
+        let read = collect::read(tree, plain);
+        let mut errors = read.errors;
+        if let Some(config) = &read.config {
+            // Values that stood in for missing ones, or moved, are not the file's: not judged.
+            let sure = |e: &ConfigError| match e {
+                ConfigError::Key { key, .. } => !read.unsure.iter().any(|u| key.starts_with(u.as_str())),
+                _ => true,
+            };
+            errors.extend(config.validate(errors.is_empty()).into_iter().filter(sure));
+        }
+        match (ConfigError::gather(errors), read.config) {
+            (None, Some(config)) => Ok(Config { warnings, ..config }),
+            (Some(error), _) => Err(error),
+            (None, None) => Err(ConfigError::Key { key: String::new(), message: "cannot be read".into() }),
+        }
     }
 
-    fn validate(&self) -> Result<(), ConfigError> {
+    /// Every mistake serde cannot see, each naming its key. `whole`: the config is the file's,
+    /// with nothing taken out, so references between tables can be judged too.
+    fn validate(&self, whole: bool) -> Vec<ConfigError> {
         let key_error = |key: String, message: &str| ConfigError::Key { key, message: message.to_owned() };
+        let mut errors = Vec::new();
         for (name, ns) in self.namespaces.iter() {
-            Namespace::new(name).map_err(|e| key_error(format!("namespaces.{name}"), &e.message))?;
+            if let Err(e) = Namespace::new(name) {
+                errors.push(key_error(format!("namespaces.{name}"), &e.message));
+            }
             if ns.default_ttl.is_some_and(|t| t.0.is_zero()) {
-                return Err(key_error(format!("namespaces.{name}.default_ttl"), "must be longer than zero"));
+                errors.push(key_error(format!("namespaces.{name}.default_ttl"), "must be longer than zero"));
             }
         }
-        self.validate_access()?;
+        errors.extend(self.validate_access(whole));
         let limits = &self.limits;
         for (key, zero) in [
             ("limits.max_body_bytes", limits.max_body_bytes == 0),
@@ -294,65 +321,77 @@ impl Config {
             ("limits.idle_timeout", limits.idle_timeout.0.is_zero()),
         ] {
             if zero {
-                return Err(key_error(key.into(), "must be greater than zero"));
+                errors.push(key_error(key.into(), "must be greater than zero"));
             }
         }
         if self.sweeper.batch == 0 || self.sweeper.interval.0.is_zero() {
-            return Err(key_error("sweeper".into(), "interval and batch must be greater than zero"));
+            errors.push(key_error("sweeper".into(), "interval and batch must be greater than zero"));
         }
         if let Some(gateway) = &self.gateway {
             if gateway.listen == self.listen {
-                return Err(key_error("gateway.listen".into(), "must differ from listen"));
+                errors.push(key_error("gateway.listen".into(), "must differ from listen"));
             }
             if let Some((i, other)) = gateway.duplicate_route() {
                 let message = format!("matches the same requests as gateway.routes[{other}] (same path and method)");
-                return Err(key_error(format!("gateway.routes[{i}]"), &message));
+                errors.push(key_error(format!("gateway.routes[{i}]"), &message));
             }
         }
         for (i, source) in self.sources.iter().enumerate() {
-            source.validate().map_err(|(field, message)| key_error(format!("sources[{i}].{field}"), message))?;
+            if let Err((field, message)) = source.validate() {
+                errors.push(key_error(format!("sources[{i}].{field}"), message));
+            }
             if self.sources[..i].iter().any(|other| other.name == source.name) {
-                return Err(key_error(format!("sources[{i}].name"), "another source has this name"));
+                errors.push(key_error(format!("sources[{i}].name"), "another source has this name"));
             }
         }
-        Ok(())
+        errors
     }
 
     /// `[auth]`, `[http]` and `[tls]`: tokens that can be presented and are told apart, sources that
     /// exist, certificate files given in pairs.
-    fn validate_access(&self) -> Result<(), ConfigError> {
+    fn validate_access(&self, whole: bool) -> Vec<ConfigError> {
         let key_error = |key: String, message: &str| ConfigError::Key { key, message: message.to_owned() };
+        let mut errors = Vec::new();
         for (i, token) in self.auth.tokens.iter().enumerate() {
-            access::check_secret(token.expose()).map_err(|m| key_error(format!("auth.tokens[{i}]"), m))?;
+            if let Err(m) = access::check_secret(token.expose()) {
+                errors.push(key_error(format!("auth.tokens[{i}]"), m));
+            }
         }
         let mut digests: Vec<[u8; 32]> = self.auth.tokens.iter().map(|t| token_digest(t.expose())).collect();
         for (i, token) in self.auth.token.iter().enumerate() {
             let at = |field: &str| format!("auth.token[{i}].{field}");
-            token.validate().map_err(|(field, message)| key_error(at(field), &message))?;
-            if self.auth.token[..i].iter().any(|other| other.name == token.name) {
-                return Err(key_error(at("name"), "another [[auth.token]] has this name"));
+            if let Err((field, message)) = token.validate() {
+                errors.push(key_error(at(field), &message));
+                continue;
             }
+            if self.auth.token[..i].iter().any(|other| other.name == token.name) {
+                errors.push(key_error(at("name"), "another [[auth.token]] has this name"));
+            }
+            // A source taken out for its own mistakes would show up here as unknown: judged only
+            // on the whole file.
             let unknown = token.sources.iter().flatten().find(|s| self.source(s.as_str()).is_none());
-            if let Some(source) = unknown {
-                return Err(key_error(
-                    at("sources"),
-                    &format!("names {source}, which no [[sources]] table configures"),
-                ));
+            if let Some(source) = unknown.filter(|_| whole) {
+                errors
+                    .push(key_error(at("sources"), &format!("names {source}, which no [[sources]] table configures")));
             }
             let digest = token.digest().unwrap_or_default();
             if digests.contains(&digest) {
-                return Err(key_error(at("sha256"), "is the same token as another one: each token must differ"));
+                errors.push(key_error(at("sha256"), "is the same token as another one: each token must differ"));
             }
             digests.push(digest);
         }
-        self.http.validate().map_err(|m| key_error("http.allowed_hosts".into(), &m))?;
-        self.tls.validate().map_err(|(field, m)| key_error(format!("tls.{field}"), m))?;
+        if let Err(m) = self.http.validate() {
+            errors.push(key_error("http.allowed_hosts".into(), &m));
+        }
+        if let Err((field, m)) = self.tls.validate() {
+            errors.push(key_error(format!("tls.{field}"), m));
+        }
         if let Some(tls) = self.gateway.as_ref().and_then(|g| g.tls.as_ref())
             && tls.watch_interval.0.is_zero()
         {
-            return Err(key_error("gateway.tls.watch_interval".into(), "must be longer than zero"));
+            errors.push(key_error("gateway.tls.watch_interval".into(), "must be longer than zero"));
         }
-        Ok(())
+        errors
     }
 
     /// Refuses a non-loopback `listen` with no tokens (anyone who can reach it could claim and
@@ -418,27 +457,6 @@ fn plain(message: &str) -> String {
 fn read_file(path: &Path) -> Result<toml::Table, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
     text.parse::<toml::Table>().map_err(|e| ConfigError::Syntax { path: path.to_owned(), message: e.to_string() })
-}
-
-/// An env value is read as a TOML value when it is one (`500`, `true`, `["a","b"]`), else as a
-/// string, so `IDEM_LISTEN=0.0.0.0:7070` needs no quotes.
-fn env_value(raw: &str) -> toml::Value {
-    format!("v = {raw}")
-        .parse::<toml::Table>()
-        .ok()
-        .and_then(|mut t| t.remove("v"))
-        .unwrap_or_else(|| toml::Value::String(raw.to_owned()))
-}
-
-fn set_path(tree: &mut toml::Table, path: &[String], value: toml::Value) -> Result<(), String> {
-    let (last, parents) = path.split_last().ok_or("empty key")?;
-    let mut table = tree;
-    for key in parents {
-        let entry = table.entry(key.clone()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
-        table = entry.as_table_mut().ok_or_else(|| format!("`{key}` is not a table"))?;
-    }
-    table.insert(last.clone(), value);
-    Ok(())
 }
 
 fn apply_overrides(tree: &mut toml::Table, o: &Overrides) -> Result<(), ConfigError> {
@@ -508,8 +526,8 @@ mod tests {
         assert!(err.to_string().contains("namespaces.a") && err.to_string().contains("defualt_ttl"), "{err}");
         let err = load("[namespaces.a]\ndefault_ttl = \"5x\"\n", &[], &Overrides::default()).unwrap_err();
         assert!(err.to_string().contains("namespaces.a.default_ttl"), "{err}");
-        let err = load("", &[("IDEM_LISTN", "x")], &Overrides::default()).unwrap_err();
-        assert!(err.to_string().contains("listn"), "{err}");
+        let err = load("", &[("IDEM_LIMITS__MAX_BODY_BYTE", "5")], &Overrides::default()).unwrap_err();
+        assert!(err.to_string().contains("max_body_byte"), "a typo inside a config section is an error: {err}");
         let err = load("[namespaces.Bad]\n", &[], &Overrides::default()).unwrap_err();
         assert!(err.to_string().contains("namespaces.Bad"), "{err}");
         let err = load("[store]\ntype = \"sqlite\"\nurl = \"postgres://x\"\n", &[], &Overrides::default()).unwrap_err();
@@ -680,6 +698,61 @@ mod tests {
                 .expect("load");
         assert!(proxied.check_transport().is_ok());
         assert!(Config::default().check_transport().is_ok(), "loopback needs no TLS");
+    }
+
+    /// `IDEM_SIGNING_SECRET` (the PHP handler's), `IDEM_TOKEN` (the clients') or any variable of
+    /// the user's own programs never stops idem; a likely typo of a config key is named.
+    #[test]
+    fn only_idem_variables_named_for_a_config_key_are_config() {
+        let env = [
+            ("IDEM_SIGNING_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+            ("IDEM_TOKEN", "client-only"),
+            ("IDEM_SERVER", "http://127.0.0.1:7070"),
+            ("IDEM_LISTN", "127.0.0.1:9999"),
+            ("IDEM_LOG__LEVEL", "warn"),
+        ];
+        let c = load("", &env, &Overrides::default()).expect("others' variables do not stop idem");
+        assert_eq!(c.log.level, "warn", "a config variable still applies");
+        assert_eq!(c.listen.port(), 7070, "a typo is not applied");
+        assert_eq!(c.warnings.len(), 2, "{:?}", c.warnings);
+        assert!(
+            c.warnings[0].starts_with("IDEM_SIGNING_SECRET is not idem config")
+                && !c.warnings[0].contains("Did you mean")
+        );
+        assert!(
+            c.warnings[1].contains("IDEM_LISTN") && c.warnings[1].contains("Did you mean IDEM_LISTEN?"),
+            "{:?}",
+            c.warnings
+        );
+        assert!(!c.warnings.concat().contains("whsec_MfKQ"), "a warning never repeats a value");
+    }
+
+    #[test]
+    fn the_top_level_keys_are_the_configs() {
+        let err = load("zzz = 1\n", &[], &Overrides::default()).unwrap_err().to_string();
+        let expected = err.split("expected one of ").nth(1).unwrap_or_default();
+        let named: Vec<&str> =
+            expected.split(", ").map(|k| k.trim_matches(|c: char| c == '`' || c.is_whitespace())).collect();
+        assert_eq!(named, TOP_LEVEL_KEYS, "{err}");
+    }
+
+    #[test]
+    fn every_mistake_is_listed_at_once() {
+        let text = "listen = \"nowhere\"\n[limits]\nmax_body_bytes = 0\n[[sources]]\nname = \"p\"\nhandler_url = \"ftp://x\"\n";
+        let err = load(text, &[], &Overrides::default()).unwrap_err().to_string();
+        for key in [
+            "`listen`",
+            "`sources[0].handler_url`",
+            "`sources[0]`: missing field `event_id`",
+            "`sources[0]`: missing field `signing_secret`",
+        ] {
+            assert!(err.contains(key), "{key} in:\n{err}");
+        }
+        assert!(err.starts_with("5 mistakes in the config:\n"), "{err}");
+        assert!(
+            err.contains("`limits.max_body_bytes`: must be greater than zero"),
+            "validation's mistakes too:\n{err}"
+        );
     }
 
     #[test]

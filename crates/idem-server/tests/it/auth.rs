@@ -105,6 +105,10 @@ async fn v1_requires_a_known_token_whatever_the_case_of_bearer() {
     let problem = assert_problem(&reply, 401, "no token");
     assert_eq!(reply.headers.get("www-authenticate").map(|v| v.as_bytes()), Some(&b"Bearer"[..]));
     assert!(!problem.to_string().contains("s3cret"), "the token never appears in an answer");
+    let detail = problem["detail"].as_str().unwrap_or_default();
+    for how in ["Authorization: Bearer <token>", "--token", "IDEM_TOKEN", "`token` option"] {
+        assert!(detail.contains(how), "a 401 says how to pass a token ({how}): {detail}");
+    }
     assert_problem(
         &send(&s.client_with_token("admin-s3crex"), Method::POST, "/v1/claims/ns", Some(body.clone())).await,
         401,

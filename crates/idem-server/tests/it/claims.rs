@@ -98,9 +98,14 @@ async fn lookup_by_items_and_by_prefix() {
         (json!(["scenario-1", "user-4"]), false),
         (json!(["scenario-1", "user-"]), false),
     ] {
-        let out = s.post("/v1/claims/survey/lookup", json!({ "prefix": prefix }), 200).await;
+        let out = s.post("/v1/claims/survey/prefix", json!({ "prefix": prefix }), 200).await;
         assert_eq!(out, json!({ "exists": exists }), "prefix {prefix}");
+        // The body /lookup took before /prefix existed is still answered the same way.
+        let old = s.post("/v1/claims/survey/lookup", json!({ "prefix": prefix }), 200).await;
+        assert_eq!(old, out, "prefix {prefix} on /lookup");
     }
+    s.post("/v1/claims/survey/prefix", json!({"prefix": []}), 400).await;
+    s.post("/v1/claims/survey/prefix", json!({"prefix": ["a"], "items": [{"key": "a"}]}), 400).await;
     s.stop().await;
 }
 

@@ -187,6 +187,27 @@ async fn receipts_list_show_replay() {
         idem(with_server(args(&["receipts", "list", "--status", "dead", "--source", "partner"]))).await;
     assert_eq!(code, 0);
     assert!(stdout.contains(&id), "{stdout}");
+    let page: serde_json::Value = serde_json::from_str(&stdout).expect("piped: JSON by default");
+    assert_eq!(page["receipts"][0]["id"], id.as_str());
+    let (code, table, _) = idem(with_server(args(&["receipts", "list", "--output", "table"]))).await;
+    assert_eq!(code, 0);
+    let mut lines = table.lines();
+    assert!(
+        lines.next().is_some_and(|h| h.starts_with("ID") && h.contains("STATUS") && h.contains("CREATED")),
+        "{table}"
+    );
+    let row = lines.next().unwrap_or_default();
+    assert!(row.starts_with(&id) && row.contains("partner") && row.contains("e1") && row.contains("dead"), "{table}");
+    for (bad, why) in [
+        (vec!["receipts", "replay", "--status", "dead", "--created-before", "yesterday"], "an unparseable time"),
+        (vec!["receipts", "list", "--status", "deadd"], "an unknown status"),
+        (vec!["receipts", "list", "--output", "yaml"], "an unknown output"),
+        (vec!["receipts", "list", "--limit", "0"], "a limit the server refuses (400)"),
+        (vec!["claims", "put", "ns", "--key", "k", "--ttl-seconds", "0"], "a TTL the server refuses (400)"),
+    ] {
+        let (code, _, stderr) = idem(with_server(args(&bad))).await;
+        assert_eq!(code, 2, "{why} is a usage error: {stderr}");
+    }
     let dry = ["receipts", "replay", "--status", "dead", "--source", "partner", "--dry-run"];
     let (code, stdout, _) = idem(with_server(args(&dry))).await;
     assert_eq!((code, stdout.contains("\"matching\": 1")), (0, true), "{stdout}");
@@ -215,4 +236,96 @@ async fn wait_dead(s: &TestServer, id: &str) {
         assert!(std::time::Instant::now() < deadline, "never went dead again");
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
+}
+
+/// With stderr not a terminal the log is plain text (no colour codes), and a script can read the
+/// address `--listen 127.0.0.1:0` chose from the `idem listening addr=…` line. An `IDEM_` variable
+/// that is no config key (the PHP handler's IDEM_SIGNING_SECRET) is ignored with a warning, not a
+/// refusal to start.
+#[tokio::test]
+async fn serve_logs_plainly_to_a_pipe_and_names_the_port_it_chose() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut child = std::process::Command::new(crate::support::binary::BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .env_remove("IDEM_CONFIG")
+        .env_remove("IDEM_LOG__FORMAT")
+        .env_remove("NO_COLOR")
+        .env("IDEM_SIGNING_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn idem");
+    let stderr = child.stderr.take().expect("piped");
+    let lines = tokio::task::spawn_blocking(move || {
+        let mut seen = Vec::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let done = line.contains("idem listening");
+            seen.push(line);
+            if done {
+                break;
+            }
+        }
+        seen
+    })
+    .await
+    .expect("read the log");
+    let log = lines.join("\n");
+    assert!(!log.contains('\u{1b}'), "no ANSI escape codes in a piped log:\n{log}");
+    assert!(log.contains("IDEM_SIGNING_SECRET is not idem config") && !log.contains("MfKQ9r8"), "{log}");
+    let listening = lines.last().expect("a listening line");
+    let addr = listening.split("idem listening addr=").nth(1).and_then(|rest| rest.split(' ').next());
+    let addr: std::net::SocketAddr = addr.and_then(|a| a.parse().ok()).unwrap_or_else(|| panic!("{listening}"));
+    assert_ne!(addr.port(), 0);
+    let client = idem_server::cli::client::ApiClient::new(&format!("http://{addr}"), None).expect("client");
+    assert_eq!(client.send(Method::GET, "/healthz", None).await.expect("healthz").status, 200);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn secret_new_prints_a_signing_secret_that_a_source_accepts() {
+    let (code, stdout, stderr) = run(&["secret", "new"], &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let secret = stdout.trim();
+    assert!(secret.starts_with("whsec_") && stdout.lines().count() == 1, "{stdout}");
+    assert!(stderr.contains("signing_secret"), "says where it goes: {stderr}");
+    assert_ne!(run(&["secret", "new"], &[]).1.trim(), secret, "new each time");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("idem.toml");
+    let source = format!(
+        "[[sources]]\nname = \"p\"\nhandler_url = \"http://127.0.0.1:9/h\"\nevent_id = \"/id\"\nsigning_secret = \"{secret}\"\n"
+    );
+    std::fs::write(&file, source).expect("write");
+    let (code, _, stderr) = run(&["config", "check", "--config", file.to_str().expect("utf-8")], &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(run(&["secret", "new", "--bytes", "16"], &[]).0, 2, "fewer than 24 bytes is a usage error");
+}
+
+/// The example config that ships with idem checks clean: every section, every value valid.
+#[test]
+fn the_example_config_checks_clean() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../idem.example.toml");
+    let text = std::fs::read_to_string(example).expect("idem.example.toml");
+    let (code, stdout, stderr) = run(&["config", "check", "--config", example], &[]);
+    assert_eq!(code, 0, "{stderr}");
+    for section in [
+        "[store]",
+        "[auth]",
+        "[[auth.token]]",
+        "[http]",
+        "[tls]",
+        "[limits]",
+        "[sweeper]",
+        "[events]",
+        "[log]",
+        "[namespaces",
+        "[gateway]",
+        "[[gateway.routes]]",
+        "[[sources]]",
+    ] {
+        assert!(text.contains(section), "the example shows {section}");
+    }
+    assert!(stdout.contains("[gateway]") && stdout.contains("[[sources]]"), "{stdout}");
 }

@@ -93,8 +93,30 @@ async fn malformed_bodies_and_content_types() {
     assert_problem(&raw("[1,2]", "application/json").await, 400, "array body");
     let reply = s.client.send(Method::GET, "/v1/claims/ns/not-hex", None).await.expect("request");
     assert_eq!(assert_problem(&reply, 400, "bad id")["field"], "id");
-    assert_problem(&s.client.send(Method::GET, "/v1/nowhere", None).await.expect("request"), 404, "unknown route");
     assert_problem(&s.client.send(Method::PUT, "/v1/claims/ns", None).await.expect("request"), 405, "wrong method");
+    s.stop().await;
+}
+
+/// A path that is no route (a client with a wrong base path) has a problem type of its own, so that
+/// no client reads it as "no such claim".
+#[tokio::test]
+async fn an_unknown_route_is_not_an_absent_record() {
+    let s = TestServer::start().await;
+    let id = "0".repeat(64);
+    let absent = s.client.send(Method::GET, &format!("/v1/claims/ns/{id}"), None).await.expect("request");
+    let absent = assert_problem(&absent, 404, "no such claim");
+    assert_eq!(
+        (absent["type"].as_str(), absent["title"].as_str()),
+        (Some("urn:idem:problem:not-found"), Some("Not found"))
+    );
+    for path in ["/v1/nowhere".to_owned(), format!("/api/v1/claims/ns/{id}"), format!("/claims/ns/{id}")] {
+        let reply = s.client.send(Method::GET, &path, None).await.expect("request");
+        let problem = assert_problem(&reply, 404, &path);
+        assert_eq!(problem["type"], "urn:idem:problem:no-such-route", "{path}");
+        assert_eq!(problem["title"], "No such route", "{path}");
+        let detail = problem["detail"].as_str().unwrap_or_default();
+        assert!(detail.contains(&format!("GET {path}")) && detail.contains("base URL"), "{detail}");
+    }
     s.stop().await;
 }
 

@@ -137,6 +137,8 @@ async fn intake_answers_202_then_200_then_409_and_receipts_tell_the_story() {
         (again.status.as_u16(), again.json()["receipt_id"].as_str(), again.json()["replay"].as_bool()),
         (200, Some(receipt.as_str()), Some(true))
     );
+    assert!(first.headers.get("idempotent-replayed").is_none(), "a new event is no replay");
+    assert_eq!(again.headers.get("idempotent-replayed").and_then(|v| v.to_str().ok()), Some("true"));
     let other = post(&s.client, "/v1/sources/partner/events", r#"{"external_event_id":"e1","amount":6}"#, &json).await;
     assert_problem(&other, 409, "same id, other payload");
 

@@ -122,6 +122,7 @@ async fn openapi_describes_the_whole_v1_api() {
         ("/v1/claims/{ns}", "post"),
         ("/v1/claims/{ns}/batch", "post"),
         ("/v1/claims/{ns}/lookup", "post"),
+        ("/v1/claims/{ns}/prefix", "post"),
         ("/v1/claims/{ns}/{id}", "get"),
         ("/v1/claims/{ns}/{id}", "delete"),
     ] {

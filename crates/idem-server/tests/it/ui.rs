@@ -186,3 +186,30 @@ async fn the_dashboard_follows_the_tokens_scope() {
     assert!(text(&with_admin).contains(r#"data-testid="replay""#), "an admin token gets the actions");
     s.stop().await;
 }
+
+/// A restarted idem (a real process: the counters of traffic start again) still lists the
+/// namespaces it knows without traffic: those with claims in the store, and those configured.
+#[tokio::test]
+async fn the_overview_remembers_namespaces_across_a_restart() {
+    use crate::support::binary::Idem;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("idem.toml");
+    std::fs::write(&config, "[namespaces.orders]\n").expect("write config");
+    let data = dir.path().join("data");
+    let extra = ["--config", config.to_str().expect("utf-8")];
+    let mut first = Idem::serve(&data, &extra);
+    let client = ApiClient::new(&first.url, None).expect("client");
+    let claimed = client.send(Method::POST, "/v1/claims/survey", Some(&json!({"key": "k"}))).await.expect("claim");
+    assert_eq!(claimed.status, 201);
+    let begun = client.send(Method::POST, "/v1/operations/orders/begin", Some(&json!({"key": "o1"}))).await;
+    assert_eq!(begun.expect("begin").status, 201);
+    assert_eq!(first.terminate().code(), Some(0));
+
+    let second = Idem::serve(&data, &extra);
+    let client = ApiClient::new(&second.url, None).expect("client");
+    let overview = text(&get(&client, "/ui").await);
+    let row = |ns: &str| overview.split("<tr>").find(|r| r.contains(&format!(">{ns}</th>"))).map(str::to_owned);
+    let survey = row("survey").unwrap_or_else(|| panic!("survey is listed after a restart:\n{overview}"));
+    assert!(survey.contains("<td>1</td>"), "its stored claim is counted: {survey}");
+    assert!(row("orders").is_some(), "a configured namespace is listed after a restart:\n{overview}");
+}

@@ -197,10 +197,17 @@ config (name, handler_url, event_id, signing_secret) and send events to
     out
 }
 
+/// One row per namespace idem knows without traffic — each with live claims in the store, each
+/// configured with a `[namespaces.NAME]` table — and per namespace used since start-up. The store
+/// keeps an operation under a hash of its namespace and key, so it cannot say which namespaces hold
+/// operations: an operations-only namespace is listed after a restart when it is configured.
 fn namespaces_table(state: &Ui, stored: &[(String, u64)]) -> String {
     let text = crate::telemetry::metrics_handle().render();
     let mut rows: BTreeMap<String, [f64; 3]> =
-        stored.iter().map(|(ns, n)| (ns.clone(), [*n as f64, 0.0, 0.0])).collect();
+        state.config.namespaces.keys().map(|ns| (ns.clone(), [0.0; 3])).collect();
+    for (ns, n) in stored {
+        rows.entry(ns.clone()).or_default()[0] = *n as f64;
+    }
     for (labels, value) in series(&text, "idem_claims_total") {
         if let (Some(ns), Some("claimed")) = (labels.get("namespace"), labels.get("outcome").map(String::as_str)) {
             rows.entry(ns.clone()).or_default()[1] += value;
@@ -220,7 +227,7 @@ fn namespaces_table(state: &Ui, stored: &[(String, u64)]) -> String {
     }
     let mut out = String::from(
         r#"<h2>Claims and operations by namespace</h2><div class="scroll"><table><thead><tr><th>Namespace</th>
-<th>claims stored</th><th>claims made since start</th><th>operations started since start</th><th></th></tr></thead><tbody>"#,
+<th>claims stored</th><th>claims made since start</th><th>operations begun since start</th><th></th></tr></thead><tbody>"#,
     );
     for (ns, [stored, claimed, started]) in &rows {
         let _ = write!(
@@ -230,7 +237,12 @@ fn namespaces_table(state: &Ui, stored: &[(String, u64)]) -> String {
             query(&[("ns", Some(ns))])
         );
     }
-    out.push_str("</tbody></table></div>");
+    out.push_str(
+        "</tbody></table></div><p class=\"muted\">Listed: namespaces with live claims, namespaces configured in \
+         <code>[namespaces]</code>, and those used since idem started. Operations are stored under a hash of \
+         namespace and key, so a namespace that holds only operations is listed after a restart when it has a \
+         <code>[namespaces.NAME]</code> table.</p>",
+    );
     out
 }
 
