@@ -361,6 +361,7 @@ impl LogStore {
             queue,
             active,
             manifest,
+            manifest_unsynced: false,
             max_group_items: options.max_group_items,
             segment_bytes: options.segment_bytes,
             sweep_cursor: 0,

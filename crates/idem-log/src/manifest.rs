@@ -129,11 +129,26 @@ impl Manifest {
 
     /// Replaces the manifest in `dir` durably.
     pub fn write(&self, disk: &dyn Disk, dir: &Path) -> io::Result<()> {
-        let tmp = dir.join(TMP);
-        disk::write_file(disk, &tmp, &self.encode())?;
-        disk.rename(&tmp, &dir.join(FILE))?;
-        disk.sync_dir(dir)
+        self.write_in_steps(disk, dir).map_err(|failed| failed.error)
     }
+
+    /// Like [`Manifest::write`], saying on failure whether the new manifest already took the old
+    /// one's place (renamed, its directory not synced: it may or may not survive a crash).
+    pub fn write_in_steps(&self, disk: &dyn Disk, dir: &Path) -> Result<(), Failed> {
+        let tmp = dir.join(TMP);
+        let before = |error| Failed { renamed: false, error };
+        disk::write_file(disk, &tmp, &self.encode()).map_err(before)?;
+        disk.rename(&tmp, &dir.join(FILE)).map_err(before)?;
+        disk.sync_dir(dir).map_err(|error| Failed { renamed: true, error })
+    }
+}
+
+/// A manifest write that failed.
+#[derive(Debug)]
+pub struct Failed {
+    /// The new manifest is in place, not yet durably.
+    pub renamed: bool,
+    pub error: io::Error,
 }
 
 #[cfg(test)]

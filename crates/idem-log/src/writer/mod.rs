@@ -153,6 +153,8 @@ pub struct Writer {
     pub active: Active,
     /// The manifest as last written.
     pub manifest: Manifest,
+    /// It took the old one's place, but its directory has not been synced yet.
+    pub manifest_unsynced: bool,
     pub max_group_items: usize,
     pub segment_bytes: u64,
     pub sweep_cursor: usize,
@@ -207,7 +209,8 @@ impl Writer {
                 }
             }
         }
-        let failure = write(&mut self.active, &shared, &mut group).err();
+        // A manifest not yet durable is made so before anything is written on its account.
+        let failure = self.sync_manifest().err().or_else(|| write(&mut self.active, &shared, &mut group).err());
         let items = group.records;
         let mut buf = std::mem::take(&mut group.buf);
         buf.clear();
@@ -221,12 +224,14 @@ impl Writer {
                 metrics::counter!("idem_store_commit_errors_total").increment(1);
             }
         }
+        // A full segment is sealed and the next one named before anyone is answered: whoever was
+        // answered then finds the log as it stays (once per segment, a few syncs more).
+        if failure.is_none() && self.active.len >= self.segment_bytes {
+            self.roll();
+        }
         done.into_iter().for_each(|p| p(failure.as_ref()));
         for (segment, stale, reply) in retire {
             let _ = reply.send(self.retire(segment, &stale));
-        }
-        if failure.is_none() && self.active.len >= self.segment_bytes {
-            self.roll();
         }
         if !marks.is_empty() || close.is_some() {
             let marked = self.mark();
@@ -241,15 +246,39 @@ impl Writer {
     }
 
     /// Writes the manifest with `change` made to it; keeps it only once durable.
+    ///
+    /// A write that failed after the new manifest took the old one's place (its directory's sync
+    /// failed) leaves it in place but not durable: it is what the writer then goes by, and no group
+    /// is written, nor any change made durable on its account, until the directory is synced.
     fn write_manifest(&mut self, change: impl FnOnce(&mut Manifest)) -> Result<(), StoreError> {
         let mut next = self.manifest.clone();
         change(&mut next);
-        if next == self.manifest {
-            return Ok(());
+        if next != self.manifest {
+            let disk = &self.shared.segments.disk;
+            match next.write_in_steps(disk.as_ref(), &self.shared.segments.dir) {
+                Ok(()) => {
+                    self.manifest = next;
+                    self.manifest_unsynced = false;
+                    return Ok(());
+                }
+                Err(failed) if !failed.renamed => return Err(io_error(&failed.error)),
+                Err(failed) => {
+                    tracing::warn!(error = %failed.error, "the new manifest is in place but not synced; syncing again");
+                    self.manifest = next;
+                    self.manifest_unsynced = true;
+                }
+            }
         }
-        let disk = &self.shared.segments.disk;
-        next.write(disk.as_ref(), &self.shared.segments.dir).map_err(|e| io_error(&e))?;
-        self.manifest = next;
+        self.sync_manifest()
+    }
+
+    /// Makes a manifest already in place durable, if it is not yet.
+    fn sync_manifest(&mut self) -> Result<(), StoreError> {
+        if self.manifest_unsynced {
+            let disk = &self.shared.segments.disk;
+            disk.sync_dir(&self.shared.segments.dir).map_err(|e| io_error(&e))?;
+            self.manifest_unsynced = false;
+        }
         Ok(())
     }
 
@@ -326,7 +355,9 @@ impl Writer {
             m.head = number;
             m.mark = Mark { len, records: 0 };
         });
-        if let Err(e) = named {
+        if let Err(e) = named
+            && self.manifest.head != number
+        {
             // The manifest still names the old segment as the head: it grows on, and the new file
             // (holding nothing) goes.
             tracing::warn!(error = %e, "could not name a new log segment in the manifest; the current one grows");
