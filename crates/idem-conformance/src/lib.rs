@@ -5,7 +5,7 @@
 //! - [`request_suite!`] a [`RequestStore`](idem_core::RequestStore) (what the gateway and the tower
 //!   layer need, so a custom store for the layer runs only this one),
 //! - [`event_suite!`] an [`EventStore`](idem_core::EventStore),
-//! - [`suite!`] all three plus the lifecycle checks, for a whole [`Store`].
+//! - [`suite!`] all three plus the lifecycle checks, for a store that is all of them (PostgreSQL).
 //!
 //! A backend's test file calls a macro with an async factory that returns a fresh, empty
 //! [`Harness`]; the macro expands to a module of `#[tokio::test]`s, one per check, so every backend
@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::{ClaimId, ManualClock, Namespace, NewClaim, Parts, Store, Timestamp};
+use idem_core::{ClaimId, ManualClock, Namespace, NewClaim, Parts, Timestamp};
 use serde_json::value::RawValue;
 
 pub mod claims;
@@ -22,7 +22,7 @@ pub mod events;
 pub mod requests;
 
 /// A fresh store under test, with the clock it reads.
-pub struct Harness<S: ?Sized = dyn Store> {
+pub struct Harness<S: ?Sized> {
     pub store: Arc<S>,
     pub clock: Arc<ManualClock>,
     /// Whatever keeps the store's resources alive (a temporary directory, a database).

@@ -20,4 +20,4 @@ pub use duration::{format_duration, parse_duration};
 pub use error::{Invalid, StoreError};
 pub use key::{ClaimId, Parts};
 pub use namespace::Namespace;
-pub use store::{ClaimStore, EventStore, RequestStore, SignalHandler, Store, StoreLifecycle, StoreSignal};
+pub use store::{ClaimStore, EventStore, RequestStore, SignalHandler, StoreLifecycle, StoreSignal, Stores};

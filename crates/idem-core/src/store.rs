@@ -6,8 +6,8 @@
 //! - [`EventStore`]: receipts, the delivery job queue, attempts, replays and listing.
 //! - [`StoreLifecycle`]: readiness, closing, and signals from other nodes.
 //!
-//! [`Store`] is all four, implemented for every type that implements them; the server holds an
-//! `Arc<dyn Store>` and hands each part (`Arc<dyn RequestStore>`, …) to whatever needs only that.
+//! [`Stores`] holds one of each, chosen once at start-up; the server passes each part
+//! (`Arc<dyn RequestStore>`, …) to whatever needs only that.
 //! No driver type crosses these traits. Each trait has its own conformance suite
 //! (`idem-conformance`), run on every backend.
 //!
@@ -22,6 +22,7 @@
 //! - an accepted event's receipt and first delivery job are committed together; a job is leased
 //!   by one worker at a time, and only its lease holder can record the attempt's transition.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -178,7 +179,21 @@ pub trait StoreLifecycle: Send + Sync + 'static {
     fn on_signal(&self, _handler: SignalHandler) {}
 }
 
-/// Every part of the store: what the server runs on.
-pub trait Store: ClaimStore + RequestStore + EventStore + StoreLifecycle {}
+/// The stores a server runs on, chosen once at start-up, each part as the trait its users need:
+/// the embedded store is two engines (the log for claims and keys, SQLite for events), PostgreSQL
+/// one database for all four.
+#[derive(Clone)]
+pub struct Stores {
+    pub claims: Arc<dyn ClaimStore>,
+    pub requests: Arc<dyn RequestStore>,
+    pub events: Arc<dyn EventStore>,
+    /// Readiness and closing of all of them, and signals from other nodes.
+    pub lifecycle: Arc<dyn StoreLifecycle>,
+}
 
-impl<T: ClaimStore + RequestStore + EventStore + StoreLifecycle + ?Sized> Store for T {}
+impl Stores {
+    /// Every part from one store that has them all.
+    pub fn of<S: ClaimStore + RequestStore + EventStore + StoreLifecycle>(store: Arc<S>) -> Self {
+        Self { claims: store.clone(), requests: store.clone(), events: store.clone(), lifecycle: store }
+    }
+}

@@ -33,7 +33,7 @@ impl Drop for Schema {
     }
 }
 
-async fn postgres() -> Option<Harness> {
+async fn postgres() -> Option<Harness<PgStore>> {
     let Ok(url) = std::env::var(URL_VAR) else {
         announce_skip();
         return None;

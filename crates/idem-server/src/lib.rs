@@ -28,7 +28,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::{Clock, EventStore, RequestStore, Store, StoreSignal};
+use idem_core::{Clock, EventStore, StoreLifecycle, StoreSignal, Stores};
 use idem_gateway::waiters::Waiters;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
@@ -67,7 +67,7 @@ impl Listeners {
 /// workers and closes the store so that every acknowledged write is on disk.
 pub async fn run(
     config: Config,
-    store: Arc<dyn Store>,
+    stores: Stores,
     clock: Arc<dyn Clock>,
     listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -90,20 +90,20 @@ pub async fn run(
     let certificates = [certs.api, certs.gateway].into_iter().flatten().collect();
     let reloads = tokio::spawn(tls::watch(certificates, tls::Hangup::listen(), stopped.clone()));
     let sweeper = tokio::spawn(worker::sweeper::run(
-        Arc::clone(&store),
+        stores.clone(),
         config.sweeper.clone(),
         config.events.retention.map(|r| r.0),
         stopped.clone(),
     ));
     let upkeep = tokio::spawn(metrics_upkeep(handle, stopped.clone()));
     let data_dir = matches!(config.store, config::StoreConfig::Sqlite {}).then(|| config.data_dir.clone());
-    let gauges = tokio::spawn(worker::gauges::run(Arc::clone(&store), data_dir, stopped.clone()));
+    let gauges = tokio::spawn(worker::gauges::run(stores.clone(), data_dir, stopped.clone()));
     let wake = Arc::new(Notify::new());
     let describe = Listening::of(&config);
     let gateway_addr = listeners.gateway.as_ref().and_then(|l| l.local_addr().ok());
     let (engine, gateway) = match (&config.gateway, listeners.gateway) {
         (Some(gateway), Some(listener)) => {
-            let requests: Arc<dyn RequestStore> = store.clone();
+            let requests = Arc::clone(&stores.requests);
             let proxy =
                 proxy::Proxy::new(gateway, config.limits.max_body_bytes, requests, Arc::clone(&clock), &client_tls);
             let engine = proxy.engine();
@@ -112,9 +112,10 @@ pub async fn run(
         _ => (None, None),
     };
     let waiters = Arc::new(Waiters::default());
-    forward_signals(store.as_ref(), Arc::clone(&wake), engine, Arc::clone(&waiters));
-    let delivery = start_delivery(&config, &store, &clock, &wake, &stopped, &client_tls);
-    let router = app(AppState::new(config, Arc::clone(&store), clock, wake, waiters));
+    forward_signals(stores.lifecycle.as_ref(), Arc::clone(&wake), engine, Arc::clone(&waiters));
+    let delivery = start_delivery(&config, &stores.events, &clock, &wake, &stopped, &client_tls);
+    let lifecycle = Arc::clone(&stores.lifecycle);
+    let router = app(AppState::new(config, stores, clock, wake, waiters));
     let api_addr = listeners.api.local_addr()?;
     let api = conn::serve_tls(listeners.api, router, limits, api_tls, stopped);
     let trigger = tokio::spawn(async move {
@@ -131,7 +132,7 @@ pub async fn run(
         let _ = delivery.await;
     }
     let _ = tokio::join!(sweeper, upkeep, gauges, reloads);
-    store.close().await;
+    lifecycle.close().await;
     tracing::info!("idem stopped");
     Ok(())
 }
@@ -184,7 +185,7 @@ fn log_listening(l: &Listening, api: std::net::SocketAddr, gateway: Option<std::
 
 /// Changes other nodes make (a shared database) wake what waits here: no polling needed.
 fn forward_signals(
-    store: &dyn Store,
+    store: &dyn StoreLifecycle,
     wake: Arc<Notify>,
     engine: Option<Arc<idem_gateway::Engine>>,
     operations: Arc<Waiters>,
@@ -203,7 +204,7 @@ fn forward_signals(
 /// The delivery worker, when any source is configured.
 fn start_delivery(
     config: &Config,
-    store: &Arc<dyn Store>,
+    events: &Arc<dyn EventStore>,
     clock: &Arc<dyn Clock>,
     wake: &Arc<Notify>,
     stopped: &watch::Receiver<bool>,
@@ -212,8 +213,8 @@ fn start_delivery(
     if config.sources.is_empty() {
         return None;
     }
-    let events: Arc<dyn EventStore> = store.clone();
-    let delivery = worker::delivery::Delivery::new(&config.sources, events, Arc::clone(clock), Arc::clone(wake), tls);
+    let delivery =
+        worker::delivery::Delivery::new(&config.sources, Arc::clone(events), Arc::clone(clock), Arc::clone(wake), tls);
     Some(tokio::spawn(Arc::new(delivery).run(stopped.clone())))
 }
 

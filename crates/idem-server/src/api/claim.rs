@@ -208,7 +208,7 @@ pub async fn create(
     ApiJson(body): ApiJson<ClaimRequest>,
 ) -> Result<Response, ApiError> {
     let claim = body.into_new_claim(state.config.default_ttl(path.ns.as_str()))?;
-    let mut outcomes = state.store.claim(&path.ns, vec![claim]).await?;
+    let mut outcomes = state.stores.claims.claim(&path.ns, vec![claim]).await?;
     count_claims(&path.ns, &outcomes);
     let outcome = outcomes.pop().ok_or(ApiError::Internal)?;
     let status = if outcome.claimed { StatusCode::CREATED } else { StatusCode::OK };
@@ -237,7 +237,7 @@ pub async fn batch(
         .enumerate()
         .map(|(i, item)| item.into_new_claim(default_ttl).map_err(|e| e.within(&format!("items[{i}]"))))
         .collect::<Result<Vec<_>, _>>()?;
-    let outcomes = state.store.claim(&path.ns, claims).await?;
+    let outcomes = state.stores.claims.claim(&path.ns, claims).await?;
     count_claims(&path.ns, &outcomes);
     Ok(Json(BatchResponse { results: outcomes.into_iter().map(ClaimResponse::from).collect() }))
 }
@@ -271,7 +271,7 @@ async fn lookup_items(state: &AppState, ns: &Namespace, items: Vec<KeyRef>) -> R
         .enumerate()
         .map(|(i, key)| key.resolve().map(|p| p.id()).map_err(|e| e.within(&format!("items[{i}]"))))
         .collect::<Result<Vec<ClaimId>, _>>()?;
-    let found = state.store.lookup(ns, &ids).await?;
+    let found = state.stores.claims.lookup(ns, &ids).await?;
     count_lookup(ns, "ids", ids.len());
     let results = ids
         .iter()
@@ -287,7 +287,7 @@ async fn lookup_items(state: &AppState, ns: &Namespace, items: Vec<KeyRef>) -> R
 
 async fn prefix_exists(state: &AppState, ns: &Namespace, prefix: Vec<String>) -> Result<PrefixResponse, ApiError> {
     let prefix = Parts::new(prefix).map_err(|e| e.within("prefix"))?;
-    let exists = state.store.prefix_exists(ns, &prefix).await?;
+    let exists = state.stores.claims.prefix_exists(ns, &prefix).await?;
     count_lookup(ns, "prefix", 1);
     Ok(PrefixResponse { exists })
 }
@@ -318,7 +318,7 @@ pub async fn prefix(
 pub async fn read(State(state): State<AppState>, path: ClaimPath) -> Result<Json<Record>, ApiError> {
     let id = path.id.ok_or(ApiError::Internal)?;
     count_lookup(&path.ns, "get", 1);
-    match state.store.get(&path.ns, &id).await? {
+    match state.stores.claims.get(&path.ns, &id).await? {
         Some(record) => Ok(Json(record.into())),
         None => Err(ApiError::NotFound(format!("no claim {id} in namespace {}", path.ns))),
     }
@@ -333,7 +333,7 @@ pub async fn read(State(state): State<AppState>, path: ClaimPath) -> Result<Json
     ))]
 pub async fn delete(State(state): State<AppState>, path: ClaimPath) -> Result<StatusCode, ApiError> {
     let id = path.id.ok_or(ApiError::Internal)?;
-    if state.store.delete(&path.ns, &id).await? {
+    if state.stores.claims.delete(&path.ns, &id).await? {
         metrics::counter!("idem_claims_deleted_total", "namespace" => path.ns.as_str().to_owned()).increment(1);
         Ok(StatusCode::NO_CONTENT)
     } else {

@@ -80,7 +80,7 @@ async fn accept(
     let event_id = source.event_id.extract(header, &body).inspect_err(|_| count(&name, "invalid"))?;
     let content_type = header(axum::http::header::CONTENT_TYPE.as_str()).map(str::to_owned);
     let event = NewEvent::new(name.clone(), event_id, body.to_vec(), content_type);
-    match state.store.accept_event(event).await? {
+    match state.stores.events.accept_event(event).await? {
         Accept::Accepted { receipt_id } => {
             count(&name, "accepted");
             state.delivery_wake.notify_one();

@@ -19,7 +19,7 @@ pub async fn healthz() -> impl IntoResponse {
 
 /// The store can be read and written now.
 pub async fn readyz(State(state): State<AppState>) -> Result<impl IntoResponse, ApiError> {
-    match tokio::time::timeout(Duration::from_secs(3), state.store.check_ready()).await {
+    match tokio::time::timeout(Duration::from_secs(3), state.stores.lifecycle.check_ready()).await {
         Ok(Ok(())) => Ok(Json(json!({"status": "ready"}))),
         Ok(Err(e)) => Err(e.into()),
         Err(_) => Err(ApiError::Unavailable),
@@ -27,7 +27,7 @@ pub async fn readyz(State(state): State<AppState>) -> Result<impl IntoResponse, 
 }
 
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    crate::worker::gauges::claims_at_scrape(state.store.as_ref()).await;
+    crate::worker::gauges::claims_at_scrape(state.stores.claims.as_ref()).await;
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], crate::telemetry::metrics_handle().render())
 }
 

@@ -216,7 +216,7 @@ pub async fn begin(
         let armed = wait.arm();
         let new =
             NewRequest { id: key, fingerprint: op.fingerprint, lease: op.lease, held: operation::encode_held(op.ttl) };
-        let lease_until = match state.store.begin_request(new).await? {
+        let lease_until = match state.stores.requests.begin_request(new).await? {
             Begin::Started { token, lease_until, .. } => {
                 count(&path.ns, "started");
                 let started = Started {
@@ -260,7 +260,7 @@ async fn same_request(
     if same_fingerprint || asked == ANY_REQUEST {
         return Ok(());
     }
-    let stored = match state.store.peek_request(key).await? {
+    let stored = match state.stores.requests.peek_request(key).await? {
         Some(RequestState::InFlight { fingerprint, .. } | RequestState::Completed { fingerprint, .. }) => fingerprint,
         None => return Ok(()),
     };
@@ -292,7 +292,7 @@ pub async fn complete(
     if result.as_ref().is_some_and(|r| r.len() > MAX_DATA_BYTES) {
         return Err(Invalid::new("result", format!("must be at most {MAX_DATA_BYTES} bytes of JSON")).into());
     }
-    let ttl = match state.store.peek_request(&key).await? {
+    let ttl = match state.stores.requests.peek_request(&key).await? {
         Some(RequestState::InFlight { held, .. }) => operation::decode_held(&held).unwrap_or(DEFAULT_TTL),
         Some(RequestState::Completed { result, expires_at, .. }) => {
             return completed_by(&path.ns, &id, &token, &result, expires_at).map(Json);
@@ -301,12 +301,12 @@ pub async fn complete(
     };
     let now = state.clock.now();
     let outcome = Outcome::new(now, &token, result);
-    if state.store.complete_request(&key, token, &outcome.encode(), ttl).await? {
+    if state.stores.requests.complete_request(&key, token, &outcome.encode(), ttl).await? {
         state.waiters.wake(&key);
         count(&path.ns, "completed");
         return completed_view(&id, outcome, now.plus(ttl)).map(Json);
     }
-    match state.store.peek_request(&key).await? {
+    match state.stores.requests.peek_request(&key).await? {
         Some(RequestState::Completed { result, expires_at, .. }) => {
             completed_by(&path.ns, &id, &token, &result, expires_at).map(Json)
         }
@@ -349,7 +349,7 @@ pub async fn release(
 ) -> Result<StatusCode, ApiError> {
     let (_, key) = store_key(&path)?;
     let token = token(&body.token)?;
-    if !state.store.release_request(&key, token).await? {
+    if !state.stores.requests.release_request(&key, token).await? {
         return Err(lease_lost(&path.ns));
     }
     state.waiters.wake(&key);
@@ -373,7 +373,7 @@ pub async fn extend(
     let (_, key) = store_key(&path)?;
     let token = token(&body.token)?;
     let lease = seconds("lease_seconds", body.lease_seconds, 1..=MAX_LEASE_SECONDS)?.unwrap_or(DEFAULT_LEASE);
-    let until = state.store.extend_request(&key, token, lease).await?.ok_or_else(|| lease_lost(&path.ns))?;
+    let until = state.stores.requests.extend_request(&key, token, lease).await?.ok_or_else(|| lease_lost(&path.ns))?;
     count(&path.ns, "extended");
     Ok(Json(Extended { lease_expires_at: until.to_rfc3339() }))
 }
@@ -387,7 +387,7 @@ pub async fn extend(
     ))]
 pub async fn read(State(state): State<AppState>, path: ClaimPath) -> Result<Json<OperationView>, ApiError> {
     let (id, key) = store_key(&path)?;
-    match state.store.peek_request(&key).await? {
+    match state.stores.requests.peek_request(&key).await? {
         Some(RequestState::InFlight { lease_until, .. }) => Ok(Json(OperationView::InProgress(InProgress {
             status: "in_progress",
             id: id.to_string(),
@@ -410,7 +410,7 @@ pub async fn read(State(state): State<AppState>, path: ClaimPath) -> Result<Json
     ))]
 pub async fn delete(State(state): State<AppState>, path: ClaimPath) -> Result<StatusCode, ApiError> {
     let (id, key) = store_key(&path)?;
-    match state.store.forget_request(&key).await? {
+    match state.stores.requests.forget_request(&key).await? {
         Forget::Forgotten => {
             count(&path.ns, "deleted");
             tracing::info!(token = path.caller.name(), namespace = path.ns.as_str(), operation = %id, "operation deleted");

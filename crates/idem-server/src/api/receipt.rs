@@ -158,7 +158,8 @@ pub async fn read(
     Path(id): Path<String>,
 ) -> Result<Json<ReceiptView>, ApiError> {
     let id = parse_id(&id)?;
-    let receipt = state.store.get_receipt(&id).await?.ok_or_else(|| ApiError::NotFound(format!("no receipt {id}")))?;
+    let receipt =
+        state.stores.events.get_receipt(&id).await?.ok_or_else(|| ApiError::NotFound(format!("no receipt {id}")))?;
     caller.require_source(&receipt.source)?;
     Ok(Json(view(receipt, true)))
 }
@@ -182,7 +183,7 @@ async fn check_receipt_scope(state: &AppState, caller: &Caller, id: &ReceiptId) 
     if caller.sources().is_none() {
         return Ok(());
     }
-    match state.store.get_receipt(id).await? {
+    match state.stores.events.get_receipt(id).await? {
         Some(receipt) => caller.require_source(&receipt.source),
         None => Err(ApiError::NotFound(format!("no receipt {id}"))),
     }
@@ -232,7 +233,7 @@ pub async fn list(
         .map(|c| ReceiptId::parse(c).map_err(|_| Invalid::new("cursor", "is not a cursor from this API")))
         .transpose()?;
     let filter = ReceiptFilter { source: q.source, status, event_id: q.event_id, limit, before, from: None };
-    let receipts = state.store.list_receipts(&filter).await?;
+    let receipts = state.stores.events.list_receipts(&filter).await?;
     let next_cursor = (receipts.len() == limit).then(|| receipts.last().map(|r| r.id.to_string())).flatten();
     Ok(Json(ReceiptPage { receipts: receipts.into_iter().map(|r| view(r, false)).collect(), next_cursor }))
 }
@@ -262,7 +263,8 @@ pub async fn replay(
 
 /// Replays `id` as the lifecycle decides: 404 unknown, 409 still being delivered.
 pub async fn replay_one(state: &AppState, id: &ReceiptId) -> Result<(), ApiError> {
-    let had = state.store.replay_receipt(id).await?.ok_or_else(|| ApiError::NotFound(format!("no receipt {id}")))?;
+    let had =
+        state.stores.events.replay_receipt(id).await?.ok_or_else(|| ApiError::NotFound(format!("no receipt {id}")))?;
     state.overview_counts.forget().await;
     match idem_core::event::replay(had) {
         Replay::Refused(status) => Err(ApiError::Conflict(format!(
@@ -345,7 +347,7 @@ pub const REPLAY_STEP: usize = 500;
 /// It runs as its own task, so a client that goes away does not stop it halfway; stopping halfway
 /// would still be safe, since a repeat only finds what is left.
 pub async fn replay_all(state: &AppState, mut filter: ReceiptFilter) -> Result<u64, ApiError> {
-    let store = state.store.clone();
+    let store = state.stores.events.clone();
     let wake = state.delivery_wake.clone();
     let task = tokio::spawn(async move {
         let mut total = 0;
@@ -392,7 +394,7 @@ pub async fn replay_matching(
     let filter = request.filter()?;
     check_source_scope(&caller, request.source.as_deref())?;
     if request.dry_run {
-        let matching = state.store.count_matching(&filter).await?;
+        let matching = state.stores.events.count_matching(&filter).await?;
         return Ok(
             (StatusCode::OK, Json(BulkReplayResponse { queued: None, matching: Some(matching) })).into_response()
         );
@@ -433,7 +435,8 @@ pub async fn discard(
 
 /// Discards `id` as the lifecycle decides: 404 unknown, 409 not a dead letter.
 pub async fn discard_one(state: &AppState, id: &ReceiptId) -> Result<(), ApiError> {
-    let had = state.store.discard_receipt(id).await?.ok_or_else(|| ApiError::NotFound(format!("no receipt {id}")))?;
+    let had =
+        state.stores.events.discard_receipt(id).await?.ok_or_else(|| ApiError::NotFound(format!("no receipt {id}")))?;
     state.overview_counts.forget().await;
     match idem_core::event::discard(had) {
         Discard::Refused(status) => {

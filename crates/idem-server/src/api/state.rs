@@ -1,10 +1,10 @@
-//! What every `/v1` handler shares: the store, the clock it keeps time by, the parsed config, the
+//! What every `/v1` handler shares: the stores, the clock it keeps time by, the parsed config, the
 //! accepted tokens, the delivery worker's wake-up, and the operations API's waiters.
 
 use std::collections::HashSet;
 use std::sync::{Arc, RwLock};
 
-use idem_core::{Clock, Namespace, Store};
+use idem_core::{Clock, Namespace, Stores};
 use idem_gateway::waiters::Waiters;
 use tokio::sync::Notify;
 
@@ -25,7 +25,7 @@ impl std::ops::Deref for AppState {
 }
 
 pub struct Shared {
-    pub store: Arc<dyn Store>,
+    pub stores: Stores,
     /// The store's clock: event intake checks signature timestamps against it.
     pub clock: Arc<dyn Clock>,
     pub config: Arc<Config>,
@@ -46,7 +46,7 @@ pub struct Shared {
 impl AppState {
     pub fn new(
         config: Config,
-        store: Arc<dyn Store>,
+        stores: Stores,
         clock: Arc<dyn Clock>,
         delivery_wake: Arc<Notify>,
         waiters: Arc<Waiters>,
@@ -55,7 +55,7 @@ impl AppState {
         let max_body_bytes = config.limits.max_body_bytes;
         let unconfigured = Arc::default();
         Self(Arc::new(Shared {
-            store,
+            stores,
             clock,
             config: Arc::new(config),
             tokens,

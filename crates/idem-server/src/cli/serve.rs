@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use idem_core::{Clock, Store, SystemClock};
+use idem_core::{Clock, Stores, SystemClock};
 use idem_log::disk::OsDisk;
 use idem_sqlite::SqliteStore;
 
@@ -24,14 +24,12 @@ pub fn load_config(args: &ConfigArgs) -> Result<Config, Failure> {
 /// Chooses the backend, once, for the whole process; answers it with the clock it keeps time by
 /// (the system's for the embedded store, the database's for PostgreSQL), which the rest of the
 /// server must share.
-pub async fn open_store(config: &Config) -> Result<(Arc<dyn Store>, Arc<dyn Clock>), Failure> {
+pub async fn open_store(config: &Config) -> Result<(Stores, Arc<dyn Clock>), Failure> {
     match &config.store {
         StoreConfig::Sqlite {} => {
             let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-            let store = crate::embedded::EmbeddedStore::open(&config.data_dir, Arc::clone(&clock))
-                .await
-                .map_err(Failure::runtime)?;
-            Ok((Arc::new(store), clock))
+            let stores = crate::embedded::open(&config.data_dir, Arc::clone(&clock)).await.map_err(Failure::runtime)?;
+            Ok((stores, clock))
         }
         StoreConfig::Postgres { url, pool_size } => {
             let time = idem_postgres::TimeSource::Database { local: Arc::new(SystemClock) };
@@ -39,7 +37,7 @@ pub async fn open_store(config: &Config) -> Result<(Arc<dyn Store>, Arc<dyn Cloc
                 .await
                 .map_err(|e| Failure::runtime(e.to_string()))?;
             let clock = store.clock();
-            Ok((Arc::new(store), clock))
+            Ok((Stores::of(Arc::new(store)), clock))
         }
     }
 }

@@ -8,10 +8,9 @@
 
 use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::Store;
+use idem_core::{ClaimStore, EventStore, Stores};
 use tokio::sync::watch;
 
 const EVERY: Duration = Duration::from_secs(15);
@@ -21,7 +20,7 @@ const RECEIPTS_EVERY: u64 = 4;
 const CLAIMS_EVERY: u64 = 20;
 
 /// Samples until `stop`. `data_dir` is `None` on PostgreSQL, whose disk is the database's to watch.
-pub async fn run(store: Arc<dyn Store>, data_dir: Option<PathBuf>, mut stop: watch::Receiver<bool>) {
+pub async fn run(stores: Stores, data_dir: Option<PathBuf>, mut stop: watch::Receiver<bool>) {
     let (mut receipts, mut claims) = (HashSet::new(), HashSet::new());
     for round in 0u64.. {
         if let Some(dir) = data_dir.clone()
@@ -33,10 +32,10 @@ pub async fn run(store: Arc<dyn Store>, data_dir: Option<PathBuf>, mut stop: wat
             }
         }
         if round % RECEIPTS_EVERY == 0 {
-            count_receipts(store.as_ref(), &mut receipts).await;
+            count_receipts(stores.events.as_ref(), &mut receipts).await;
         }
-        if round % CLAIMS_EVERY == 0 && !store.counts_are_live() {
-            count_claims(store.as_ref(), &mut claims).await;
+        if round % CLAIMS_EVERY == 0 && !stores.claims.counts_are_live() {
+            count_claims(stores.claims.as_ref(), &mut claims).await;
         }
         tokio::select! {
             _ = tokio::time::sleep(EVERY) => {}
@@ -48,7 +47,7 @@ pub async fn run(store: Arc<dyn Store>, data_dir: Option<PathBuf>, mut stop: wat
 type Labels = Vec<(&'static str, String)>;
 
 /// Receipts per (source, status).
-async fn count_receipts(store: &dyn Store, reported: &mut HashSet<Labels>) {
+async fn count_receipts(store: &dyn EventStore, reported: &mut HashSet<Labels>) {
     match store.count_receipts().await {
         Ok(counts) => publish(
             "idem_receipts",
@@ -62,7 +61,7 @@ async fn count_receipts(store: &dyn Store, reported: &mut HashSet<Labels>) {
 }
 
 /// Stored claims per namespace.
-async fn count_claims(store: &dyn Store, reported: &mut HashSet<Labels>) {
+async fn count_claims(store: &dyn ClaimStore, reported: &mut HashSet<Labels>) {
     match store.count_claims().await {
         Ok(counts) => {
             publish("idem_claims_stored", counts.into_iter().map(|(ns, n)| (vec![("namespace", ns)], n)), reported)
@@ -73,7 +72,7 @@ async fn count_claims(store: &dyn Store, reported: &mut HashSet<Labels>) {
 
 /// The live claims per namespace, published as a scrape renders the metrics, where the store
 /// keeps them counted (no scan).
-pub async fn claims_at_scrape(store: &dyn Store) {
+pub async fn claims_at_scrape(store: &dyn ClaimStore) {
     static REPORTED: std::sync::Mutex<Option<HashSet<Labels>>> = std::sync::Mutex::new(None);
     if !store.counts_are_live() {
         return;
@@ -129,9 +128,9 @@ fn sample(dir: &std::path::Path) -> (u64, Option<u64>) {
 mod tests {
     use std::sync::Arc;
 
-    use crate::embedded::EmbeddedStore;
     use idem_conformance::{START, id, new_claim, ns};
     use idem_core::{ClaimStore, ManualClock};
+    use idem_log::{LogOptions, LogStore};
 
     use super::*;
 
@@ -143,7 +142,7 @@ mod tests {
     async fn a_namespace_emptied_reads_zero_not_its_last_count() {
         crate::telemetry::metrics_handle(); // the recorder, before anything is recorded
         let dir = tempfile::tempdir().expect("temp dir");
-        let store = EmbeddedStore::open(dir.path(), Arc::new(ManualClock::new(START))).await.expect("open");
+        let store = LogStore::open(dir.path(), Arc::new(ManualClock::new(START)), LogOptions::default()).expect("open");
         let n = ns("gauged_ns");
         store.claim(&n, vec![new_claim(&["a"], None, None), new_claim(&["b"], None, None)]).await.expect("claim");
         let mut reported = HashSet::new();

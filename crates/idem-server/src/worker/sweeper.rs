@@ -4,35 +4,29 @@
 //! retention` it also deletes handled receipts (`completed`, `discarded`) older than that.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::{Store, StoreError};
+use idem_core::{ClaimStore, EventStore, RequestStore, StoreError, Stores};
 use tokio::sync::watch;
 
 use crate::config::SweeperConfig;
 
-pub async fn run(
-    store: Arc<dyn Store>,
-    config: SweeperConfig,
-    retention: Option<Duration>,
-    mut stop: watch::Receiver<bool>,
-) {
+pub async fn run(stores: Stores, config: SweeperConfig, retention: Option<Duration>, mut stop: watch::Receiver<bool>) {
     loop {
         tokio::select! {
             _ = tokio::time::sleep(config.interval.0) => {}
             _ = stop.changed() => return,
         }
-        sweep_all(store.as_ref(), config.batch, &stop).await;
+        sweep_all(stores.claims.as_ref(), stores.requests.as_ref(), config.batch, &stop).await;
         if let Some(retention) = retention {
-            sweep_receipts(store.as_ref(), retention, config.batch, &stop).await;
+            sweep_receipts(stores.events.as_ref(), retention, config.batch, &stop).await;
         }
     }
 }
 
 /// Retention: deletes handled receipts last changed more than `retention` ago, batch by batch.
 pub async fn sweep_receipts(
-    store: &dyn Store,
+    store: &dyn EventStore,
     retention: Duration,
     batch: usize,
     stop: &watch::Receiver<bool>,
@@ -47,9 +41,14 @@ pub async fn sweep_receipts(
 
 /// Deletes expired claims, then finished keys, batch after batch until a batch comes back short;
 /// each batch is its own small write so that claims keep flowing in between.
-pub async fn sweep_all(store: &dyn Store, batch: usize, stop: &watch::Receiver<bool>) -> usize {
-    let claims = drain("claims", || store.sweep_expired(batch), batch, stop).await;
-    let keys = drain("keys", || store.sweep_requests(batch), batch, stop).await;
+pub async fn sweep_all(
+    claims: &dyn ClaimStore,
+    requests: &dyn RequestStore,
+    batch: usize,
+    stop: &watch::Receiver<bool>,
+) -> usize {
+    let claims = drain("claims", || claims.sweep_expired(batch), batch, stop).await;
+    let keys = drain("keys", || requests.sweep_requests(batch), batch, stop).await;
     let now = idem_core::Clock::now(&idem_core::SystemClock).millis() as f64 / 1000.0;
     metrics::gauge!("idem_sweeper_last_run_timestamp_seconds").set(now);
     claims + keys
@@ -88,9 +87,10 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use crate::embedded::EmbeddedStore;
     use idem_conformance::{START, new_claim, ns};
     use idem_core::{ClaimStore, ManualClock};
+    use idem_log::{LogOptions, LogStore};
+    use idem_sqlite::{SqliteOptions, SqliteStore};
 
     use super::*;
 
@@ -98,16 +98,16 @@ mod tests {
     async fn sweeps_batch_after_batch_until_only_live_claims_remain() {
         let dir = tempfile::tempdir().expect("temp dir");
         let clock = Arc::new(ManualClock::new(START));
-        let store = EmbeddedStore::open(dir.path(), clock.clone()).await.expect("open");
+        let store = LogStore::open(dir.path(), clock.clone(), LogOptions::default()).expect("open");
         let n = ns("sweep");
         let ttl = Some(Duration::from_secs(60));
         let expiring = (0..25).map(|i| new_claim(&[&format!("old-{i}")], None, ttl)).collect();
         store.claim(&n, expiring).await.expect("claim");
         store.claim(&n, vec![new_claim(&["kept"], None, None)]).await.expect("claim");
         let (_stop, stopped) = watch::channel(false);
-        assert_eq!(sweep_all(&store, 10, &stopped).await, 0, "nothing has expired yet");
+        assert_eq!(sweep_all(&store, &store, 10, &stopped).await, 0, "nothing has expired yet");
         clock.advance(Duration::from_secs(60));
-        assert_eq!(sweep_all(&store, 10, &stopped).await, 25, "three batches of at most 10");
+        assert_eq!(sweep_all(&store, &store, 10, &stopped).await, 25, "three batches of at most 10");
         assert!(store.get(&n, &idem_conformance::id(&["kept"])).await.expect("get").is_some());
     }
 
@@ -118,7 +118,8 @@ mod tests {
         let config: crate::config::Config = toml::from_str("[events]\nretention = \"30d\"").expect("config");
         assert_eq!(config.events.retention.map(|r| r.0), Some(Duration::from_secs(30 * 86_400)));
         let dir = tempfile::tempdir().expect("temp dir");
-        let store = EmbeddedStore::open(dir.path(), Arc::new(idem_core::SystemClock)).await.expect("open");
+        let store =
+            SqliteStore::open(dir.path(), Arc::new(idem_core::SystemClock), SqliteOptions::default()).expect("open");
         let event = NewEvent::new("s".into(), "e".into(), b"{}".to_vec(), None);
         store.accept_event(event).await.expect("accept");
         let job = store.lease_jobs(1, Duration::from_secs(60), &[]).await.expect("lease").remove(0);

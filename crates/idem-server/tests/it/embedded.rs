@@ -7,18 +7,48 @@ use std::time::Duration;
 
 use idem_conformance::{Harness, START, id, new_claim, ns, parts};
 use idem_core::request::{Begin, NewRequest};
-use idem_core::{ClaimStore, ManualClock, RequestStore, StoreLifecycle};
-use idem_server::embedded::{EmbeddedStore, log_dir};
+use idem_core::{ClaimStore, EventStore, ManualClock, RequestStore, StoreLifecycle, Stores};
+use idem_server::embedded::{log_dir, open};
 use idem_sqlite::{SqliteOptions, SqliteStore};
 
-async fn embedded() -> Harness {
+/// The stores as `idem serve` opens them on a fresh data dir.
+async fn embedded() -> (Stores, Arc<ManualClock>, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("temp dir");
     let clock = Arc::new(ManualClock::new(START));
-    let store = EmbeddedStore::open(dir.path(), clock.clone()).await.expect("open");
-    Harness { store: Arc::new(store), clock, guard: Box::new(dir) }
+    let stores = open(dir.path(), clock.clone()).await.expect("open");
+    (stores, clock, dir)
 }
 
-idem_conformance::suite!(embedded);
+async fn claims() -> Harness<dyn ClaimStore> {
+    let (stores, clock, dir) = embedded().await;
+    Harness { store: stores.claims, clock, guard: Box::new(dir) }
+}
+
+async fn requests() -> Harness<dyn RequestStore> {
+    let (stores, clock, dir) = embedded().await;
+    Harness { store: stores.requests, clock, guard: Box::new(dir) }
+}
+
+async fn events() -> Harness<dyn EventStore> {
+    let (stores, clock, dir) = embedded().await;
+    Harness { store: stores.events, clock, guard: Box::new(dir) }
+}
+
+idem_conformance::claim_suite!(claims);
+idem_conformance::request_suite!(requests);
+idem_conformance::event_suite!(events);
+
+#[tokio::test]
+async fn ready_when_open_and_closed_after_close() {
+    let (stores, _clock, _dir) = embedded().await;
+    stores.lifecycle.check_ready().await.expect("ready");
+    stores.lifecycle.close().await;
+    let claim = stores.claims.claim(&ns("c"), vec![new_claim(&["after"], None, None)]).await;
+    assert!(matches!(claim, Err(idem_core::StoreError::Closed)), "the log closed: {claim:?}");
+    let event = idem_core::event::NewEvent::new("s".into(), "e".into(), b"{}".to_vec(), None);
+    let accepted = stores.events.accept_event(event).await;
+    assert!(matches!(accepted, Err(idem_core::StoreError::Closed)), "the events closed: {accepted:?}");
+}
 
 #[tokio::test]
 async fn an_older_data_dir_keeps_its_claims_and_results_in_the_log() {
@@ -57,7 +87,8 @@ async fn an_older_data_dir_keeps_its_claims_and_results_in_the_log() {
     }
     assert!(!log_dir(dir.path()).exists());
 
-    let store = EmbeddedStore::open(dir.path(), clock.clone()).await.expect("open embedded");
+    let stores = open(dir.path(), clock.clone()).await.expect("open embedded");
+    let store = &stores.claims;
     assert!(log_dir(dir.path()).exists(), "the log was made");
     let found = store.get(&n, &parts(&["q1", "user-2499"]).id()).await.expect("get").expect("moved");
     assert_eq!(found.data.as_deref().map(|d| d.get()), Some("{\"a\":1}"));
@@ -68,14 +99,13 @@ async fn an_older_data_dir_keeps_its_claims_and_results_in_the_log() {
     let again = store.claim(&n, vec![new_claim(&["q1", "user-7"], None, None)]).await.expect("claim");
     assert!(!again[0].claimed, "an old claim still dedups");
     let retry = NewRequest { id: id(&["order-1"]), fingerprint: [3; 32], lease: Duration::from_secs(30), held: vec![] };
-    assert!(
-        matches!(store.begin_request(retry).await.expect("begin"), Begin::Completed { result, .. } if result == b"stored")
-    );
+    let begun = stores.requests.begin_request(retry).await.expect("begin");
+    assert!(matches!(begun, Begin::Completed { result, .. } if result == b"stored"));
     assert_eq!(store.count_claims().await.expect("count"), vec![("survey".to_owned(), 2_501)]);
-    store.close().await;
-    drop(store);
+    stores.lifecycle.close().await;
+    drop(stores);
 
     // The second start reads the log and copies nothing again.
-    let store = EmbeddedStore::open(dir.path(), clock).await.expect("reopen");
-    assert_eq!(store.count_claims().await.expect("count"), vec![("survey".to_owned(), 2_501)]);
+    let stores = open(dir.path(), clock).await.expect("reopen");
+    assert_eq!(stores.claims.count_claims().await.expect("count"), vec![("survey".to_owned(), 2_501)]);
 }

@@ -96,7 +96,7 @@ pub async fn bulk(state: Ui, query_: Result<Query<BulkForm>, QueryRejection>) ->
             Ok(f) => f,
             Err(e) => return failed(&state, Tab::Replay, e.into()),
         };
-        let n = match state.store.count_matching(&filter).await {
+        let n = match state.stores.events.count_matching(&filter).await {
             Ok(n) => n,
             Err(e) => return failed(&state, Tab::Replay, e.into()),
         };

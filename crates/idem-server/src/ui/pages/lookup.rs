@@ -95,7 +95,7 @@ async fn lookup_result(state: &Ui, form: &LookupForm) -> Result<String, ApiError
     };
     if filled(&form.kind) == Some("operation") {
         let key = idem_core::operation::store_id(&ns, &id);
-        return Ok(match state.store.peek_request(&key).await? {
+        return Ok(match state.stores.requests.peek_request(&key).await? {
             None => format!(
                 r#"<p class="empty" data-testid="lookup-result">No operation <code>{id}</code> in {}: it was never begun, was released, or expired.</p>"#,
                 esc(ns.as_str())
@@ -130,7 +130,7 @@ async fn lookup_result(state: &Ui, form: &LookupForm) -> Result<String, ApiError
         let Some(parts) = parts else {
             return Err(idem_core::Invalid::new("key", "a prefix lookup needs parts, not an id").into());
         };
-        let any = state.store.prefix_exists(&ns, &parts).await?;
+        let any = state.stores.claims.prefix_exists(&ns, &parts).await?;
         return Ok(format!(
             r#"<p class="card" data-testid="lookup-result">{} live claim in {} has parts beginning with {}.</p>"#,
             if any { "✔ At least one" } else { "✖ No" },
@@ -138,7 +138,7 @@ async fn lookup_result(state: &Ui, form: &LookupForm) -> Result<String, ApiError
             esc(&parts.as_slice().join(" / "))
         ));
     }
-    Ok(match state.store.get(&ns, &id).await? {
+    Ok(match state.stores.claims.get(&ns, &id).await? {
         None => format!(
             r#"<p class="empty" data-testid="lookup-result">No live claim <code>{id}</code> in {}.</p>"#,
             esc(ns.as_str())
@@ -169,7 +169,7 @@ pub async fn lookup_delete(state: Ui, Form(form): Form<LookupForm>) -> Response 
         state.caller.require_namespace(ns.as_str())?;
         if filled(&form.kind) == Some("operation") {
             let key = idem_core::operation::store_id(&ns, &id);
-            Ok::<_, ApiError>(match state.store.forget_request(&key).await? {
+            Ok::<_, ApiError>(match state.stores.requests.forget_request(&key).await? {
                 Forget::Forgotten => {
                     let token = state.caller.name();
                     tracing::info!(token, namespace = ns.as_str(), operation = %id, "operation deleted from the dashboard");
@@ -180,7 +180,7 @@ pub async fn lookup_delete(state: Ui, Form(form): Form<LookupForm>) -> Response 
                 }
                 Forget::Absent => notice("error", "That operation was already gone."),
             })
-        } else if state.store.delete(&ns, &id).await? {
+        } else if state.stores.claims.delete(&ns, &id).await? {
             metrics::counter!("idem_claims_deleted_total", "namespace" => ns.as_str().to_owned()).increment(1);
             Ok(notice("ok", &format!("Deleted claim {id}: the key can be claimed again.")))
         } else {

@@ -26,8 +26,9 @@ pub struct Counted {
 pub type OverviewCounts = Tally<Counted>;
 
 async fn count(state: &Ui) -> Result<Counted, StoreError> {
-    let store = state.store.as_ref();
-    let (receipts, queue, claims) = tokio::join!(store.count_receipts(), store.queue_stats(), store.count_claims());
+    let stores = &state.stores;
+    let (receipts, queue, claims) =
+        tokio::join!(stores.events.count_receipts(), stores.events.queue_stats(), stores.claims.count_claims());
     Ok(Counted { receipts: receipts?, queue: queue?, claims: claims? })
 }
 
@@ -100,7 +101,8 @@ fn series(text: &str, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
 }
 
 pub async fn overview(state: Ui) -> Response {
-    let (ready, counted) = tokio::join!(state.store.check_ready(), state.overview_counts.get(|| count(&state)));
+    let (ready, counted) =
+        tokio::join!(state.stores.lifecycle.check_ready(), state.overview_counts.get(|| count(&state)));
     let now = now(&state);
     let t = traffic();
     let kind = match state.config.store {

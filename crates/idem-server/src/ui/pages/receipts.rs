@@ -48,7 +48,7 @@ pub async fn receipts(state: Ui, query_: Result<Query<ReceiptQuery>, QueryReject
         before,
         from: None,
     };
-    let list = match state.store.list_receipts(&filter).await {
+    let list = match state.stores.events.list_receipts(&filter).await {
         Ok(list) => list,
         Err(e) => return failed(&state, Tab::Receipts, e.into()),
     };
@@ -133,7 +133,8 @@ pub async fn receipt(state: Ui, Path(id): Path<String>) -> Response {
 
 async fn receipt_page(state: &Ui, id: &ReceiptId, flash: Option<String>) -> Page {
     let receipt = state
-        .store
+        .stores
+        .events
         .get_receipt(id)
         .await
         .map_err(|e| failed(state, Tab::Receipts, e.into()))?
@@ -276,7 +277,7 @@ async fn act(state: &Ui, id: &str, what: &str) -> Response {
         Ok(id) => id,
         Err(e) => return failed(state, Tab::Receipts, e.into()),
     };
-    match state.store.get_receipt(&id).await {
+    match state.stores.events.get_receipt(&id).await {
         Ok(Some(r)) if !state.caller.sees_source(&r.source) => {
             return failed(
                 state,

@@ -10,7 +10,7 @@ pub mod upstream;
 use std::sync::Arc;
 
 use http::{Method, StatusCode};
-use idem_core::{Clock, Store, SystemClock};
+use idem_core::{Clock, Stores, SystemClock};
 use idem_server::Config;
 use idem_server::cli::client::{ApiClient, Reply};
 use serde_json::Value;
@@ -43,18 +43,12 @@ impl TestServer {
         configure(&mut config);
         // The embedded store as `idem serve` opens it: the log engine for claims and keys, SQLite
         // for events.
-        let store = idem_server::embedded::EmbeddedStore::open(&config.data_dir, Arc::clone(&clock))
-            .await
-            .expect("open the embedded store");
-        Self::start_on(Arc::new(store), dir, config, clock).await
+        let stores =
+            idem_server::embedded::open(&config.data_dir, Arc::clone(&clock)).await.expect("open the embedded store");
+        Self::start_on(stores, dir, config, clock).await
     }
 
-    async fn start_on(
-        store: Arc<dyn Store>,
-        dir: tempfile::TempDir,
-        mut config: Config,
-        clock: Arc<dyn Clock>,
-    ) -> Self {
+    async fn start_on(stores: Stores, dir: tempfile::TempDir, mut config: Config, clock: Arc<dyn Clock>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let gateway = match config.gateway.as_mut() {
@@ -71,7 +65,7 @@ impl TestServer {
         let shutdown = async move {
             let _ = stopped.await;
         };
-        let task = tokio::spawn(idem_server::run(config, store, clock, listeners, shutdown));
+        let task = tokio::spawn(idem_server::run(config, stores, clock, listeners, shutdown));
         let client = ApiClient::new(&url, None).expect("client");
         Self { url, gateway_url, client, dir, stop: Some(stop), task }
     }
