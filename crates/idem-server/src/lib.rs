@@ -96,7 +96,7 @@ pub async fn run(
         stopped.clone(),
     ));
     let upkeep = tokio::spawn(metrics_upkeep(handle, stopped.clone()));
-    let data_dir = matches!(config.store, config::StoreConfig::Sqlite {}).then(|| config.data_dir.clone());
+    let data_dir = matches!(config.store, config::StoreConfig::Embedded {}).then(|| config.data_dir.clone());
     let gauges = tokio::spawn(worker::gauges::run(stores.clone(), data_dir, stopped.clone()));
     let wake = Arc::new(Notify::new());
     let describe = Listening::of(&config);
@@ -165,7 +165,7 @@ struct Listening {
 impl Listening {
     fn of(config: &Config) -> Self {
         let store = match &config.store {
-            config::StoreConfig::Sqlite {} => format!("embedded in {}", config.data_dir.display()),
+            config::StoreConfig::Embedded {} => format!("embedded in {}", config.data_dir.display()),
             config::StoreConfig::Postgres { .. } => "postgres".to_owned(),
         };
         let gateway = config.gateway.as_ref().map(|g| (g.upstream.to_string(), g.tls.is_some()));

@@ -236,7 +236,7 @@ pub struct ConfigArgs {
     /// Directory of the embedded store (overrides `data_dir`).
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
-    /// Store backend: sqlite or postgres (overrides `[store] type`).
+    /// Store backend: embedded or postgres (overrides `[store] type`).
     #[arg(long)]
     pub store: Option<String>,
     /// PostgreSQL URL (overrides `[store] url`).

@@ -26,7 +26,7 @@ pub fn load_config(args: &ConfigArgs) -> Result<Config, Failure> {
 /// server must share.
 pub async fn open_store(config: &Config) -> Result<(Stores, Arc<dyn Clock>), Failure> {
     match &config.store {
-        StoreConfig::Sqlite {} => {
+        StoreConfig::Embedded {} => {
             let clock: Arc<dyn Clock> = Arc::new(SystemClock);
             let stores = crate::embedded::open(&config.data_dir, Arc::clone(&clock)).await.map_err(Failure::runtime)?;
             Ok((stores, clock))
@@ -45,7 +45,7 @@ pub async fn open_store(config: &Config) -> Result<(Stores, Arc<dyn Clock>), Fai
 /// `idem check`: every log segment read and verified against the manifest, and SQLite's
 /// `quick_check` of the events. Exit 1 on anything acknowledged that cannot be read.
 pub(super) fn check(config: &Config) -> Result<(), Failure> {
-    if !matches!(config.store, StoreConfig::Sqlite {}) {
+    if !matches!(config.store, StoreConfig::Embedded {}) {
         return Err(Failure::usage("idem check verifies the embedded store; this config uses PostgreSQL"));
     }
     let dir = crate::embedded::log_dir(&config.data_dir);
@@ -96,7 +96,7 @@ pub(super) fn check(config: &Config) -> Result<(), Failure> {
 
 /// `idem repair`: what a damaged log would lose to start again; with `yes`, does it.
 pub(super) fn repair(config: &Config, yes: bool) -> Result<(), Failure> {
-    if !matches!(config.store, StoreConfig::Sqlite {}) {
+    if !matches!(config.store, StoreConfig::Embedded {}) {
         return Err(Failure::usage("idem repair mends the embedded store; this config uses PostgreSQL"));
     }
     let dir = crate::embedded::log_dir(&config.data_dir);
@@ -141,7 +141,7 @@ pub(super) fn repair(config: &Config, yes: bool) -> Result<(), Failure> {
 /// `idem backup DIR`: the log copied at one instant (compaction pauses meanwhile), and the events
 /// through SQLite's `VACUUM INTO`, while idem serves.
 pub(super) async fn backup(config: &Config, to: &std::path::Path) -> Result<(), Failure> {
-    if !matches!(config.store, StoreConfig::Sqlite {}) {
+    if !matches!(config.store, StoreConfig::Embedded {}) {
         return Err(Failure::usage("idem backup copies the embedded store; back PostgreSQL up with its own tools"));
     }
     let from = config.data_dir.clone();

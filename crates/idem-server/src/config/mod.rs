@@ -62,7 +62,7 @@ impl Default for Config {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 7070)),
             data_dir: PathBuf::from("./idem-data"),
-            store: StoreConfig::Sqlite {},
+            store: StoreConfig::Embedded {},
             auth: AuthConfig::default(),
             http: HttpConfig::default(),
             tls: TlsConfig::default(),
@@ -84,9 +84,9 @@ impl Default for Config {
 #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
 pub enum StoreConfig {
     /// The embedded store under `data_dir`: claims and keys in the log engine (`log/`), events in
-    /// SQLite (`idem.db`). `type = "embedded"` is the same.
-    #[serde(alias = "embedded")]
-    Sqlite {},
+    /// SQLite (`idem.db`). `type = "sqlite"`, its old name, still means it (with a warning).
+    #[serde(alias = "sqlite")]
+    Embedded {},
     /// A PostgreSQL database shared by several nodes.
     Postgres {
         /// `postgres://user:password@host:port/db`; never printed.
@@ -279,8 +279,9 @@ impl Config {
             Some(path) => read_file(path)?,
             None => toml::Table::new(),
         };
-        let warnings = env::apply(&mut tree, env)?;
+        let mut warnings = env::apply(&mut tree, env)?;
         apply_overrides(&mut tree, overrides)?;
+        warnings.extend(old_store_name(&tree));
         let read = collect::read(tree, plain);
         let mut errors = read.errors;
         if let Some(config) = &read.config {
@@ -479,6 +480,15 @@ fn apply_overrides(tree: &mut toml::Table, o: &Overrides) -> Result<(), ConfigEr
     Ok(())
 }
 
+/// `[store] type = "sqlite"` (or `--store sqlite`), the embedded store's old name: still read,
+/// with a word on its new one.
+fn old_store_name(tree: &toml::Table) -> Option<String> {
+    let kind = tree.get("store")?.get("type")?.as_str()?;
+    (kind == "sqlite").then(|| {
+        "[store] type = \"sqlite\" is the embedded store's old name (claims live in its log now, events in SQLite); write \"embedded\"".to_owned()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use idem_core::gateway::{InFlightPolicy, KeyPolicy};
@@ -498,8 +508,21 @@ mod tests {
         let c = Config::load(None, Vec::new(), &Overrides::default()).expect("defaults");
         assert_eq!(c.listen.to_string(), "127.0.0.1:7070");
         assert_eq!(c.data_dir, PathBuf::from("./idem-data"));
-        assert_eq!(c.store, StoreConfig::Sqlite {});
+        assert_eq!(c.store, StoreConfig::Embedded {});
         assert_eq!(c.limits.max_body_bytes, 1 << 20);
+    }
+
+    #[test]
+    fn the_embedded_store_is_called_so_and_its_old_name_still_works_with_a_warning() {
+        let c = load("[store]\ntype = \"embedded\"\n", &[], &Overrides::default()).expect("embedded");
+        assert_eq!((&c.store, c.warnings.len()), (&StoreConfig::Embedded {}, 0));
+        assert!(c.to_redacted_toml().contains("type = \"embedded\""), "config check prints the new name");
+        let c = load("[store]\ntype = \"sqlite\"\n", &[], &Overrides::default()).expect("sqlite");
+        assert_eq!(c.store, StoreConfig::Embedded {});
+        assert!(c.warnings.iter().any(|w| w.contains("old name") && w.contains("\"embedded\"")), "{:?}", c.warnings);
+        let flag = Overrides { store: Some("sqlite".into()), ..Overrides::default() };
+        let c = load("", &[], &flag).expect("--store sqlite");
+        assert_eq!((&c.store, c.warnings.len()), (&StoreConfig::Embedded {}, 1));
     }
 
     #[test]

@@ -106,7 +106,7 @@ pub async fn overview(state: Ui) -> Response {
     let now = now(&state);
     let t = traffic();
     let kind = match state.config.store {
-        StoreConfig::Sqlite {} => "embedded (log + SQLite)",
+        StoreConfig::Embedded {} => "embedded (log + SQLite)",
         StoreConfig::Postgres { .. } => "PostgreSQL",
     };
     let health = match &ready {
