@@ -24,7 +24,8 @@ pub async fn run(stores: Stores, data_dir: Option<PathBuf>, mut stop: watch::Rec
     let (mut receipts, mut claims) = (HashSet::new(), HashSet::new());
     for round in 0u64.. {
         if let Some(dir) = data_dir.clone()
-            && let Ok((size, available)) = tokio::task::spawn_blocking(move || sample(&dir)).await
+            && let Ok((size, available)) =
+                tokio::task::spawn_blocking(move || crate::embedded::tools::size_on_disk(&dir)).await
         {
             metrics::gauge!("idem_store_size_bytes").set(size as f64);
             if let Some(available) = available {
@@ -100,28 +101,6 @@ fn publish(name: &'static str, counts: impl Iterator<Item = (Labels, u64)>, repo
         metrics::gauge!(name, gone).set(0.0);
     }
     *reported = now;
-}
-
-/// The embedded store's files (the log's segments, `idem.db` and its `-wal`, `-shm`) in bytes, and
-/// the bytes an unprivileged writer may still use on their file system.
-fn sample(dir: &std::path::Path) -> (u64, Option<u64>) {
-    let sizes = |dir: &std::path::Path, wanted: fn(&str) -> bool| -> u64 {
-        std::fs::read_dir(dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| wanted(&e.file_name().to_string_lossy()))
-            .filter_map(|e| e.metadata().ok())
-            .map(|m| m.len())
-            .sum()
-    };
-    let size = sizes(dir, |name| name.starts_with("idem.db"))
-        + sizes(&crate::embedded::log_dir(dir), |name| name.ends_with(".log"));
-    #[cfg(unix)]
-    let available = rustix::fs::statvfs(dir).ok().map(|s| s.f_bavail.saturating_mul(s.f_frsize));
-    #[cfg(not(unix))]
-    let available = None;
-    (size, available)
 }
 
 #[cfg(test)]

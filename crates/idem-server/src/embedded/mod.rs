@@ -3,7 +3,11 @@
 //! (listing, filtering, the job queue) need it.
 //!
 //! A data dir from before the log engine keeps its claims and keys: the first start with the log
-//! copies them out of `idem.db` into a new log, which becomes the store only once whole.
+//! copies them out of `idem.db` into a new log, which becomes the store only once whole. Everything
+//! that knows the data dir's layout is here: opening it, that upgrade, and the command line's
+//! [`tools`] (check, repair, backup, sizes).
+
+pub mod tools;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
