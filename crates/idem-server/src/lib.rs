@@ -13,15 +13,18 @@
 //! [`run`] is the one way a server starts: the binary and every test call it with a config, a
 //! store, a bound listener and a shutdown future.
 
+pub mod actions;
 pub mod api;
 pub mod cli;
 pub mod config;
 pub mod conn;
 pub mod embedded;
 pub mod proxy;
+pub mod router;
 pub mod telemetry;
 pub mod tls;
 pub mod ui;
+pub mod web;
 pub mod worker;
 
 use std::future::Future;
@@ -34,8 +37,9 @@ use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
-pub use api::{AppState, app};
 pub use config::Config;
+pub use router::app;
+pub use web::AppState;
 
 /// The sockets a server answers on, bound by the caller (so tests can bind port 0 first).
 pub struct Listeners {

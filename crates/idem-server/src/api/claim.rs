@@ -14,9 +14,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use utoipa::ToSchema;
 
-use super::error::{ApiError, Problem};
-use super::extract::{ApiJson, ClaimPath};
-use super::state::AppState;
+use crate::web::error::{ApiError, Problem};
+use crate::web::extract::{ApiJson, ClaimPath};
+use crate::web::state::AppState;
 
 /// Items in one batch claim or lookup, at most.
 pub const MAX_ITEMS: usize = 10_000;
@@ -54,7 +54,7 @@ pub struct ClaimRequest {
     #[schema(value_type = Option<Object>)]
     pub data: Option<Box<RawValue>>,
     /// Seconds until the claim expires; default: the namespace's `default_ttl`, else never.
-    #[serde(default, deserialize_with = "super::extract::whole_seconds")]
+    #[serde(default, deserialize_with = "crate::web::extract::whole_seconds")]
     pub ttl_seconds: Option<u64>,
 }
 

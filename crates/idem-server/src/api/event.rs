@@ -10,11 +10,11 @@ use axum::response::{IntoResponse, Response};
 use idem_core::event::{Accept, NewEvent, SigningSecret, verify};
 use serde::Serialize;
 
-use super::auth::{Caller, TokenLabel};
-use super::error::ApiError;
-use super::extract::RawBody;
-use super::state::AppState;
 use crate::config::Can;
+use crate::web::auth::{Caller, TokenLabel};
+use crate::web::error::ApiError;
+use crate::web::extract::RawBody;
+use crate::web::state::AppState;
 
 /// How far a sender's `webhook-timestamp` may be from now.
 const TOLERANCE_SECS: i64 = 300;
@@ -38,12 +38,12 @@ fn count(source: &str, outcome: &'static str) {
     responses(
         (status = 202, description = "Accepted: receipt and first delivery job committed", body = IntakeResponse),
         (status = 200, description = "Seen before with the same payload; nothing new queued", body = IntakeResponse),
-        (status = 409, description = "Seen before with another payload; nothing stored", body = crate::api::error::Problem),
-        (status = 400, description = "No event id", body = crate::api::error::Problem),
-        (status = 401, description = "A signed source: a missing, bad or stale signature. Another source: no valid bearer token", body = crate::api::error::Problem),
-        (status = 403, description = "The token may not write to this source", body = crate::api::error::Problem),
-        (status = 404, description = "Unknown source", body = crate::api::error::Problem),
-        (status = 413, description = "Larger than limits.max_body_bytes", body = crate::api::error::Problem),
+        (status = 409, description = "Seen before with another payload; nothing stored", body = crate::web::error::Problem),
+        (status = 400, description = "No event id", body = crate::web::error::Problem),
+        (status = 401, description = "A signed source: a missing, bad or stale signature. Another source: no valid bearer token", body = crate::web::error::Problem),
+        (status = 403, description = "The token may not write to this source", body = crate::web::error::Problem),
+        (status = 404, description = "Unknown source", body = crate::web::error::Problem),
+        (status = 413, description = "Larger than limits.max_body_bytes", body = crate::web::error::Problem),
     ))]
 pub async fn intake(
     State(state): State<AppState>,

@@ -9,8 +9,8 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use serde_json::json;
 
-use super::error::ApiError;
-use super::state::AppState;
+use crate::web::error::ApiError;
+use crate::web::state::AppState;
 
 /// The process is up.
 pub async fn healthz() -> impl IntoResponse {

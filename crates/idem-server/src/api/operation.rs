@@ -23,9 +23,9 @@ use serde_json::value::RawValue;
 use utoipa::ToSchema;
 
 use super::claim::KeyRef;
-use super::error::{ApiError, Problem};
-use super::extract::{ApiJson, ClaimPath};
-use super::state::AppState;
+use crate::web::error::{ApiError, Problem};
+use crate::web::extract::{ApiJson, ClaimPath};
+use crate::web::state::AppState;
 
 /// Longest lease a begin or an extend may ask for.
 pub const MAX_LEASE_SECONDS: u64 = 3600;
@@ -48,13 +48,13 @@ pub struct BeginRequest {
     #[schema(value_type = Option<Object>)]
     pub request: Option<Box<RawValue>>,
     /// 1 to 3600; default 60. How long the key is held if the worker dies.
-    #[serde(default, deserialize_with = "super::extract::whole_seconds")]
+    #[serde(default, deserialize_with = "crate::web::extract::whole_seconds")]
     pub lease_seconds: Option<u64>,
     /// 1 to 31536000, counted from completion; default the namespace's `default_ttl`, else 24 h.
-    #[serde(default, deserialize_with = "super::extract::whole_seconds")]
+    #[serde(default, deserialize_with = "crate::web::extract::whole_seconds")]
     pub ttl_seconds: Option<u64>,
     /// 0 to 30; default 0. How long to wait for a running holder before answering 409.
-    #[serde(default, deserialize_with = "super::extract::whole_seconds")]
+    #[serde(default, deserialize_with = "crate::web::extract::whole_seconds")]
     pub wait_seconds: Option<u64>,
 }
 
@@ -79,7 +79,7 @@ pub struct TokenRequest {
 pub struct ExtendRequest {
     pub token: String,
     /// 1 to 3600; default 60: the lease ends this long from now.
-    #[serde(default, deserialize_with = "super::extract::whole_seconds")]
+    #[serde(default, deserialize_with = "crate::web::extract::whole_seconds")]
     pub lease_seconds: Option<u64>,
 }
 

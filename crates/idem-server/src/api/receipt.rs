@@ -7,15 +7,19 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use idem_core::event::{Discard, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus, Replay};
-use idem_core::{Invalid, Namespace, Timestamp};
+use idem_core::Invalid;
+use idem_core::event::{Receipt, ReceiptFilter, ReceiptId};
 use serde::{Deserialize, Serialize};
 
-use super::auth::Caller;
-use super::error::ApiError;
-use super::extract::{ApiJson, NoInput};
-use super::state::AppState;
+use crate::actions::{
+    BulkReplayRequest, body_view, check_event_id, check_source, check_source_scope, discard_one, parse_status,
+    replay_all, replay_one,
+};
 use crate::config::Can;
+use crate::web::auth::Caller;
+use crate::web::error::ApiError;
+use crate::web::extract::{ApiJson, NoInput};
+use crate::web::state::AppState;
 
 /// What a replay answers: the receipt, now `accepted` again, and that this call replayed it.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -81,15 +85,6 @@ pub struct ReceiptView {
     pub content_type: Option<String>,
 }
 
-/// An event body as the API shows it: the JSON value when it parses as JSON, else base64.
-pub fn body_view(body: &[u8]) -> (Option<serde_json::Value>, Option<String>) {
-    use base64::Engine as _;
-    match serde_json::from_slice(body) {
-        Ok(value) => (Some(value), None),
-        Err(_) => (None, Some(base64::engine::general_purpose::STANDARD.encode(body))),
-    }
-}
-
 pub fn view(r: Receipt, with_attempts: bool) -> ReceiptView {
     let attempts = with_attempts.then(|| {
         r.attempts
@@ -131,27 +126,10 @@ fn parse_id(id: &str) -> Result<ReceiptId, ApiError> {
     Ok(ReceiptId::parse(id)?)
 }
 
-pub fn parse_status(text: &str) -> Result<ReceiptStatus, Invalid> {
-    ReceiptStatus::parse(text)
-        .ok_or_else(|| Invalid::new("status", "must be accepted, processing, retrying, completed, dead or discarded"))
-}
-
-/// Event ids are text; a NUL can never match one (and PostgreSQL refuses it in text).
-fn check_event_id(event_id: Option<&str>) -> Result<(), Invalid> {
-    match event_id {
-        Some(id) if id.contains('\0') => Err(Invalid::new("event_id", "must not contain NUL")),
-        _ => Ok(()),
-    }
-}
-
-fn check_source(source: Option<&str>) -> Result<(), Invalid> {
-    source.map_or(Ok(()), |s| Namespace::new(s).map(drop).map_err(|e| Invalid::new("source", e.message)))
-}
-
 /// One receipt with its event and attempts.
 #[utoipa::path(get, path = "/v1/receipts/{id}", operation_id = "getReceipt", tag = "events",
     params(("id" = String, Path, description = "rcpt_…")),
-    responses((status = 200, body = ReceiptView), (status = 404, body = crate::api::error::Problem)))]
+    responses((status = 200, body = ReceiptView), (status = 404, body = crate::web::error::Problem)))]
 pub async fn read(
     State(state): State<AppState>,
     caller: Caller,
@@ -162,19 +140,6 @@ pub async fn read(
         state.stores.events.get_receipt(&id).await?.ok_or_else(|| ApiError::NotFound(format!("no receipt {id}")))?;
     caller.require_source(&receipt.source)?;
     Ok(Json(view(receipt, true)))
-}
-
-/// A listing or a bulk replay by a caller limited to some sources must name one of them.
-pub fn check_source_scope(caller: &Caller, source: Option<&str>) -> Result<(), ApiError> {
-    match (source, caller.sources()) {
-        (Some(source), _) => caller.require_source(source),
-        (None, Some(sources)) => Err(ApiError::Forbidden(format!(
-            "token {} sees receipts of sources {} only: give source",
-            caller.name(),
-            sources.join(", ")
-        ))),
-        (None, None) => Ok(()),
-    }
 }
 
 /// Before `caller` changes receipt `id`: 403 unless it may use the receipt's source (looked up only
@@ -212,7 +177,7 @@ pub struct ReceiptPage {
 
 /// Receipts, newest first, a page at a time.
 #[utoipa::path(get, path = "/v1/receipts", operation_id = "listReceipts", tag = "events", params(ListQuery),
-    responses((status = 200, body = ReceiptPage), (status = 400, body = crate::api::error::Problem)))]
+    responses((status = 200, body = ReceiptPage), (status = 400, body = crate::web::error::Problem)))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
@@ -243,9 +208,9 @@ pub async fn list(
     params(("id" = String, Path, description = "rcpt_…")),
     responses(
         (status = 202, description = "Queued again from attempt 1", body = ReplayResponse),
-        (status = 404, body = crate::api::error::Problem),
-        (status = 409, description = "The receipt is still being delivered", body = crate::api::error::Problem),
-        (status = 415, description = "A body that is not JSON (a form post): send none", body = crate::api::error::Problem),
+        (status = 404, body = crate::web::error::Problem),
+        (status = 409, description = "The receipt is still being delivered", body = crate::web::error::Problem),
+        (status = 415, description = "A body that is not JSON (a form post): send none", body = crate::web::error::Problem),
     ))]
 pub async fn replay(
     State(state): State<AppState>,
@@ -261,75 +226,6 @@ pub async fn replay(
     Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }
 
-/// Replays `id` as the lifecycle decides: 404 unknown, 409 still being delivered.
-pub async fn replay_one(state: &AppState, id: &ReceiptId) -> Result<(), ApiError> {
-    let had =
-        state.stores.events.replay_receipt(id).await?.ok_or_else(|| ApiError::NotFound(format!("no receipt {id}")))?;
-    state.overview_counts.forget().await;
-    match idem_core::event::replay(had) {
-        Replay::Refused(status) => Err(ApiError::Conflict(format!(
-            "receipt {id} is {} and still being delivered; only completed, dead or discarded receipts can be replayed",
-            status.as_str()
-        ))),
-        Replay::Restart => {
-            metrics::counter!("idem_receipt_replays_total").increment(1);
-            state.delivery_wake.notify_one();
-            Ok(())
-        }
-    }
-}
-
-/// Which receipts a bulk replay selects; every field narrows it.
-#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct BulkReplayRequest {
-    pub source: Option<String>,
-    /// dead (the default), completed or discarded.
-    pub status: Option<String>,
-    pub event_id: Option<String>,
-    /// RFC 3339: only receipts created before this time.
-    pub created_before: Option<String>,
-    /// RFC 3339: only receipts created after this time.
-    pub created_after: Option<String>,
-    /// Count the matching receipts and change nothing.
-    #[serde(default)]
-    pub dry_run: bool,
-}
-
-impl BulkReplayRequest {
-    /// The filter this asks for; bad input is a 400 that names the field.
-    pub fn filter(&self) -> Result<ReceiptFilter, Invalid> {
-        let status = parse_status(self.status.as_deref().unwrap_or("dead"))?;
-        if !status.is_terminal() {
-            return Err(Invalid::new(
-                "status",
-                "must be dead, completed or discarded: only ended receipts are replayed",
-            ));
-        }
-        check_source(self.source.as_deref())?;
-        check_event_id(self.event_id.as_deref())?;
-        let time = |field: &'static str, text: &Option<String>| {
-            text.as_deref()
-                .map(|t| Timestamp::parse_rfc3339(t).ok_or_else(|| Invalid::new(field, "must be an RFC 3339 time")))
-                .transpose()
-        };
-        let mut filter = ReceiptFilter {
-            source: self.source.clone(),
-            status: Some(status),
-            event_id: self.event_id.clone(),
-            limit: REPLAY_STEP,
-            ..ReceiptFilter::default()
-        };
-        if let Some(at) = time("created_before", &self.created_before)? {
-            filter = filter.created_before(at);
-        }
-        if let Some(at) = time("created_after", &self.created_after)? {
-            filter = filter.created_after(at);
-        }
-        Ok(filter)
-    }
-}
-
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct BulkReplayResponse {
     /// Receipts queued for delivery again (absent for a dry run).
@@ -340,40 +236,6 @@ pub struct BulkReplayResponse {
     pub matching: Option<u64>,
 }
 
-/// Receipts replayed per transaction by a bulk replay, so that intake keeps flowing in between.
-pub const REPLAY_STEP: usize = 500;
-
-/// Replays every receipt matching `filter`, one bounded step (one transaction) after another.
-/// It runs as its own task, so a client that goes away does not stop it halfway; stopping halfway
-/// would still be safe, since a repeat only finds what is left.
-pub async fn replay_all(state: &AppState, mut filter: ReceiptFilter) -> Result<u64, ApiError> {
-    let store = state.stores.events.clone();
-    let wake = state.delivery_wake.clone();
-    let task = tokio::spawn(async move {
-        let mut total = 0;
-        loop {
-            let step = store.replay_matching(&filter).await?;
-            total += step.replayed;
-            if step.replayed > 0 {
-                metrics::counter!("idem_receipt_replays_total").increment(step.replayed);
-                wake.notify_one();
-            }
-            match step.next {
-                Some(next) => filter.before = Some(next),
-                None => return Ok::<_, idem_core::StoreError>(total),
-            }
-            tokio::task::yield_now().await;
-        }
-    });
-    let total = task.await.map_err(|e| {
-        tracing::error!(error = %e, "bulk replay task stopped");
-        ApiError::Internal
-    })??;
-    state.overview_counts.forget().await;
-    tracing::info!(replayed = total, "bulk replay done");
-    Ok(total)
-}
-
 /// Replay every receipt matching a filter (default: every dead letter), or count them first
 /// with `dry_run` (which a `read` token may do; a replay needs `admin`).
 #[utoipa::path(post, path = "/v1/receipts/replay", operation_id = "replayReceipts", tag = "events",
@@ -381,7 +243,7 @@ pub async fn replay_all(state: &AppState, mut filter: ReceiptFilter) -> Result<u
     responses(
         (status = 202, description = "Every matching receipt was queued again from attempt 1", body = BulkReplayResponse),
         (status = 200, description = "Dry run: how many match; nothing changed", body = BulkReplayResponse),
-        (status = 400, body = crate::api::error::Problem),
+        (status = 400, body = crate::web::error::Problem),
     ))]
 pub async fn replay_matching(
     State(state): State<AppState>,
@@ -416,9 +278,9 @@ pub struct DiscardResponse {
     params(("id" = String, Path, description = "rcpt_…")),
     responses(
         (status = 200, description = "The receipt is discarded", body = DiscardResponse),
-        (status = 404, body = crate::api::error::Problem),
-        (status = 409, description = "The receipt is not dead", body = crate::api::error::Problem),
-        (status = 415, description = "A body that is not JSON (a form post): send none", body = crate::api::error::Problem),
+        (status = 404, body = crate::web::error::Problem),
+        (status = 409, description = "The receipt is not dead", body = crate::web::error::Problem),
+        (status = 415, description = "A body that is not JSON (a form post): send none", body = crate::web::error::Problem),
     ))]
 pub async fn discard(
     State(state): State<AppState>,
@@ -431,22 +293,4 @@ pub async fn discard(
     discard_one(&state, &id).await?;
     tracing::info!(token = caller.name(), receipt = %id, "receipt discarded");
     Ok(Json(DiscardResponse { receipt_id: id.to_string(), status: "discarded" }))
-}
-
-/// Discards `id` as the lifecycle decides: 404 unknown, 409 not a dead letter.
-pub async fn discard_one(state: &AppState, id: &ReceiptId) -> Result<(), ApiError> {
-    let had =
-        state.stores.events.discard_receipt(id).await?.ok_or_else(|| ApiError::NotFound(format!("no receipt {id}")))?;
-    state.overview_counts.forget().await;
-    match idem_core::event::discard(had) {
-        Discard::Refused(status) => {
-            Err(ApiError::Conflict(format!("receipt {id} is {}; only dead receipts can be discarded", status.as_str())))
-        }
-        Discard::Discard => {
-            if had == ReceiptStatus::Dead {
-                metrics::counter!("idem_receipt_discards_total").increment(1);
-            }
-            Ok(())
-        }
-    }
 }

@@ -16,16 +16,12 @@
 
 mod html;
 mod pages;
-pub mod tally;
-
-pub use pages::OverviewCounts;
 
 use axum::extract::FromRequestParts;
-use axum::http::HeaderMap;
 use axum::http::request::Parts;
 
-use crate::api::auth::{Caller, TokenLabel};
 use crate::config::Can;
+use crate::web::auth::{Caller, TokenLabel};
 
 use axum::Router;
 use axum::extract::{Request, State};
@@ -34,7 +30,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
-use crate::api::AppState;
+use crate::web::AppState;
 
 const CSS: &str = include_str!("assets/ui.css");
 const JS: &str = include_str!("assets/ui.js");
@@ -108,7 +104,7 @@ async fn gate(State(state): State<AppState>, mut request: Request, next: Next) -
         return forbidden(&caller, "Dashboard actions are sent by the dashboard's own script.");
     }
     if matches!(caller, Caller::Anonymous) {
-        let rejected = crate::api::auth::presented(request.headers()).is_some();
+        let rejected = crate::web::auth::presented(request.headers()).is_some();
         return html_response(StatusCode::UNAUTHORIZED, html::prompt(rejected));
     }
     if request.method() == Method::POST && !caller.can(Can::Admin) {
@@ -138,23 +134,6 @@ pub fn signed_in(caller: &Caller) -> Option<String> {
     match caller {
         Caller::Token(grant) => Some(format!("{} ({})", grant.name, grant.can.as_str())),
         Caller::Open | Caller::Anonymous => None,
-    }
-}
-
-/// The headers every answer under `/ui` carries, whoever gave it (a page, the prompt, an error, an
-/// asset): no framing, no script but the dashboard's own, no sniffing.
-pub fn secure_headers(headers: &mut HeaderMap) {
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
-            "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'",
-        ),
-    );
-    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
-    if !headers.contains_key(header::CACHE_CONTROL) {
-        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
 }
 

@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use super::html::{Tab, esc, options, query};
 use super::{at, failed, filled, render, source_names};
-use crate::api::receipt::{self as api, BulkReplayRequest};
+use crate::actions::{self as api, BulkReplayRequest};
 use crate::ui::Ui;
 
 #[derive(Debug, Default, Deserialize)]

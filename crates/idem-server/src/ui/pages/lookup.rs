@@ -10,8 +10,8 @@ use serde::Deserialize;
 
 use super::html::{Tab, esc, notice, time};
 use super::{at, filled, now, render};
-use crate::api::ApiError;
 use crate::ui::Ui;
+use crate::web::ApiError;
 
 #[derive(Debug, Default, Deserialize)]
 pub struct LookupForm {

@@ -10,7 +10,7 @@ mod receipts;
 
 pub use bulk::{bulk, bulk_run};
 pub use lookup::{lookup, lookup_delete};
-pub use overview::{OverviewCounts, overview};
+pub use overview::overview;
 pub use receipts::{discard_one, receipt, receipts, replay_one};
 
 use axum::http::{HeaderValue, header};
@@ -19,7 +19,7 @@ use idem_core::Timestamp;
 
 use super::Ui;
 use super::html::{self, Tab, esc, notice};
-use crate::api::{ApiError, AppState};
+use crate::web::{ApiError, AppState};
 
 const PAGE: usize = 50;
 const STATUSES: [&str; 6] = ["accepted", "processing", "retrying", "completed", "dead", "discarded"];

@@ -6,31 +6,13 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
 use axum::response::Response;
-use idem_core::StoreError;
-use idem_core::event::{QueueStats, ReceiptStatus};
+use idem_core::event::ReceiptStatus;
 
 use super::html::{Tab, age, esc, query};
 use super::{STATUSES, live, now, render, source_names};
 use crate::config::StoreConfig;
 use crate::ui::Ui;
-use crate::ui::tally::Tally;
-
-/// What the overview counts: receipts by source and status, the jobs due, claims by namespace.
-#[derive(Clone, Default)]
-pub struct Counted {
-    receipts: Vec<(String, ReceiptStatus, u64)>,
-    queue: QueueStats,
-    claims: Vec<(String, u64)>,
-}
-
-pub type OverviewCounts = Tally<Counted>;
-
-async fn count(state: &Ui) -> Result<Counted, StoreError> {
-    let stores = &state.stores;
-    let (receipts, queue, claims) =
-        tokio::join!(stores.events.count_receipts(), stores.events.queue_stats(), stores.claims.count_claims());
-    Ok(Counted { receipts: receipts?, queue: queue?, claims: claims? })
-}
+use crate::web::tally::{OverviewCounts, StoreCounts};
 
 /// Requests and errors per second, from the server's own counters, over the time since the last
 /// look (at least a second; the live refresh makes that five).
@@ -101,8 +83,10 @@ fn series(text: &str, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
 }
 
 pub async fn overview(state: Ui) -> Response {
-    let (ready, counted) =
-        tokio::join!(state.stores.lifecycle.check_ready(), state.overview_counts.get(|| count(&state)));
+    let (ready, counted) = tokio::join!(
+        state.stores.lifecycle.check_ready(),
+        state.overview_counts.get(|| StoreCounts::of(&state.stores))
+    );
     let now = now(&state);
     let t = traffic();
     let kind = match state.config.store {

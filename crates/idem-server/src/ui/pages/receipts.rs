@@ -10,9 +10,9 @@ use serde::Deserialize;
 
 use super::html::{Tab, badge, esc, notice, options, query, relative, time};
 use super::{PAGE, Page, STATUSES, at, failed, filled, live, now, render, source_names};
-use crate::api::ApiError;
-use crate::api::receipt as api;
+use crate::actions as api;
 use crate::ui::Ui;
+use crate::web::ApiError;
 
 #[derive(Debug, Default, Deserialize)]
 pub struct ReceiptQuery {

@@ -9,6 +9,8 @@
 use std::future::Future;
 use std::time::Duration;
 
+use idem_core::event::{QueueStats, ReceiptStatus};
+use idem_core::{StoreError, Stores};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -56,6 +58,26 @@ impl<T: Clone> Tally<T> {
     /// Drops the last count, so that the next `get` counts anew.
     pub async fn forget(&self) {
         *self.last.lock().await = None;
+    }
+}
+
+/// What the dashboard's overview counts, in one look at the stores: receipts by source and status,
+/// the jobs due, claims by namespace. Kept in a [`Tally`] shared by every tab that shows it; a
+/// replay or discard forgets it.
+#[derive(Clone, Default)]
+pub struct StoreCounts {
+    pub receipts: Vec<(String, ReceiptStatus, u64)>,
+    pub queue: QueueStats,
+    pub claims: Vec<(String, u64)>,
+}
+
+pub type OverviewCounts = Tally<StoreCounts>;
+
+impl StoreCounts {
+    pub async fn of(stores: &Stores) -> Result<Self, StoreError> {
+        let (receipts, queue, claims) =
+            tokio::join!(stores.events.count_receipts(), stores.events.queue_stats(), stores.claims.count_claims());
+        Ok(Self { receipts: receipts?, queue: queue?, claims: claims? })
     }
 }
 

@@ -1,4 +1,4 @@
-//! Operations: health, readiness (including a store that cannot be written), metrics, OpenAPI.
+//! Health: liveness, readiness (including a store that cannot be written), metrics, OpenAPI.
 
 use http::Method;
 use serde_json::json;

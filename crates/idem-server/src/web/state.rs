@@ -37,7 +37,7 @@ pub struct Shared {
     /// Begins waiting on operations held by someone else, woken when they complete or release.
     pub waiters: Arc<Waiters>,
     /// The dashboard overview's counts, shared by every tab that shows them.
-    pub overview_counts: crate::ui::OverviewCounts,
+    pub overview_counts: super::tally::OverviewCounts,
     /// Unconfigured namespaces already logged (each is logged once). Read on every request in
     /// such a namespace, written once per namespace.
     unconfigured: Arc<RwLock<HashSet<String>>>,
@@ -62,7 +62,7 @@ impl AppState {
             max_body_bytes,
             delivery_wake,
             waiters,
-            overview_counts: crate::ui::OverviewCounts::default(),
+            overview_counts: super::tally::OverviewCounts::default(),
             unconfigured,
         }))
     }
