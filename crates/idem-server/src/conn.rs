@@ -120,31 +120,51 @@ pub async fn serve_tls(
         };
         let _ = stream.set_nodelay(true);
         let service = TowerToHyperService::new(router.clone());
-        let Some(tls) = &tls else {
-            let io = TokioIo::new(Guarded::new(stream, limits));
-            let watched = graceful.watch(builder.serve_connection(io, service));
-            tokio::spawn(async move {
-                let _ = watched.await;
-                drop(slot);
-            });
-            continue;
-        };
-        let (tls, builder, watcher) = (tls.clone(), builder.clone(), graceful.watcher());
-        tokio::spawn(async move {
-            match tokio::time::timeout(limits.header_read_timeout, tls.accept(stream)).await {
-                Ok(Ok(stream)) => {
-                    let io = TokioIo::new(Guarded::new(stream, limits));
-                    let _ = watcher.watch(builder.serve_connection(io, service)).await;
-                }
-                Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
-                Err(_) => tracing::debug!("TLS handshake took longer than limits.header_read_timeout"),
+        match &tls {
+            None => {
+                let watched =
+                    graceful.watch(builder.serve_connection(TokioIo::new(Guarded::new(stream, limits)), service));
+                tokio::spawn(async move {
+                    let _ = watched.await;
+                    drop(slot);
+                });
             }
-            drop(slot);
-        });
+            Some(tls) => {
+                let handshake = Handshake { tls: tls.clone(), builder: builder.clone(), limits };
+                tokio::spawn(handshake.serve(stream, service, graceful.watcher(), slot));
+            }
+        }
     }
     drop(listener);
     if tokio::time::timeout(DRAIN, graceful.shutdown()).await.is_err() {
         tracing::warn!("connections still open after the shutdown drain; closing them");
+    }
+}
+
+/// A TLS connection's start: the handshake within `limits.header_read_timeout`, then HTTP.
+struct Handshake {
+    tls: TlsAcceptor,
+    builder: http1::Builder,
+    limits: ConnLimits,
+}
+
+impl Handshake {
+    async fn serve(
+        self,
+        stream: TcpStream,
+        service: TowerToHyperService<Router>,
+        watcher: hyper_util::server::graceful::Watcher,
+        slot: tokio::sync::OwnedSemaphorePermit,
+    ) {
+        match tokio::time::timeout(self.limits.header_read_timeout, self.tls.accept(stream)).await {
+            Ok(Ok(stream)) => {
+                let io = TokioIo::new(Guarded::new(stream, self.limits));
+                let _ = watcher.watch(self.builder.serve_connection(io, service)).await;
+            }
+            Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
+            Err(_) => tracing::debug!("TLS handshake took longer than limits.header_read_timeout"),
+        }
+        drop(slot);
     }
 }
 

@@ -76,32 +76,18 @@ pub async fn run(
     listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let handle = telemetry::metrics_handle();
+    // The recorder first, so that what is registered next is kept.
+    telemetry::metrics_handle();
     telemetry::register_configured(&config);
     let limits = conn::ConnLimits {
         max_connections: conn::fit_connections(config.limits.max_connections),
         header_read_timeout: config.limits.header_read_timeout.0,
         idle_timeout: config.limits.idle_timeout.0,
     };
-    let certs = tls::ListenerCerts::load(&config).map_err(std::io::Error::other)?;
-    warn_without_roots(&config);
-    let client_tls = tls::client_config(config.tls.ca_file.as_deref())
-        .map_err(|e| std::io::Error::other(format!("tls.ca_file: {e}")))?;
-    let acceptor = |cert: &Option<Arc<tls::Certificate>>| cert.as_ref().map(|c| c.acceptor()).transpose();
-    let (api_tls, gateway_tls) = (acceptor(&certs.api), acceptor(&certs.gateway));
-    let (api_tls, gateway_tls) = (api_tls.map_err(std::io::Error::other)?, gateway_tls.map_err(std::io::Error::other)?);
+    let tls = Tls::load(&config)?;
     let (stop, stopped) = watch::channel(false);
-    let certificates = [certs.api, certs.gateway].into_iter().flatten().collect();
-    let reloads = tokio::spawn(tls::watch(certificates, tls::Hangup::listen(), stopped.clone()));
-    let sweeper = tokio::spawn(worker::sweeper::run(
-        stores.clone(),
-        config.sweeper.clone(),
-        config.events.retention.map(|r| r.0),
-        stopped.clone(),
-    ));
-    let upkeep = tokio::spawn(metrics_upkeep(handle, stopped.clone()));
-    let data_dir = matches!(config.store, config::StoreConfig::Embedded {}).then(|| config.data_dir.clone());
-    let gauges = tokio::spawn(worker::gauges::run(stores.clone(), data_dir, stopped.clone()));
+    let reloads = tokio::spawn(tls::watch(tls.certificates, tls::Hangup::listen(), stopped.clone()));
+    let housekeeping = housekeeping(&config, &stores, &stopped);
     let wake = Arc::new(Notify::new());
     let describe = Listening::of(&config);
     let gateway_addr = listeners.gateway.as_ref().and_then(|l| l.local_addr().ok());
@@ -109,19 +95,19 @@ pub async fn run(
         (Some(gateway), Some(listener)) => {
             let requests = Arc::clone(&stores.requests);
             let proxy =
-                proxy::Proxy::new(gateway, config.limits.max_body_bytes, requests, Arc::clone(&clock), &client_tls);
+                proxy::Proxy::new(gateway, config.limits.max_body_bytes, requests, Arc::clone(&clock), &tls.client);
             let engine = proxy.engine();
-            (Some(engine), Some(tokio::spawn(proxy.serve(listener, limits, gateway_tls, stopped.clone()))))
+            (Some(engine), Some(tokio::spawn(proxy.serve(listener, limits, tls.gateway, stopped.clone()))))
         }
         _ => (None, None),
     };
     let waiters = Arc::new(Waiters::default());
     forward_signals(stores.lifecycle.as_ref(), Arc::clone(&wake), engine, Arc::clone(&waiters));
-    let delivery = start_delivery(&config, &stores.events, &clock, &wake, &stopped, &client_tls);
+    let delivery = start_delivery(&config, &stores.events, &clock, &wake, &stopped, &tls.client);
     let lifecycle = Arc::clone(&stores.lifecycle);
     let router = app(AppState::new(config, stores, clock, wake, waiters));
     let api_addr = listeners.api.local_addr()?;
-    let api = conn::serve_tls(listeners.api, router, limits, api_tls, stopped);
+    let api = conn::serve_tls(listeners.api, router, limits, tls.api, stopped);
     let trigger = tokio::spawn(async move {
         shutdown.await;
         let _ = stop.send(true);
@@ -135,7 +121,7 @@ pub async fn run(
     if let Some(delivery) = delivery {
         let _ = delivery.await;
     }
-    let _ = tokio::join!(sweeper, upkeep, gauges, reloads);
+    let _ = tokio::join!(housekeeping, reloads);
     lifecycle.close().await;
     tracing::info!("idem stopped");
     Ok(())
@@ -185,6 +171,41 @@ fn log_listening(l: &Listening, api: std::net::SocketAddr, gateway: Option<std::
     }
     let scheme = if l.tls { "https" } else { "http" };
     tracing::info!(addr = %api, scheme, store = l.store, "idem listening");
+}
+
+/// The TLS a server runs with: its listeners' acceptors (none without `[tls]`), the certificates to
+/// watch for renewal, and the outbound client's roots.
+struct Tls {
+    api: Option<tokio_rustls::TlsAcceptor>,
+    gateway: Option<tokio_rustls::TlsAcceptor>,
+    certificates: Vec<Arc<tls::Certificate>>,
+    client: Arc<rustls::ClientConfig>,
+}
+
+impl Tls {
+    fn load(config: &Config) -> std::io::Result<Self> {
+        let certs = tls::ListenerCerts::load(config).map_err(std::io::Error::other)?;
+        warn_without_roots(config);
+        let client = tls::client_config(config.tls.ca_file.as_deref())
+            .map_err(|e| std::io::Error::other(format!("tls.ca_file: {e}")))?;
+        let acceptor = |cert: &Option<Arc<tls::Certificate>>| cert.as_ref().map(|c| c.acceptor()).transpose();
+        let api = acceptor(&certs.api).map_err(std::io::Error::other)?;
+        let gateway = acceptor(&certs.gateway).map_err(std::io::Error::other)?;
+        let certificates = [certs.api, certs.gateway].into_iter().flatten().collect();
+        Ok(Self { api, gateway, certificates, client })
+    }
+}
+
+/// The sweeper, the metrics' upkeep and the gauges, until `stopped`.
+fn housekeeping(config: &Config, stores: &Stores, stopped: &watch::Receiver<bool>) -> JoinHandle<()> {
+    let retention = config.events.retention.map(|r| r.0);
+    let sweeper = worker::sweeper::run(stores.clone(), config.sweeper.clone(), retention, stopped.clone());
+    let upkeep = metrics_upkeep(telemetry::metrics_handle(), stopped.clone());
+    let data_dir = matches!(config.store, config::StoreConfig::Embedded {}).then(|| config.data_dir.clone());
+    let gauges = worker::gauges::run(stores.clone(), data_dir, stopped.clone());
+    tokio::spawn(async move {
+        tokio::join!(sweeper, upkeep, gauges);
+    })
 }
 
 /// Changes other nodes make (a shared database) wake what waits here: no polling needed.

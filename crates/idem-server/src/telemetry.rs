@@ -32,98 +32,127 @@ pub fn metrics_handle() -> &'static PrometheusHandle {
 }
 
 /// `# HELP` for every family idem records, so a dashboard or an alert can say what it watches.
-fn describe() {
-    use metrics::{describe_counter, describe_gauge, describe_histogram};
-    describe_gauge!("idem_build_info", "Always 1; the version label says which idem is running.");
-    describe_counter!(
+/// What kind of series a family is.
+#[derive(Clone, Copy)]
+enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// Every metric family idem exports, with the `# HELP` line `/metrics` gives it.
+const FAMILIES: &[(Kind, &str, &str)] = &[
+    (Kind::Gauge, "idem_build_info", "Always 1; the version label says which idem is running."),
+    (
+        Kind::Counter,
         "idem_http_requests_total",
-        "HTTP requests on the API listener, by method, matched route and status."
-    );
-    describe_histogram!(
+        "HTTP requests on the API listener, by method, matched route and status.",
+    ),
+    (
+        Kind::Histogram,
         "idem_http_request_duration_seconds",
-        "Time to answer an API request, by method and matched route."
-    );
-    describe_counter!("idem_errors_total", "Problem answers given, by kind (the problem type's last segment).");
-    describe_counter!("idem_claims_total", "Claims by namespace and outcome: claimed (new) or existing.");
-    describe_counter!("idem_claims_deleted_total", "Claims deleted through the API, by namespace.");
-    describe_counter!("idem_lookups_total", "Keys looked up, by namespace and kind (ids, prefix, get).");
-    describe_counter!(
+        "Time to answer an API request, by method and matched route.",
+    ),
+    (Kind::Counter, "idem_errors_total", "Problem answers given, by kind (the problem type's last segment)."),
+    (Kind::Counter, "idem_claims_total", "Claims by namespace and outcome: claimed (new) or existing."),
+    (Kind::Counter, "idem_claims_deleted_total", "Claims deleted through the API, by namespace."),
+    (Kind::Counter, "idem_lookups_total", "Keys looked up, by namespace and kind (ids, prefix, get)."),
+    (
+        Kind::Counter,
         "idem_operations_total",
-        "Operations API calls by namespace and outcome (started, replayed, in_progress, mismatch, completed, released, extended, lease_lost, deleted)."
-    );
-    describe_counter!("idem_gateway_requests_total", "Gateway requests on guarded routes, by route and outcome.");
-    describe_histogram!(
+        "Operations API calls by namespace and outcome (started, replayed, in_progress, mismatch, completed, released, extended, lease_lost, deleted).",
+    ),
+    (Kind::Counter, "idem_gateway_requests_total", "Gateway requests on guarded routes, by route and outcome."),
+    (
+        Kind::Histogram,
         "idem_gateway_upstream_duration_seconds",
-        "Time the upstream took for a request the gateway forwarded, by route."
-    );
-    describe_counter!(
+        "Time the upstream took for a request the gateway forwarded, by route.",
+    ),
+    (
+        Kind::Counter,
         "idem_gateway_lease_expiries_total",
-        "Gateway keys taken over after their holder's lease ran out, by route."
-    );
-    describe_gauge!(
+        "Gateway keys taken over after their holder's lease ran out, by route.",
+    ),
+    (
+        Kind::Gauge,
         "idem_gateway_background_calls",
-        "Upstream calls still running after their client got a 504 (upstream_timeout), by route."
-    );
-    describe_counter!(
+        "Upstream calls still running after their client got a 504 (upstream_timeout), by route.",
+    ),
+    (
+        Kind::Counter,
         "idem_gateway_background_calls_total",
-        "Upstream calls that outlived upstream_timeout, by route and how they ended (forwarded, released, upstream_error, too_large, lease_lost, store_error; over_limit and abandoned: dropped, the key held until its lease ends)."
-    );
-    describe_counter!(
+        "Upstream calls that outlived upstream_timeout, by route and how they ended (forwarded, released, upstream_error, too_large, lease_lost, store_error; over_limit and abandoned: dropped, the key held until its lease ends).",
+    ),
+    (
+        Kind::Counter,
         "idem_events_intake_total",
-        "Events received, by source and outcome (accepted, replay, mismatch, invalid, bad_signature)."
-    );
-    describe_counter!(
+        "Events received, by source and outcome (accepted, replay, mismatch, invalid, bad_signature).",
+    ),
+    (
+        Kind::Counter,
         "idem_delivery_attempts_total",
-        "Delivery attempts by source, kind (delivery, result) and outcome (success, failure)."
-    );
-    describe_counter!("idem_deliveries_total", "Receipts that ended, by source and outcome (completed, dead).");
-    describe_counter!(
+        "Delivery attempts by source, kind (delivery, result) and outcome (success, failure).",
+    ),
+    (Kind::Counter, "idem_deliveries_total", "Receipts that ended, by source and outcome (completed, dead)."),
+    (
+        Kind::Counter,
         "idem_receipt_replays_total",
-        "Receipts queued for delivery again: one at a time, in bulk, or from the dashboard."
-    );
-    describe_counter!("idem_receipt_discards_total", "Dead receipts discarded (marked handled by hand).");
-    describe_counter!(
-        "idem_receipts_deleted_total",
-        "Handled receipts deleted by the sweeper under [events] retention."
-    );
-    describe_gauge!("idem_jobs_due", "Delivery and result jobs due now, leased or not (the backlog).");
-    describe_gauge!("idem_jobs_oldest_due_age_seconds", "How long the oldest due job has been waiting.");
-    describe_counter!("idem_sweeper_deleted_total", "Expired claims and finished keys deleted by the sweeper.");
-    describe_gauge!("idem_sweeper_last_run_timestamp_seconds", "When the sweeper last finished a pass (Unix seconds).");
-    describe_gauge!(
+        "Receipts queued for delivery again: one at a time, in bulk, or from the dashboard.",
+    ),
+    (Kind::Counter, "idem_receipt_discards_total", "Dead receipts discarded (marked handled by hand)."),
+    (Kind::Counter, "idem_receipts_deleted_total", "Handled receipts deleted by the sweeper under [events] retention."),
+    (Kind::Gauge, "idem_jobs_due", "Delivery and result jobs due now, leased or not (the backlog)."),
+    (Kind::Gauge, "idem_jobs_oldest_due_age_seconds", "How long the oldest due job has been waiting."),
+    (Kind::Counter, "idem_sweeper_deleted_total", "Expired claims and finished keys deleted by the sweeper."),
+    (Kind::Gauge, "idem_sweeper_last_run_timestamp_seconds", "When the sweeper last finished a pass (Unix seconds)."),
+    (
+        Kind::Gauge,
         "idem_receipts",
-        "Receipts by source and status, counted every minute (dead letters: status=\"dead\")."
-    );
-    describe_gauge!(
+        "Receipts by source and status, counted every minute (dead letters: status=\"dead\").",
+    ),
+    (
+        Kind::Gauge,
         "idem_claims_stored",
-        "Live claims per namespace: on the embedded store kept exact as claims come, go and expire, read every 15 s; on PostgreSQL a count every 5 minutes in which expired ones count until swept."
-    );
-    describe_gauge!(
+        "Live claims per namespace: on the embedded store kept exact as claims come, go and expire, read every 15 s; on PostgreSQL a count every 5 minutes in which expired ones count until swept.",
+    ),
+    (
+        Kind::Gauge,
         "idem_store_size_bytes",
-        "Bytes the embedded store's files take on disk (log segments, idem.db, -wal, -shm)."
-    );
-    describe_gauge!("idem_data_dir_available_bytes", "Bytes still free for idem on the data dir's file system.");
-    describe_counter!(
+        "Bytes the embedded store's files take on disk (log segments, idem.db, -wal, -shm).",
+    ),
+    (Kind::Gauge, "idem_data_dir_available_bytes", "Bytes still free for idem on the data dir's file system."),
+    (
+        Kind::Counter,
         "idem_store_compactions_total",
-        "Log segments compacted (their live records rewritten, the file deleted)."
-    );
-    describe_histogram!("idem_store_commit_batch_commands", "Commands per group commit of the embedded store.");
-    describe_histogram!(
+        "Log segments compacted (their live records rewritten, the file deleted).",
+    ),
+    (Kind::Histogram, "idem_store_commit_batch_commands", "Commands per group commit of the embedded store."),
+    (
+        Kind::Histogram,
         "idem_store_commit_batch_items",
-        "Items (claims and others) per group commit of the embedded store."
-    );
-    describe_histogram!(
-        "idem_store_commit_seconds",
-        "Time one group commit of the embedded store took, fsync included."
-    );
-    describe_counter!(
+        "Items (claims and others) per group commit of the embedded store.",
+    ),
+    (Kind::Histogram, "idem_store_commit_seconds", "Time one group commit of the embedded store took, fsync included."),
+    (
+        Kind::Counter,
         "idem_store_commit_errors_total",
-        "Group commits of the embedded store that failed and were rolled back."
-    );
-    describe_counter!(
+        "Group commits of the embedded store that failed and were rolled back.",
+    ),
+    (
+        Kind::Counter,
         "idem_store_command_errors_total",
-        "Commands of the embedded store that failed while decided (a record unreadable) and were undone alone; the rest of their group went on."
-    );
+        "Commands of the embedded store that failed while decided (a record unreadable) and were undone alone; the rest of their group went on.",
+    ),
+];
+
+fn describe() {
+    for &(kind, name, help) in FAMILIES {
+        match kind {
+            Kind::Counter => metrics::describe_counter!(name, help),
+            Kind::Gauge => metrics::describe_gauge!(name, help),
+            Kind::Histogram => metrics::describe_histogram!(name, help),
+        }
+    }
 }
 
 /// Counters present at zero from start-up for every configured namespace, source and route, so

@@ -188,25 +188,13 @@ impl Writer {
         let shared = Arc::clone(&self.shared);
         let now = shared.clock.now().millis();
         let mut group = Group::new(&shared, now, self.active.number, self.active.len, std::mem::take(&mut self.buf));
-        let mut close = None;
-        let (mut retire, mut marks) = (Vec::new(), Vec::new());
-        let mut done: Vec<Pending> = Vec::with_capacity(count);
+        let mut after = After::default();
         for command in commands.drain(..) {
             match command {
-                Command::Close { reply } => close = Some(reply),
-                Command::Retire { segment, stale, reply } => retire.push((segment, stale, reply)),
-                Command::Mark { reply } => marks.push(reply),
-                command => {
-                    let save = group.savepoint();
-                    let (p, error) = group.execute(command, &mut self.sweep_cursor);
-                    if let Some(e) = error {
-                        // This command alone failed: what it changed is undone, the rest go on.
-                        tracing::warn!(error = %e, "a store command failed; the rest of its group goes on");
-                        metrics::counter!("idem_store_command_errors_total").increment(1);
-                        group.rollback(save);
-                    }
-                    done.push(p);
-                }
+                Command::Close { reply } => after.close = Some(reply),
+                Command::Retire { segment, stale, reply } => after.retire.push((segment, stale, reply)),
+                Command::Mark { reply } => after.marks.push(reply),
+                command => after.done.push(decide(&mut group, command, &mut self.sweep_cursor)),
             }
         }
         // A manifest not yet durable is made so before anything is written on its account.
@@ -224,25 +212,32 @@ impl Writer {
                 metrics::counter!("idem_store_commit_errors_total").increment(1);
             }
         }
+        let close = self.finish(after, failure);
+        metrics::histogram!("idem_store_commit_batch_commands").record(count as f64);
+        metrics::histogram!("idem_store_commit_batch_items").record(f64::from(items));
+        metrics::histogram!("idem_store_commit_seconds").record(started.elapsed().as_secs_f64());
+        close
+    }
+
+    /// Once the group is written (or failed): a full segment is rolled, then everyone is answered,
+    /// then retired segments are forgotten and the mark moved.
+    fn finish(&mut self, after: After, failure: Option<StoreError>) -> Option<oneshot::Sender<()>> {
         // A full segment is sealed and the next one named before anyone is answered: whoever was
         // answered then finds the log as it stays (once per segment, a few syncs more).
         if failure.is_none() && self.active.len >= self.segment_bytes {
             self.roll();
         }
-        done.into_iter().for_each(|p| p(failure.as_ref()));
-        for (segment, stale, reply) in retire {
+        after.done.into_iter().for_each(|p| p(failure.as_ref()));
+        for (segment, stale, reply) in after.retire {
             let _ = reply.send(self.retire(segment, &stale));
         }
-        if !marks.is_empty() || close.is_some() {
+        if !after.marks.is_empty() || after.close.is_some() {
             let marked = self.mark();
-            marks.into_iter().flatten().for_each(|reply| {
+            after.marks.into_iter().flatten().for_each(|reply| {
                 let _ = reply.send(marked.clone());
             });
         }
-        metrics::histogram!("idem_store_commit_batch_commands").record(count as f64);
-        metrics::histogram!("idem_store_commit_batch_items").record(f64::from(items));
-        metrics::histogram!("idem_store_commit_seconds").record(started.elapsed().as_secs_f64());
-        close
+        after.close
     }
 
     /// Writes the manifest with `change` made to it; keeps it only once durable.
@@ -370,6 +365,27 @@ impl Writer {
         self.active = Active { number, file, len, allocated: len, records: 0, dirty: false };
         self.shared.head.store(number, Ordering::Release);
     }
+}
+
+/// What a group's commands leave to do once it is written: answers, retirements, marks, a close.
+#[derive(Default)]
+struct After {
+    done: Vec<Pending>,
+    retire: Vec<(u32, Vec<Stale>, Reply<()>)>,
+    marks: Vec<Option<Reply<()>>>,
+    close: Option<oneshot::Sender<()>>,
+}
+
+/// Decides one command in the group; if it fails, what it changed is undone and the rest go on.
+fn decide(group: &mut Group<'_>, command: Command, sweep_cursor: &mut usize) -> Pending {
+    let save = group.savepoint();
+    let (pending, error) = group.execute(command, sweep_cursor);
+    if let Some(e) = error {
+        tracing::warn!(error = %e, "a store command failed; the rest of its group goes on");
+        metrics::counter!("idem_store_command_errors_total").increment(1);
+        group.rollback(save);
+    }
+    pending
 }
 
 /// Writes the group's records and its commit frame, and syncs; on failure cuts the file back,
