@@ -142,6 +142,21 @@ fn not_found(path: &Path) -> io::Error {
 }
 
 impl State {
+    /// A disk's state as a power-up finds it: nothing pending, failing or locked.
+    fn fresh(inodes: BTreeMap<u64, Inode>, next_ino: u64, rng: Rng, capacity: Option<u64>) -> Self {
+        Self {
+            inodes,
+            next_ino,
+            rng,
+            fail: Vec::new(),
+            capacity,
+            die_after: None,
+            dead: false,
+            changes: 0,
+            locks: BTreeMap::new(),
+        }
+    }
+
     fn dir_children(&self, ino: u64) -> Option<&BTreeMap<String, u64>> {
         match self.inodes.get(&ino) {
             Some(Inode::Dir { current, .. }) => Some(current),
@@ -308,17 +323,7 @@ impl SimDisk {
     pub fn new(seed: u64) -> Self {
         let mut inodes = BTreeMap::new();
         inodes.insert(ROOT, Inode::Dir { durable: BTreeMap::new(), current: BTreeMap::new(), pending: Vec::new() });
-        Self::from_state(State {
-            inodes,
-            next_ino: 1,
-            rng: Rng::new(seed),
-            fail: Vec::new(),
-            capacity: None,
-            die_after: None,
-            dead: false,
-            changes: 0,
-            locks: BTreeMap::new(),
-        })
+        Self::from_state(State::fresh(inodes, 1, Rng::new(seed), None))
     }
 
     fn from_state(state: State) -> Self {
@@ -399,71 +404,7 @@ impl SimDisk {
             };
             inodes.insert(ino, survived);
         }
-        Self::from_state(State {
-            inodes,
-            next_ino: state.next_ino,
-            rng: Rng::new(rng.next_u64()),
-            fail: Vec::new(),
-            capacity: state.capacity,
-            die_after: None,
-            dead: false,
-            changes: 0,
-            locks: BTreeMap::new(),
-        })
-    }
-
-    /// A copy of this disk as it is now, synced or not (for a test to damage while the original
-    /// stays as it was).
-    pub fn snapshot(&self) -> SimDisk {
-        let state = self.state();
-        let inodes = state
-            .inodes
-            .iter()
-            .map(|(ino, inode)| {
-                let copy = match inode {
-                    Inode::File { current, .. } => {
-                        Inode::File { durable: current.clone(), current: current.clone(), pending: Vec::new() }
-                    }
-                    Inode::Dir { current, .. } => {
-                        Inode::Dir { durable: current.clone(), current: current.clone(), pending: Vec::new() }
-                    }
-                };
-                (*ino, copy)
-            })
-            .collect();
-        Self::from_state(State {
-            inodes,
-            next_ino: state.next_ino,
-            rng: state.rng.clone(),
-            fail: Vec::new(),
-            capacity: state.capacity,
-            die_after: None,
-            dead: false,
-            changes: 0,
-            locks: BTreeMap::new(),
-        })
-    }
-
-    /// A file's whole content (for tests that damage or inspect files).
-    pub fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
-        let mut state = self.state();
-        let ino = state.resolve(path)?;
-        Ok(state.file(ino)?.0.clone())
-    }
-
-    /// Replaces a file's content as if it had always been so (damage made by a test).
-    pub fn overwrite(&self, path: &Path, bytes: Vec<u8>) -> io::Result<()> {
-        let mut state = self.state();
-        let ino = state.resolve(path)?;
-        match state.inodes.get_mut(&ino) {
-            Some(Inode::File { durable, current, pending }) => {
-                *durable = bytes.clone();
-                *current = bytes;
-                pending.clear();
-                Ok(())
-            }
-            _ => Err(eio("not a file")),
-        }
+        Self::from_state(State::fresh(inodes, state.next_ino, Rng::new(rng.next_u64()), state.capacity))
     }
 }
 
@@ -723,7 +664,9 @@ mod tests {
         file.write_all_at(&[2; 2000], 1000).expect("write");
         let mut outcomes = BTreeSet::new();
         for seed in 0..200 {
-            let after = disk.crash(seed).read(&p("/d/f")).expect("the synced file is there");
+            let crashed = disk.crash(seed);
+            let file = crashed.open(&p("/d/f"), OpenMode::Read).expect("the synced file is there");
+            let after = crate::disk::read_all(file.as_ref()).expect("read");
             assert!(after.len() >= 2000 && after[..1000] == [1; 1000], "synced bytes kept");
             assert!(after[1000..].iter().all(|&b| b <= 2), "old bytes, new bytes or zeros");
             outcomes.insert(after.iter().filter(|&&b| b == 2).count());

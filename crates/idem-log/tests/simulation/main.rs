@@ -412,6 +412,19 @@ impl Sim {
         Ok(())
     }
 
+    /// A compaction, a mark or a changing step, with a fault or a power cut armed (it may fail).
+    async fn risky_step(&mut self) -> Result<(), String> {
+        match self.rng.below(4) {
+            0 => drop(self.store()?.compact_now().await),
+            1 => drop(self.store()?.mark().await),
+            _ => {
+                let op = self.random_op();
+                self.step_op(op, true).await?;
+            }
+        }
+        Ok(())
+    }
+
     async fn step(&mut self) -> Result<(), String> {
         self.stats.steps += 1;
         let pick = self.rng.below(1000);
@@ -446,36 +459,14 @@ impl Sim {
                 // The power goes in the middle of a step, after any of its disk operations.
                 self.stats.crashes_mid_step += 1;
                 self.disk.die_after(self.rng.below(8));
-                match self.rng.below(4) {
-                    0 => {
-                        let _ = self.store()?.compact_now().await;
-                    }
-                    1 => {
-                        let _ = self.store()?.mark().await;
-                    }
-                    _ => {
-                        let op = self.random_op();
-                        self.step_op(op, true).await?;
-                    }
-                }
+                self.risky_step().await?;
                 self.crash().await?;
             }
             920..=979 => {
                 self.stats.faults += 1;
                 let fault = FAULTS[self.rng.below(FAULTS.len() as u64) as usize];
                 self.disk.fail_next(fault);
-                match self.rng.below(4) {
-                    0 => {
-                        let _ = self.store()?.compact_now().await;
-                    }
-                    1 => {
-                        let _ = self.store()?.mark().await;
-                    }
-                    _ => {
-                        let op = self.random_op();
-                        self.step_op(op, true).await?;
-                    }
-                }
+                self.risky_step().await?;
                 self.disk.clear_faults();
                 self.say(|| format!("after a {fault:?} fault"));
             }
