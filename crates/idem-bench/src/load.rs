@@ -126,3 +126,86 @@ where
         total: merged.len(),
     }
 }
+
+/// An open loop: `rate` requests a second whatever the answers do, on at most
+/// `plan.connections` connections at once, for the latency a user feels at a moderate load
+/// rather than the most a closed loop can push through. Each request is released when it is due
+/// (the generator wakes every millisecond, the timer's grain, and releases everything due by
+/// then) and its latency runs from its release, through waiting for a free connection, to its
+/// answer: a slow answer that holds up later requests counts against them too (no coordinated
+/// omission). `op(connection, n)` as in [`run`].
+pub async fn run_at_rate<F, Fut>(name: &str, rate: f64, plan: Plan, op: F) -> Measured
+where
+    F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), String>> + Send,
+{
+    let (op, free) = (Arc::new(op), Arc::new(tokio::sync::Mutex::new((0..plan.connections).collect::<Vec<_>>())));
+    let slots = Arc::new(tokio::sync::Semaphore::new(plan.connections));
+    let tally = Arc::new(std::sync::Mutex::new(Tally::new()));
+    let started = Instant::now();
+    let (measure_from, end) = (started + plan.warmup, started + plan.warmup + plan.duration);
+    let mut released = 0u64;
+    let mut tasks = tokio::task::JoinSet::new();
+    while Instant::now() < end {
+        let due = (started.elapsed().as_secs_f64() * rate) as u64;
+        for n in released..due {
+            let (op, free, slots, tally) = (Arc::clone(&op), Arc::clone(&free), Arc::clone(&slots), Arc::clone(&tally));
+            let (release, counted) = (Instant::now(), Instant::now() >= measure_from);
+            tasks.spawn(async move {
+                let _slot = slots.acquire().await.expect("the semaphore is never closed");
+                let c = free.lock().await.pop().expect("a slot means a free connection");
+                let result = op(c, n).await;
+                free.lock().await.push(c);
+                if counted && Instant::now() < end {
+                    tally.lock().expect("no panics while holding the tally").record(release.elapsed(), result);
+                }
+            });
+        }
+        released = released.max(due);
+        while tasks.try_join_next().is_some() {}
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    while tasks.join_next().await.is_some() {}
+    let tally = std::mem::replace(&mut *tally.lock().expect("no panics while holding the tally"), Tally::new());
+    tally.measured(name, plan.duration.as_secs_f64())
+}
+
+/// Latencies and errors of an open loop.
+struct Tally {
+    hist: Histogram<u64>,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+impl Tally {
+    fn new() -> Self {
+        let hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds");
+        Self { hist, errors: 0, first_error: None }
+    }
+
+    fn record(&mut self, latency: Duration, result: Result<(), String>) {
+        let _ = self.hist.record(latency.as_micros().max(1) as u64);
+        if let Err(e) = result {
+            self.errors += 1;
+            self.first_error.get_or_insert(e);
+        }
+    }
+
+    fn measured(self, name: &str, seconds: f64) -> Measured {
+        if let Some(first) = &self.first_error {
+            eprintln!("  {name}: {} errors, first: {first}", self.errors);
+        }
+        let ms = |q: f64| self.hist.value_at_quantile(q) as f64 / 1000.0;
+        Measured {
+            name: name.to_owned(),
+            ops_per_sec: self.hist.len() as f64 / seconds,
+            per_op: 1,
+            p50_ms: ms(0.5),
+            p90_ms: ms(0.9),
+            p99_ms: ms(0.99),
+            max_ms: self.hist.max() as f64 / 1000.0,
+            errors: self.errors,
+            total: self.hist.len(),
+        }
+    }
+}

@@ -9,6 +9,7 @@
 
 mod expiry;
 mod load;
+mod pin;
 mod replay;
 mod scenario;
 mod stored;
@@ -54,6 +55,10 @@ struct Cli {
         default_value = "postgres://postgres@127.0.0.1:5432/postgres"
     )]
     database_url: String,
+    /// The load generator on the first core, idem and every anchor (Redis, the built-in servers,
+    /// the running PostgreSQL) on the others, for the whole run (with `taskset`).
+    #[arg(long, global = true)]
+    pin: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -71,6 +76,9 @@ enum Which {
     ClaimsBatch,
     /// The gateway's replay and first-execution paths beside the upstream called directly.
     Gateway,
+    /// Gateway first executions at a quarter of the upstream's capacity (open loop): the latency
+    /// idem adds over the upstream called directly at the same rate, p50 and p99.
+    GatewayLatency,
     /// Event intake and end-to-end delivery beside single claims of the same build.
     Events,
     /// 500-key batch lookups among a million stored claims, beside PostgreSQL and Redis.
@@ -120,6 +128,17 @@ async fn main() -> std::process::ExitCode {
             }
         };
     }
+    let _postgres_pinned = if cli.pin {
+        match pin_everything(&cli.database_url).await {
+            Ok(pinned) => pinned,
+            Err(e) => {
+                eprintln!("idem-bench: --pin: {e}");
+                return std::process::ExitCode::FAILURE;
+            }
+        }
+    } else {
+        None
+    };
     let seconds = cli.seconds.unwrap_or(if cli.quick { 4 } else { 10 });
     let plan = load::Plan {
         connections: cli.connections,
@@ -146,6 +165,7 @@ async fn main() -> std::process::ExitCode {
             Which::ClaimsBatch,
             Which::Lookup,
             Which::Gateway,
+            Which::GatewayLatency,
             Which::Events,
             Which::Replay { dead: None },
             Which::Scale { stages: Vec::new() },
@@ -163,6 +183,7 @@ async fn main() -> std::process::ExitCode {
                 Which::Claims => scenario::claims(ctx).await,
                 Which::ClaimsBatch => scenario::claims_batch(ctx).await,
                 Which::Gateway => scenario::gateway(ctx).await,
+                Which::GatewayLatency => scenario::gateway_latency(ctx).await,
                 Which::Events => scenario::events(ctx).await,
                 Which::Replay { dead } => {
                     replay::replay(ctx, dead.unwrap_or(if ctx.quick { 2_000 } else { 10_000 })).await
@@ -196,6 +217,7 @@ async fn main() -> std::process::ExitCode {
             "seconds_per_measurement": seconds,
             "connections": cli.connections,
             "rounds": cli.rounds,
+            "pinned": cli.pin,
             "store": format!("{:?}", cli.store).to_lowercase(),
             "scenarios": tables,
         });
@@ -211,4 +233,19 @@ async fn main() -> std::process::ExitCode {
         return std::process::ExitCode::FAILURE;
     }
     std::process::ExitCode::SUCCESS
+}
+
+/// `--pin`: this process on core 0, what it starts on the rest, and the running PostgreSQL there
+/// too for the run (without PostgreSQL here, its anchor is skipped anyway).
+async fn pin_everything(database_url: &str) -> Result<Option<pin::PostgresPinned>, String> {
+    pin::enable()?;
+    eprintln!("idem-bench: pinned: the load generator on core 0, idem and the anchors on the other cores");
+    let Ok((client, connection)) = tokio_postgres::connect(database_url, tokio_postgres::NoTls).await else {
+        return Ok(None);
+    };
+    tokio::spawn(connection);
+    let row = client.query_one("SHOW data_directory", &[]).await.map_err(target::pg_error)?;
+    let pinned = pin::postgres(row.get::<_, &str>(0))?;
+    eprintln!("idem-bench: pinned: PostgreSQL (its postmaster and backends) too, until the run ends");
+    Ok(Some(pinned))
 }

@@ -227,6 +227,56 @@ pub async fn gateway(ctx: &Context) -> Result<Table, String> {
     Ok(Table::new("gateway", rows, vec![direct]).memory(memory))
 }
 
+/// Gateway first executions as a user feels them: at a quarter of what the upstream called
+/// directly can answer (measured first, closed loop), open loop, the latency idem adds over the
+/// upstream called directly at the same rate.
+pub async fn gateway_latency(ctx: &Context) -> Result<Table, String> {
+    let upstream_process = Upstream::start().await?;
+    let upstream = upstream_process.url.clone();
+    let order = || "{\"item\":\"book\"}".to_owned();
+    let capacity = measure_posts(
+        ctx,
+        "upstream called directly, closed loop",
+        1,
+        (&upstream, "/orders"),
+        move |_, _| Post::body(order()),
+        any_answer,
+    )
+    .await;
+    let rate = (capacity.ops_per_sec / 4.0).max(1.0).round();
+    let direct = at_rate(ctx, &format!("upstream called directly at {rate}/s"), rate, &upstream, |_, _| None).await;
+    let gateway_port = target::free_port();
+    let config = format!(
+        "[gateway]\nlisten = \"127.0.0.1:{gateway_port}\"\nupstream = \"{upstream}\"\n\n[[gateway.routes]]\npath = \"/orders\"\nmethods = [\"POST\"]\nkey = \"required\"\n"
+    );
+    let idem = Idem::start(&ctx.backend, &config).await?;
+    let run = unique("gl");
+    let gateway = format!("http://127.0.0.1:{gateway_port}");
+    let key = move |c: usize, n: u64| Some(format!("\"{run}-{c}-{n}\""));
+    let first = at_rate(ctx, &format!("idem gateway first executions at {rate}/s"), rate, &gateway, key).await;
+    let memory = idem.memory();
+    drop((idem, upstream_process));
+    let mut table = Table::latency("gateway-latency", vec![first], vec![direct]).memory(memory);
+    table.notes.push(format!("the rate: a quarter of the upstream's closed-loop {:.0}/s", capacity.ops_per_sec));
+    Ok(table)
+}
+
+/// `POST /orders` to `base` at `rate` a second, open loop, with the key `key(c, n)` if any.
+async fn at_rate<K>(ctx: &Context, name: &str, rate: f64, base: &str, key: K) -> Measured
+where
+    K: Fn(usize, u64) -> Option<String> + Send + Sync + 'static,
+{
+    let conns = HttpConns::new(base, ctx.plan.connections);
+    load::run_at_rate(name, rate, ctx.plan, move |c, n| {
+        let (conns, key) = (Arc::clone(&conns), key(c, n));
+        async move {
+            let headers: Vec<(&str, &str)> = key.iter().map(|k| ("idempotency-key", k.as_str())).collect();
+            conns.post(c, "/orders", "{\"item\":\"book\"}".to_owned(), &headers).await.map(drop)
+        }
+    })
+    .await
+}
+
 /// Durable event intake and end-to-end delivery to the built-in handler, beside single claims of
 /// the same process measured just before (while nothing is being delivered).
 pub async fn events(ctx: &Context) -> Result<Table, String> {

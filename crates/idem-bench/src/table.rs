@@ -21,6 +21,46 @@ pub struct Table {
     pub notes: Vec<String>,
     /// How many runs of the scenario this table sums up (`--rounds`).
     pub rounds: usize,
+    /// Latency a row adds over an anchor measured at the same rate.
+    pub added: Vec<Added>,
+}
+
+/// The latency a row adds over an anchor at the same open-loop rate: the differences of their
+/// percentiles (with several rounds, the medians of the rounds' differences and their ranges).
+#[derive(Debug, Clone, Serialize)]
+pub struct Added {
+    pub row: String,
+    pub to: String,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p50_range: Option<(f64, f64)>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p99_range: Option<(f64, f64)>,
+}
+
+impl Added {
+    pub fn of(row: &Measured, to: &Measured) -> Self {
+        Self {
+            row: row.name.clone(),
+            to: to.name.clone(),
+            p50_ms: row.p50_ms - to.p50_ms,
+            p99_ms: row.p99_ms - to.p99_ms,
+            p50_range: None,
+            p99_range: None,
+        }
+    }
+
+    /// The medians of several rounds' differences, with their ranges.
+    fn combine(all: &[&Added]) -> Self {
+        let median = |pick: fn(&Added) -> f64| {
+            let mut v: Vec<f64> = all.iter().map(|a| pick(a)).collect();
+            v.sort_by(f64::total_cmp);
+            (v[(v.len() - 1) / 2], (v[0], v[v.len() - 1]))
+        };
+        let ((p50_ms, p50), (p99_ms, p99)) = (median(|a| a.p50_ms), median(|a| a.p99_ms));
+        Self { p50_ms, p99_ms, p50_range: Some(p50), p99_range: Some(p99), ..all[0].clone() }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -51,7 +91,24 @@ impl Table {
     /// A table whose ratios compare every row with every anchor.
     pub fn new(scenario: &'static str, rows: Vec<Measured>, anchors: Vec<Measured>) -> Self {
         let ratios = rows.iter().flat_map(|r| anchors.iter().map(move |a| Ratio::of(r, a))).collect();
-        Self { scenario, rows, anchors, ratios, skipped: Vec::new(), memory: None, notes: Vec::new(), rounds: 1 }
+        Self {
+            scenario,
+            rows,
+            anchors,
+            ratios,
+            skipped: Vec::new(),
+            memory: None,
+            notes: Vec::new(),
+            rounds: 1,
+            added: Vec::new(),
+        }
+    }
+
+    /// A table of latencies at one rate: each row's latency over each anchor's, no throughput
+    /// ratios (at a fixed rate they say nothing).
+    pub fn latency(scenario: &'static str, rows: Vec<Measured>, anchors: Vec<Measured>) -> Self {
+        let added = rows.iter().flat_map(|r| anchors.iter().map(move |a| Added::of(r, a))).collect();
+        Self { ratios: Vec::new(), added, ..Self::new(scenario, rows, anchors) }
     }
 
     /// Several rounds of one scenario as one table. Each row and anchor is the round with the
@@ -108,8 +165,18 @@ impl Table {
             .enumerate()
             .flat_map(|(i, t)| t.notes.iter().map(move |note| format!("round {}: {note}", i + 1)))
             .collect();
+        let added = first
+            .added
+            .iter()
+            .map(|a| {
+                let all: Vec<&Added> =
+                    rounds.iter().filter_map(|t| t.added.iter().find(|x| x.row == a.row && x.to == a.to)).collect();
+                Added::combine(&all)
+            })
+            .collect();
         Some(Table {
             scenario: first.scenario,
+            added,
             rows,
             anchors,
             ratios,
@@ -160,6 +227,15 @@ impl Table {
                     "  {} / {}: {:.2}x, median of {} rounds ({low:.2}x to {high:.2}x)",
                     r.row, r.to, r.ratio, self.rounds
                 ),
+            }
+        }
+        for a in &self.added {
+            println!("  {} adds over {}: p50 {:+.2} ms, p99 {:+.2} ms", a.row, a.to, a.p50_ms, a.p99_ms);
+            if let (Some((l50, h50)), Some((l99, h99))) = (a.p50_range, a.p99_range) {
+                println!(
+                    "    medians of {} rounds (p50 {l50:+.2} to {h50:+.2} ms, p99 {l99:+.2} to {h99:+.2} ms)",
+                    self.rounds
+                );
             }
         }
         for note in &self.skipped {

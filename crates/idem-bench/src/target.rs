@@ -2,7 +2,7 @@
 //! built-in minimal upstream and "ok" server, a private Redis and the local PostgreSQL.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -194,21 +194,26 @@ impl Idem {
         me.parent().map(|d| d.join("idem")).unwrap_or_else(|| PathBuf::from("idem"))
     }
 
+    /// Starts `idem` with `args` (on the system under test's cores with `--pin`).
+    fn spawn(args: &[std::ffi::OsString], envs: &[(String, String)]) -> std::io::Result<Child> {
+        crate::pin::command(Self::binary())
+            .args(args)
+            .envs(envs.iter().cloned())
+            .stdout(Stdio::null())
+            .stderr(idem_stderr())
+            .spawn()
+    }
+
     /// Starts idem on `backend` with `config` (TOML) and waits until it is ready.
     pub async fn start(backend: &Backend, config: &str) -> Result<Self, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let port = free_port();
         let file = dir.path().join("idem.toml");
         std::fs::write(&file, config).map_err(|e| e.to_string())?;
-        let mut command = Command::new(Self::binary());
-        command
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--config"])
-            .arg(&file)
-            .arg("--data-dir")
-            .arg(dir.path().join("data"))
-            .env("IDEM_LOG__LEVEL", "warn")
-            .stdout(Stdio::null())
-            .stderr(idem_stderr());
+        let mut args: Vec<std::ffi::OsString> =
+            ["serve", "--listen", &format!("127.0.0.1:{port}"), "--config"].map(Into::into).to_vec();
+        args.extend([file.into_os_string(), "--data-dir".into(), dir.path().join("data").into_os_string()]);
+        let mut envs = vec![("IDEM_LOG__LEVEL".to_owned(), "warn".to_owned())];
         let mut schema = None;
         if let Backend::Postgres(base) = backend {
             let name = unique_name("idem_bench");
@@ -221,15 +226,11 @@ impl Idem {
                 .await
                 .map_err(|e| format!("postgres: {}", pg_error(e)))?;
             let sep = if base.contains('?') { '&' } else { '?' };
-            command
-                .args(["--store", "postgres"])
-                .env("IDEM_DATABASE_URL", format!("{base}{sep}options=-c%20search_path%3D{name}"));
+            args.extend(["--store".into(), "postgres".into()]);
+            envs.push(("IDEM_DATABASE_URL".into(), format!("{base}{sep}options=-c%20search_path%3D{name}")));
             schema = Some((base.clone(), name));
         }
-        let args: Vec<std::ffi::OsString> = command.get_args().map(|a| a.to_owned()).collect();
-        let envs: Vec<(String, String)> =
-            command.get_envs().filter_map(|(k, v)| Some((k.to_str()?.to_owned(), v?.to_str()?.to_owned()))).collect();
-        let child = command.spawn().map_err(|e| {
+        let child = Self::spawn(&args, &envs).map_err(|e| {
             format!("cannot start {}: {e} (build it: cargo build --release -p idem-server)", Self::binary().display())
         })?;
         let peaks = Arc::new(std::sync::Mutex::new((0.0, 0.0)));
@@ -262,9 +263,7 @@ impl Idem {
         self.child.wait().map_err(|e| e.to_string())?;
         self.stop_sampler.store(true, Ordering::Relaxed);
         let started = std::time::Instant::now();
-        let mut command = Command::new(Self::binary());
-        command.args(&self.args).envs(self.envs.iter().cloned()).stdout(Stdio::null()).stderr(idem_stderr());
-        self.child = command.spawn().map_err(|e| e.to_string())?;
+        self.child = Self::spawn(&self.args, &self.envs).map_err(|e| e.to_string())?;
         self.stop_sampler = Arc::new(AtomicBool::new(false));
         sample_memory(self.child.id(), Arc::clone(&self.peaks), Arc::clone(&self.stop_sampler));
         self.wait_ready().await?;
@@ -408,7 +407,7 @@ impl Upstream {
     pub async fn start() -> Result<Self, String> {
         let port = free_port();
         let me = std::env::current_exe().map_err(|e| e.to_string())?;
-        let child = Command::new(me)
+        let child = crate::pin::command(me)
             .args(["upstream", &format!("127.0.0.1:{port}")])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -472,7 +471,7 @@ impl Redis {
         }
         args.extend(["--dir".to_owned(), dir.path().to_string_lossy().into_owned()]);
         let child =
-            Command::new("redis-server").args(&args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().ok()?;
+            crate::pin::command("redis-server").args(&args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().ok()?;
         let redis = Self { child, port, _dir: dir };
         for _ in 0..100 {
             if TcpStream::connect(("127.0.0.1", port)).await.is_ok() {

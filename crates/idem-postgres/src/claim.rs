@@ -63,7 +63,10 @@ pub async fn claim(
                     let row = match row {
                         Some(row) => row,
                         // Won by a transaction that committed after this statement began: read it.
-                        None => client.query_one(EXISTING, &[&ns.as_str(), &&id.0[..]]).await.map_err(store_error)?,
+                        None => {
+                            let existing = client.prepare_cached(EXISTING).await.map_err(store_error)?;
+                            client.query_one(&existing, &[&ns.as_str(), &&id.0[..]]).await.map_err(store_error)?
+                        }
                     };
                     out[*i] = Some(record(ns, *id, &row)?);
                 }
@@ -104,14 +107,14 @@ pub async fn lookup(
     now: Timestamp,
 ) -> Result<Vec<Option<ClaimRecord>>, StoreError> {
     let raw: Vec<&[u8]> = ids.iter().map(|id| &id.0[..]).collect();
-    let rows = client
-        .query(
+    let statement = client
+        .prepare_cached(
             "SELECT parts, data, created_at, expires_at, false, id FROM claims
              WHERE ns = $1 AND id = ANY($2) AND (expires_at IS NULL OR expires_at > $3)",
-            &[&ns.as_str(), &raw, &now.millis()],
         )
         .await
         .map_err(store_error)?;
+    let rows = client.query(&statement, &[&ns.as_str(), &raw, &now.millis()]).await.map_err(store_error)?;
     let mut found = std::collections::HashMap::with_capacity(rows.len());
     for row in &rows {
         let id_bytes: Vec<u8> = row.get(5);

@@ -74,27 +74,33 @@ async fn enqueue(
     due: Timestamp,
     body: Option<&[u8]>,
 ) -> Result<(), tokio_postgres::Error> {
-    tx.execute(
-        "INSERT INTO jobs (receipt_id, source, kind, attempt, due_at, body) SELECT id, source, $2, 1, $3, $4 FROM receipts WHERE id = $1",
-        &[&id, &kind, &due.millis(), &body],
-    )
-    .await
-    .map(drop)
+    let statement = tx
+        .prepare_cached(
+            "INSERT INTO jobs (receipt_id, source, kind, attempt, due_at, body) SELECT id, source, $2, 1, $3, $4 FROM receipts WHERE id = $1",
+        )
+        .await?;
+    tx.execute(&statement, &[&id, &kind, &due.millis(), &body]).await.map(drop)
 }
 
 /// Wakes every node's delivery worker when this transaction commits.
 async fn notify_jobs(tx: &Transaction<'_>) -> Result<(), tokio_postgres::Error> {
-    tx.execute("SELECT pg_notify($1, $2)", &[&crate::signal::CHANNEL, &crate::signal::JOBS]).await.map(drop)
+    let statement = tx.prepare_cached("SELECT pg_notify($1, $2)").await?;
+    tx.execute(&statement, &[&crate::signal::CHANNEL, &crate::signal::JOBS]).await.map(drop)
 }
 
 pub async fn accept(client: &mut Object, e: &NewEvent, now: Timestamp) -> Result<Accept, StoreError> {
     retrying!(client, |tx| {
         let id = ReceiptId::generate(now);
-        let inserted = tx
-            .query_opt(
+        let statement = tx
+            .prepare_cached(
                 "INSERT INTO receipts (id, source, event_id, payload_hash, body, content_type, status, round, created_at, updated_at)
                  VALUES ($1, $2, $3, $4, $5, $6, $8, 1, $7, $7)
                  ON CONFLICT (source, event_id) DO NOTHING RETURNING id",
+            )
+            .await?;
+        let inserted = tx
+            .query_opt(
+                &statement,
                 &[
                     &id.as_str(),
                     &e.source,

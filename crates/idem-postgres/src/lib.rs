@@ -240,12 +240,15 @@ impl RequestStore for PgStore {
 
     async fn release_request(&self, id: &ClaimId, token: LeaseToken) -> Result<bool, StoreError> {
         let client = self.client().await?;
-        let released = client
-            .query(
+        let statement = client
+            .prepare_cached(
                 "WITH gone AS (DELETE FROM requests WHERE id = $1 AND state = 0 AND token = $2 RETURNING id)
                  SELECT pg_notify($3, $4) FROM gone",
-                &[&&id.0[..], &&token.0[..], &signal::CHANNEL, &signal::request_done(id)],
             )
+            .await
+            .map_err(store_error)?;
+        let released = client
+            .query(&statement, &[&&id.0[..], &&token.0[..], &signal::CHANNEL, &signal::request_done(id)])
             .await
             .map_err(store_error)?;
         Ok(released.len() == 1)

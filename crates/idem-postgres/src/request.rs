@@ -11,7 +11,20 @@ use tokio_postgres::Row;
 
 use crate::{retryable, store_error};
 
+// Every statement is prepared once per connection (deadpool's statement cache): a statement sent
+// as text costs a round trip to prepare it each time.
 const READ: &str = "SELECT fingerprint, state, until, response FROM requests WHERE id = $1";
+const READ_LOCKED: &str = "SELECT fingerprint, state, until, response FROM requests WHERE id = $1 FOR UPDATE";
+const TAKE: &str =
+    "INSERT INTO requests (id, fingerprint, state, token, until, response) VALUES ($1, $2, 0, $3, $4, $6)
+     ON CONFLICT (id) DO UPDATE SET fingerprint = excluded.fingerprint, state = 0, token = excluded.token,
+         until = excluded.until, response = excluded.response
+     WHERE requests.until <= $5
+     RETURNING 1";
+const COMPLETE: &str = "WITH done AS (UPDATE requests SET state = 1, token = NULL, until = $1, response = $2
+                   WHERE id = $3 AND state = 0 AND token = $4 AND until > $5 RETURNING id)
+     SELECT pg_notify($6, $7) FROM done";
+const EXTEND: &str = "UPDATE requests SET until = $1 WHERE id = $2 AND state = 0 AND token = $3 AND until > $4";
 
 /// A key's row as a begin sees it.
 fn found(id: &ClaimId, row: &Row) -> Result<Found, StoreError> {
@@ -54,7 +67,7 @@ async fn try_begin(
 ) -> Result<Result<Begin, StoreError>, tokio_postgres::Error> {
     let tx = client.transaction().await?;
     let id = &request.id.0[..];
-    let existing = tx.query_opt(&format!("{READ} FOR UPDATE"), &[&id]).await?;
+    let existing = tx.query_opt(&tx.prepare_cached(READ_LOCKED).await?, &[&id]).await?;
     let found = match existing.as_ref().map(|row| found(&request.id, row)).transpose() {
         Ok(found) => found,
         Err(e) => return Ok(Err(e)),
@@ -70,18 +83,14 @@ async fn try_begin(
     let lease_until = now.plus(request.lease);
     let taken = tx
         .query_opt(
-            "INSERT INTO requests (id, fingerprint, state, token, until, response) VALUES ($1, $2, 0, $3, $4, $6)
-             ON CONFLICT (id) DO UPDATE SET fingerprint = excluded.fingerprint, state = 0, token = excluded.token,
-                 until = excluded.until, response = excluded.response
-             WHERE requests.until <= $5
-             RETURNING 1",
+            &tx.prepare_cached(TAKE).await?,
             &[&id, &&request.fingerprint[..], &&token.0[..], &lease_until.millis(), &now.millis(), &request.held],
         )
         .await?;
     let answer = match taken {
         Some(_) => Ok(Begin::Started { token, lease_until, lease_expired }),
         // Another node's begin committed first: report what it holds.
-        None => match tx.query_opt(READ, &[&id]).await? {
+        None => match tx.query_opt(&tx.prepare_cached(READ).await?, &[&id]).await? {
             Some(row) => answer(request, &row, now),
             None => Err(StoreError::Unavailable("a concurrent begin vanished; retry".into())),
         },
@@ -99,11 +108,10 @@ pub async fn complete(
     now: Timestamp,
 ) -> Result<bool, StoreError> {
     // The notification is sent only if the row was completed, and delivered when that commits.
+    let statement = client.prepare_cached(COMPLETE).await.map_err(store_error)?;
     let done = client
         .query(
-            "WITH done AS (UPDATE requests SET state = 1, token = NULL, until = $1, response = $2
-                           WHERE id = $3 AND state = 0 AND token = $4 AND until > $5 RETURNING id)
-             SELECT pg_notify($6, $7) FROM done",
+            &statement,
             &[
                 &now.plus(ttl).millis(),
                 &response,
@@ -127,11 +135,9 @@ pub async fn extend(
     now: Timestamp,
 ) -> Result<Option<Timestamp>, StoreError> {
     let until = now.plus(lease);
+    let statement = client.prepare_cached(EXTEND).await.map_err(store_error)?;
     let changed = client
-        .execute(
-            "UPDATE requests SET until = $1 WHERE id = $2 AND state = 0 AND token = $3 AND until > $4",
-            &[&until.millis(), &&id.0[..], &&token.0[..], &now.millis()],
-        )
+        .execute(&statement, &[&until.millis(), &&id.0[..], &&token.0[..], &now.millis()])
         .await
         .map_err(store_error)?;
     Ok((changed == 1).then_some(until))
@@ -154,7 +160,8 @@ pub async fn forget(client: &Object, id: &ClaimId, now: Timestamp) -> Result<For
 }
 
 pub async fn peek(client: &Object, id: &ClaimId, now: Timestamp) -> Result<Option<RequestState>, StoreError> {
-    let Some(row) = client.query_opt(READ, &[&&id.0[..]]).await.map_err(store_error)? else { return Ok(None) };
+    let statement = client.prepare_cached(READ).await.map_err(store_error)?;
+    let Some(row) = client.query_opt(&statement, &[&&id.0[..]]).await.map_err(store_error)? else { return Ok(None) };
     if row.get::<_, i64>(2) <= now.millis() {
         return Ok(None);
     }
