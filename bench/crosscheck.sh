@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # idem-bench's figures beside independent tools' on the same kind of target, in one run: wrk for
 # idem and the HTTP ceiling, redis-benchmark for Redis, pgbench for PostgreSQL. Prints both and
-# their ratio, so a disagreement shows (the README explains the ones over 20 %). Each tool runs
-# right after the idem-bench scenario that measures the same thing: this machine's speed drifts.
+# their ratio, so a disagreement shows (docs/performance.md explains the ones over 20 %). Each tool
+# runs right after the idem-bench scenario that measures the same thing: this machine's speed
+# drifts.
 #
 #   bench/crosscheck.sh [seconds-per-measurement]
 #

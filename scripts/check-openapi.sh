@@ -7,7 +7,7 @@
 # bounded Schemathesis run (every check, a fixed seed and example count, about 20 s here) must find
 # nothing (its request timeout outlasts wait_seconds, at most 30 s). The server runs with a token, so that the auth checks mean something, and with a
 # 64 MiB body limit, so that a schema-violating body is judged by its content rather than refused
-# for its size first (413 is deliberate; see the README's Testing section). No event source is
+# for its size first (413 is deliberate; see docs/testing.md). No event source is
 # configured, so intake answers 404 for every source name. A second, shorter run sends a read-only
 # token: every write is then 403 and must be documented as such (positive_data_acceptance is off for
 # it, since a valid write is refused by design).

@@ -73,7 +73,7 @@ type LookupResult struct {
 	Record *Record `json:"record"` // nil when !Exists
 }
 
-// Claims is the Claims API (contract §1): c.Claims.
+// Claims is the Claims API (docs/reference/api.md#claims): c.Claims.
 type Claims struct{ t *transport }
 
 // CallOption is an optional argument of a call: WithData and WithTTL for Claim; WithRequest,

@@ -12,13 +12,14 @@ import (
 
 // Client talks to one idem server. Make one with New and share it: it is safe for concurrent use.
 type Client struct {
-	// Claims: atomic first-writer-wins records (contract §1).
+	// Claims: atomic first-writer-wins records (docs/reference/api.md#claims).
 	Claims *Claims
-	// Operations: begin / complete / release / extend, and Run (contract §5).
+	// Operations: begin / complete / release / extend, and Run (docs/reference/api.md#operations).
 	Operations *Operations
-	// Receipts: what became of inbound events; dead letters and replay (contract §3, §6).
+	// Receipts: what became of inbound events; dead letters and replay (docs/reference/api.md#events
+	// and #dead-letters-and-retention).
 	Receipts *Receipts
-	// Events: event intake, POST /v1/sources/{name}/events (contract §3).
+	// Events: event intake, POST /v1/sources/{name}/events (docs/reference/api.md#events).
 	Events *Events
 
 	t *transport

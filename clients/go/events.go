@@ -16,7 +16,7 @@ type Intake struct {
 	Replay bool `json:"replay"`
 }
 
-// Events is event intake (contract §3): c.Events.
+// Events is event intake (docs/reference/api.md#events): c.Events.
 type Events struct{ t *transport }
 
 // Send hands an event to the source named source (POST /v1/sources/{name}/events): idem stores

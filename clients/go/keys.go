@@ -10,7 +10,7 @@ import (
 	"unicode/utf8"
 )
 
-// The server's limits on a key's parts (contract §1).
+// The server's limits on a key's parts (docs/reference/api.md#claims).
 const (
 	MaxParts     = 16
 	MaxPartBytes = 1024

@@ -76,7 +76,7 @@ func WithHeartbeat(d time.Duration) CallOption {
 	return func(o *callOptions) { o.heartbeat = d; o.given = append(o.given, "WithHeartbeat") }
 }
 
-// Operations is the Operations API (contract §5): c.Operations.
+// Operations is the Operations API (docs/reference/api.md#operations): c.Operations.
 type Operations struct{ t *transport }
 
 const (

@@ -93,7 +93,8 @@ type BulkFilter struct {
 	CreatedAfter  time.Time // zero: no bound
 }
 
-// Receipts is the receipts API (contract §3, §6): c.Receipts.
+// Receipts is the receipts API (docs/reference/api.md#events and #dead-letters-and-retention):
+// c.Receipts.
 type Receipts struct{ t *transport }
 
 // List returns one page of receipts, newest first.

@@ -120,7 +120,8 @@ def main():
     expect(stats["processed"] == EVENTS - len(poison), "every other event was processed exactly once")
 
     call("POST", f"{HANDLER}/heal")
-    # Every dead letter of this run at once (contract §6): count first, then replay by filter.
+    # Every dead letter of this run at once (docs/reference/api.md#dead-letters-and-retention):
+    # count first, then replay by filter.
     status, counted = call("POST", f"{IDEM}/v1/receipts/replay", {"source": "partner", "dry_run": True})
     expect(status == 200 and counted["matching"] >= len(dead), f"the dry run counts the dead letters: {counted}")
     status, queued = call("POST", f"{IDEM}/v1/receipts/replay", {"source": "partner"})

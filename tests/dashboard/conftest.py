@@ -29,7 +29,7 @@ from selenium.webdriver.chrome.service import Service
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "dash-token-4c1f9e27a6b8"
-# A read-only token (contract §9): sees every page, gets no action.
+# A read-only token (docs/security.md): sees every page, gets no action.
 VIEWER_TOKEN = "dash-viewer-7e21b0c94d3f"
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 

@@ -3,9 +3,10 @@
 replayed against a handler that now succeeds, and shown completed; a bulk replay of 200 dead
 receipts by filter, counted first; a discard; the token never in a URL or the log; a phone-width
 page that does not scroll sideways; and a read-only token that sees every page and no action
-(contract §9).
+(docs/security.md).
 
-With `DASHBOARD_SCREENSHOTS=<dir>` it also saves the README's screenshots there.
+With `DASHBOARD_SCREENSHOTS=<dir>` it also saves the screenshots of docs/dashboard.md there
+(`DASHBOARD_SCREENSHOTS=docs/screenshots`).
 """
 
 from __future__ import annotations

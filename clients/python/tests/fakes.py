@@ -39,7 +39,8 @@ class FakeClock:
 
 
 class FakeIdem:
-    """Just enough of the Operations API (contract §5) to drive `operations.run`."""
+    """Just enough of the Operations API (docs/reference/api.md#operations) to drive
+    `operations.run`."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()

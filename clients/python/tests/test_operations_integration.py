@@ -1,4 +1,5 @@
-"""The Operations API (contract §5) through the client, against a real `idem serve`.
+"""The Operations API (docs/reference/api.md#operations) through the client, against a real
+`idem serve`.
 
 Marked `operations` and deselected by default until the server has the API; run with
 `python -m pytest -m operations` (or `-m ""` for everything).

@@ -1,4 +1,4 @@
-/** `idem.claims`: the Claims API (contract §1). */
+/** `idem.claims`: the Claims API (docs/reference/api.md#claims). */
 import type { Transport } from "./http.js";
 import { type KeyRef } from "./keys.js";
 /** A stored claim, with the fields as the API names them. */

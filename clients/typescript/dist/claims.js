@@ -1,4 +1,4 @@
-/** `idem.claims`: the Claims API (contract §1). */
+/** `idem.claims`: the Claims API (docs/reference/api.md#claims). */
 import { idOf, keyBody, segment } from "./keys.js";
 function claimBody(item) {
     const body = keyBody(item);

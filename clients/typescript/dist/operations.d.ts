@@ -1,4 +1,4 @@
-/** `idem.operations`: the Operations API (contract §5) and `run`, which does a piece of work once. */
+/** `idem.operations`: docs/reference/api.md#operations, and `run`, which does a piece of work once. */
 import type { Transport } from "./http.js";
 import { type KeyRef } from "./keys.js";
 /** `begin`'s answer when the caller now holds the key and must do the work. */

@@ -1,4 +1,4 @@
-/** `idem.receipts`: receipts of inbound events (contract §3, §6). */
+/** `idem.receipts`: receipts of inbound events and dead letters (docs/reference/api.md#events). */
 import type { Transport } from "./http.js";
 export type ReceiptStatus = "accepted" | "processing" | "retrying" | "completed" | "dead" | "discarded";
 /** One delivery attempt. */

@@ -1,4 +1,4 @@
-/** `idem.operations`: the Operations API (contract §5) and `run`, which does a piece of work once. */
+/** `idem.operations`: docs/reference/api.md#operations, and `run`, which does a piece of work once. */
 
 import { InProgressError, LeaseLostError } from "./errors.js";
 import type { Transport } from "./http.js";

@@ -1,4 +1,5 @@
-// Integration: the Operations API (contract §5) and operations.run against a real `idem serve`.
+// Integration: the Operations API (docs/reference/api.md#operations) and operations.run against a
+// real `idem serve`.
 // Run on its own with `npm run test:operations` (not part of `npm test` until the server has the API).
 // IDEM_TEST_URL=http://… runs it against a server that is already running instead of starting one.
 

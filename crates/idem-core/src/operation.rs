@@ -1,5 +1,5 @@
-//! The operations API's pure logic (contract §5): a piece of work made to happen once, as a leased
-//! key in a [`RequestStore`](crate::RequestStore).
+//! The operations API's pure logic (docs/reference/api.md#operations): a piece of work made to
+//! happen once, as a leased key in a [`RequestStore`](crate::RequestStore).
 //!
 //! - An operation's public `id` is its key's claim id (a client computes it locally); its key in
 //!   the store is derived from the namespace and that id, so operations never meet claims or

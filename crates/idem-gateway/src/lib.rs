@@ -1,4 +1,5 @@
-//! The `Idempotency-Key` engine (contract §2) and the tower layer that applies it to any service.
+//! The `Idempotency-Key` engine (docs/reference/api.md#gateway) and the tower layer that applies it
+//! to any service.
 //!
 //! The engine is transport-agnostic: it takes a buffered request and a `forward` function, and
 //! answers with the upstream's response, a replay, or a problem. The server's reverse proxy

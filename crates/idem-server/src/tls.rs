@@ -1,4 +1,4 @@
-//! TLS (contract §9), with rustls and its ring provider: one stack for everything.
+//! TLS (docs/security.md#tls), with rustls and its ring provider: one stack for everything.
 //!
 //! - **Listeners** (`[tls]` for the API, `[gateway.tls]` for the gateway): a [`Certificate`] holds
 //!   the certificate and key that new handshakes get; [`watch`] swaps it when the files change

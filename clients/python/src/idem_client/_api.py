@@ -122,7 +122,7 @@ def _optional_obj(response: httpx.Response) -> Optional[Dict[str, Any]]:
 _404 = frozenset({404})
 
 
-# Claims (contract §1)
+# Claims (docs/reference/api.md#claims)
 
 
 def claim(
@@ -179,7 +179,7 @@ def claim_delete(ns: str, id: str) -> Call[bool]:
     return Call("DELETE", f"/v1/claims/{_seg(ns)}/{_seg(id)}", _found, accept=_404)
 
 
-# Operations (contract §5)
+# Operations (docs/reference/api.md#operations)
 
 
 def _begin_result(response: httpx.Response) -> BeginResult:
@@ -255,7 +255,7 @@ def op_delete(ns: str, id: str) -> Call[bool]:
     return Call("DELETE", f"/v1/operations/{_seg(ns)}/{_seg(id)}", _found, accept=_404)
 
 
-# Receipts (contract §3)
+# Receipts (docs/reference/api.md#events)
 
 
 def _receipt_page(response: httpx.Response) -> ReceiptPage:

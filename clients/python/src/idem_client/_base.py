@@ -18,7 +18,8 @@ from ._retry import RetryPolicy
 
 logger = logging.getLogger("idem_client")
 
-#: The server's default lease (contract §5), used to pace heartbeats when none is given.
+#: The server's default lease (docs/reference/api.md#operations), used to pace heartbeats when
+#: none is given.
 DEFAULT_LEASE_SECONDS = 60
 
 #: How long operations.run waits for another holder before raising InProgressError.

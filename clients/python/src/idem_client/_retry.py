@@ -80,7 +80,8 @@ class RetryPolicy:
 
 # Waiting for another holder of an operation (operations.run).
 
-#: The most the server will hold a begin request (contract §5: wait_seconds 0-30).
+#: The most the server will hold a begin request (docs/reference/api.md#operations:
+#: wait_seconds 0-30).
 MAX_SERVER_WAIT = 30
 
 

@@ -194,7 +194,7 @@ def _retry_after(response: httpx.Response) -> Optional[float]:
 
 
 class Claims:
-    """``idem.claims``: the first-writer-wins dedup store (contract §1)."""
+    """``idem.claims``: the first-writer-wins dedup store (docs/reference/api.md#claims)."""
 
     def __init__(self, client: Idem) -> None:
         self._c = client
@@ -262,7 +262,7 @@ class Claims:
 
 
 class Operations:
-    """``idem.operations``: a piece of work done once (contract §5)."""
+    """``idem.operations``: a piece of work done once (docs/reference/api.md#operations)."""
 
     def __init__(self, client: Idem) -> None:
         self._c = client
@@ -435,7 +435,7 @@ class _Heartbeat:
 
 
 class Receipts:
-    """``idem.receipts``: event receipts, dead letters and replay (contract §3)."""
+    """``idem.receipts``: event receipts, dead letters and replay (docs/reference/api.md#events)."""
 
     def __init__(self, client: Idem) -> None:
         self._c = client

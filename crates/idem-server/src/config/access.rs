@@ -1,4 +1,4 @@
-//! Who may do what (contract §9), as configured: `[auth]` (the admin `tokens` and the named
+//! Who may do what (docs/security.md), as configured: `[auth]` (the admin `tokens` and the named
 //! `[[auth.token]]` tables), `[http] allowed_hosts`, and `[tls]` / `[gateway.tls]`. Every value is
 //! checked as it is read; a token's secret is kept only as its SHA-256 and never printed.
 

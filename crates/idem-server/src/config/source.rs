@@ -40,7 +40,7 @@ pub struct SourceConfig {
     pub concurrency: usize,
 }
 
-/// The contract's defaults for a source, written once.
+/// A source's defaults (docs/reference/config.md#sources), written once.
 mod defaults {
     use super::ConfigDuration;
     use std::time::Duration;

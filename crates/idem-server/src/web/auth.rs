@@ -1,5 +1,5 @@
-//! Who may do what on `/v1` and `/ui` (contract §9). A request's bearer token is found among the
-//! configured ones ([`Tokens`]) by SHA-256 digest, compared in constant time against every
+//! Who may do what on `/v1` and `/ui` (docs/security.md). A request's bearer token is found among
+//! the configured ones ([`Tokens`]) by SHA-256 digest, compared in constant time against every
 //! configured digest, so timing reveals neither which token nearly matched nor how many there are.
 //! The token becomes the request's [`Caller`]; [`authenticate`] refuses an unknown one (401) and a
 //! role too low for the route (403, from one table: [`need`]) before any handler runs. What only
@@ -209,8 +209,8 @@ pub enum Need {
     Intake,
 }
 
-/// The one table of who may call what (contract §9). A route missing here needs `admin` when it
-/// could change something, so that forgetting a new route fails closed.
+/// The one table of who may call what (docs/security.md). A route missing here needs `admin` when
+/// it could change something, so that forgetting a new route fails closed.
 pub fn need(method: &Method, route: &str) -> Need {
     use Can::{Admin, Read, Write};
     match (method.as_str(), route) {

@@ -5,8 +5,8 @@
 //! never invited to send it). What the HTTP library refuses on its own (a header block past its
 //! buffer, a malformed `Content-Length`) it answers itself, with an empty body.
 //!
-//! With no tokens configured (loopback use), two more checks keep browsers out (contract §9): a
-//! `Host` that is neither an IP literal, `localhost`, nor in `[http] allowed_hosts` is 403 (a web
+//! With no tokens configured (loopback use), two more checks keep browsers out (docs/security.md):
+//! a `Host` that is neither an IP literal, `localhost`, nor in `[http] allowed_hosts` is 403 (a web
 //! page that rebinds its own name to 127.0.0.1 sends its own name as `Host`), and so is a request
 //! that may change something (any method but GET, HEAD, OPTIONS) carrying an `Origin` other than
 //! the one `Host` names (a cross-site form or `fetch`). A request with no `Host` at all is not a

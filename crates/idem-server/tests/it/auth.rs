@@ -1,7 +1,7 @@
-//! Who may do what (contract §9), over real sockets: admin tokens (`[auth] tokens`), named tokens
-//! with a role and a scope (`[[auth.token]]`), 401 for no or unknown token, 403 naming what was
-//! refused with nothing changed, partners let in on their signature alone, metrics labelled by the
-//! token's name; health, metrics and the OpenAPI document stay open.
+//! Who may do what (docs/security.md), over real sockets: admin tokens (`[auth] tokens`), named
+//! tokens with a role and a scope (`[[auth.token]]`), 401 for no or unknown token, 403 naming what
+//! was refused with nothing changed, partners let in on their signature alone, metrics labelled by
+//! the token's name; health, metrics and the OpenAPI document stay open.
 
 use std::sync::Arc;
 

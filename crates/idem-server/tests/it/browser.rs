@@ -1,7 +1,7 @@
-//! Browsers kept out (contract §9), over real sockets. With no tokens configured, a `Host` that is
-//! not idem's is 403 (DNS rebinding) and a cross-site `Origin` on a request that changes something
-//! is 403; replay, discard and bulk replay take JSON or no body, never a form (415); and every answer
-//! under `/ui`, prompt and error pages included, forbids framing.
+//! Browsers kept out (docs/security.md), over real sockets. With no tokens configured, a `Host`
+//! that is not idem's is 403 (DNS rebinding) and a cross-site `Origin` on a request that changes
+//! something is 403; replay, discard and bulk replay take JSON or no body, never a form (415); and
+//! every answer under `/ui`, prompt and error pages included, forbids framing.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

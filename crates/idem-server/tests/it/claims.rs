@@ -1,4 +1,5 @@
-//! The Claims API over HTTP: every call of contract §1, and races of hundreds of real requests.
+//! The Claims API over HTTP: every call of docs/reference/api.md#claims, and races of hundreds of
+//! real requests.
 
 use std::sync::Arc;
 use std::time::Duration;

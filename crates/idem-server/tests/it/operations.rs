@@ -1,6 +1,6 @@
-//! The operations API over HTTP (contract §5): begin / complete / release / extend / read / delete,
-//! fingerprints, leases and TTLs on a controlled clock, waiting woken by completion, a race of 500
-//! begins, and bad input that changes nothing.
+//! The operations API over HTTP (docs/reference/api.md#operations): begin / complete / release /
+//! extend / read / delete, fingerprints, leases and TTLs on a controlled clock, waiting woken by
+//! completion, a race of 500 begins, and bad input that changes nothing.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

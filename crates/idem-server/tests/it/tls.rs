@@ -1,7 +1,7 @@
-//! TLS (contract §9) with real handshakes and certificates made here by a private CA: the API on
-//! `[tls]`, a new certificate served after its files change and after SIGHUP without dropping the
-//! connections already open, delivery to an `https://` handler verified against `[tls] ca_file`,
-//! and `idem config check` refusing a public listener in clear.
+//! TLS (docs/security.md#tls) with real handshakes and certificates made here by a private CA: the
+//! API on `[tls]`, a new certificate served after its files change and after SIGHUP without
+//! dropping the connections already open, delivery to an `https://` handler verified against `[tls]
+//! ca_file`, and `idem config check` refusing a public listener in clear.
 
 use std::path::Path;
 use std::sync::Arc;
