@@ -1,27 +1,11 @@
-//! The few pieces every page is built from: escaping, the page frame, status badges, times shown
-//! both relative and absolute. Every value that did not come from this file passes through
-//! [`esc`] before it reaches the page.
-
-use std::fmt::Write as _;
+//! The few pieces every page is built from: the page frame, status badges, times shown both
+//! relative and absolute, notices and select options. Pages are [`maud`] templates: every value
+//! spliced into one is escaped unless it is itself [`Markup`], so text from the store, a form or
+//! a config can never open markup, and no page escapes anything by hand.
 
 use idem_core::Timestamp;
 use idem_core::event::ReceiptStatus;
-
-/// Escapes text for HTML content and attribute values.
-pub fn esc(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+use maud::{DOCTYPE, Markup, html};
 
 /// Encodes a query-string value.
 pub fn query_value(text: &str) -> String {
@@ -54,72 +38,74 @@ pub enum Tab {
 
 /// A whole page: the frame (navigation; the token's name and sign-out when there is a token)
 /// around `content`.
-pub fn page(title: &str, tab: Tab, signed_in: Option<&str>, content: &str) -> String {
-    let mut nav = String::new();
-    for (t, href, label) in [
+pub fn page(title: &str, tab: Tab, signed_in: Option<&str>, content: Markup) -> Markup {
+    const TABS: [(Tab, &str, &str); 4] = [
         (Tab::Overview, "/ui", "Overview"),
         (Tab::Receipts, "/ui/receipts", "Receipts"),
         (Tab::Replay, "/ui/replay", "Bulk replay"),
-        (Tab::Lookup, "/ui/lookup", "Claims &amp; operations"),
-    ] {
-        let current = if t == tab { r#" aria-current="page""# } else { "" };
-        let _ = write!(nav, r#"<a href="{href}"{current}>{label}</a>"#);
-    }
-    let sign_out = signed_in.map_or(String::new(), |who| {
-        format!(
-            r#"<span class="muted" data-testid="signed-in-as">{}</span><button type="button" class="link" data-sign-out>Forget token</button>"#,
-            esc(who)
-        )
-    });
-    frame(
-        title,
-        &format!(
-            r#"<header class="top"><a class="brand" href="/ui">idem</a><nav>{nav}</nav>{sign_out}</header>
-<main>{content}</main>"#
-        ),
-        "",
-    )
+        (Tab::Lookup, "/ui/lookup", "Claims & operations"),
+    ];
+    let body = html! {
+        header.top {
+            a.brand href="/ui" { "idem" }
+            nav {
+                @for (t, href, label) in TABS {
+                    a href=(href) aria-current=[(t == tab).then_some("page")] { (label) }
+                }
+            }
+            @if let Some(who) = signed_in {
+                span.muted data-testid="signed-in-as" { (who) }
+                button.link type="button" data-sign-out { "Forget token" }
+            }
+        }
+        main { (content) }
+    };
+    frame(title, body, false)
 }
 
 /// The token prompt: all that is served without a token when tokens are configured. The input
 /// has no `name`, so the token can never be submitted as a form field (and so never lands in a
 /// URL); the script keeps it in this browser's storage and sends it as a Bearer token.
-pub fn prompt(rejected: bool) -> String {
-    let error = if rejected {
-        r#"<p class="error" role="alert">That token was not accepted. Check <code>[auth]</code> in idem's config.</p>"#
-    } else {
-        ""
+pub fn prompt(rejected: bool) -> Markup {
+    let body = html! {
+        main.narrow {
+            h1 { span.brand { "idem" } " dashboard" }
+            p {
+                "This idem requires an API token (from " code { "[auth]" } " in its config). It is kept in \
+                 this browser and sent as a Bearer token with each request; it never appears in a URL."
+            }
+            @if rejected {
+                p.error role="alert" { "That token was not accepted. Check " code { "[auth]" } " in idem's config." }
+            }
+            form #token-form .card autocomplete="off" {
+                label for="token" { "API token" }
+                input #token type="password" data-testid="token-input" autocomplete="off" required;
+                button type="submit" data-testid="token-submit" { "Open the dashboard" }
+            }
+            noscript { p.error { "The dashboard needs JavaScript to send the token." } }
+        }
     };
-    frame(
-        "Sign in",
-        &format!(
-            r#"<main class="narrow"><h1><span class="brand">idem</span> dashboard</h1>
-<p>This idem requires an API token (from <code>[auth]</code> in its config). It is kept in this browser
-and sent as a Bearer token with each request; it never appears in a URL.</p>
-{error}
-<form id="token-form" class="card" autocomplete="off">
-<label for="token">API token</label>
-<input id="token" type="password" data-testid="token-input" autocomplete="off" required>
-<button type="submit" data-testid="token-submit">Open the dashboard</button>
-</form>
-<noscript><p class="error">The dashboard needs JavaScript to send the token.</p></noscript></main>"#
-        ),
-        r#" data-needs-token="1""#,
-    )
+    frame("Sign in", body, true)
 }
 
-fn frame(title: &str, body: &str, app_attrs: &str) -> String {
-    format!(
-        r#"<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{} · idem</title><link rel="stylesheet" href="/ui/assets/ui.css"><script src="/ui/assets/ui.js" defer></script></head>
-<body><div id="app"{app_attrs}>{body}</div></body></html>"#,
-        esc(title)
-    )
+fn frame(title: &str, body: Markup, needs_token: bool) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · idem" }
+                link rel="stylesheet" href="/ui/assets/ui.css";
+                script src="/ui/assets/ui.js" defer {}
+            }
+            body { #app data-needs-token=[needs_token.then_some("1")] { (body) } }
+        }
+    }
 }
 
 /// A receipt's status as a coloured badge that also carries an icon and the word.
-pub fn badge(status: ReceiptStatus) -> String {
+pub fn badge(status: ReceiptStatus) -> Markup {
     let icon = match status {
         ReceiptStatus::Accepted => "○",
         ReceiptStatus::Processing => "◐",
@@ -128,18 +114,19 @@ pub fn badge(status: ReceiptStatus) -> String {
         ReceiptStatus::Dead => "✖",
         ReceiptStatus::Discarded => "⊘",
     };
-    let word = status.as_str();
-    format!(r#"<span class="badge s-{word}"><span aria-hidden="true">{icon}</span> {word}</span>"#)
+    pill(&format!("s-{}", status.as_str()), icon, status.as_str())
+}
+
+/// A badge with any status class, icon and word: `pill("s-completed", "✔", "ready")`.
+pub fn pill(class: &str, icon: &str, word: &str) -> Markup {
+    html! { span class={ "badge " (class) } { span aria-hidden="true" { (icon) } " " (word) } }
 }
 
 /// A time shown relative to now, with the absolute UTC time beside it and in its tooltip.
-pub fn time(at: Timestamp, now: Timestamp) -> String {
+pub fn time(at: Timestamp, now: Timestamp) -> Markup {
     let iso = at.to_rfc3339();
     let absolute = iso.get(..19).map_or(iso.clone(), |t| t.replace('T', " ")) + " UTC";
-    format!(
-        r#"<time datetime="{iso}" title="{absolute}">{}</time> <span class="abs">{absolute}</span>"#,
-        relative(at, now)
-    )
+    html! { time datetime=(iso) title=(absolute) { (relative(at, now)) } " " span.abs { (absolute) } }
 }
 
 /// "just now", "5 s ago", "3 min ago", "in 2 h", …
@@ -167,18 +154,18 @@ pub fn age(secs: u64) -> String {
 }
 
 /// A notice at the top of a page.
-pub fn notice(kind: &str, text: &str) -> String {
-    format!(r#"<p class="notice {kind}" role="status" data-testid="notice">{}</p>"#, esc(text))
+pub fn notice(kind: &str, text: &str) -> Markup {
+    html! { p class={ "notice " (kind) } role="status" data-testid="notice" { (text) } }
 }
 
 /// `<option>`s for `choices`, with `selected` marked; the first is "any".
-pub fn options(any: &str, choices: &[&str], selected: Option<&str>) -> String {
-    let mut out = format!(r#"<option value="">{}</option>"#, esc(any));
-    for c in choices {
-        let sel = if Some(*c) == selected { " selected" } else { "" };
-        let _ = write!(out, r#"<option value="{0}"{sel}>{0}</option>"#, esc(c));
+pub fn options(any: &str, choices: &[&str], selected: Option<&str>) -> Markup {
+    html! {
+        option value="" { (any) }
+        @for c in choices {
+            option value=(c) selected[Some(*c) == selected] { (c) }
+        }
     }
-    out
 }
 
 #[cfg(test)]
@@ -187,10 +174,10 @@ mod tests {
 
     #[test]
     fn escapes_everything_that_could_open_markup() {
-        assert_eq!(
-            esc(r#"<script>"a" & 'b'</script>"#),
-            "&lt;script&gt;&quot;a&quot; &amp; &#39;b&#39;&lt;/script&gt;"
-        );
+        let shown = notice("error", r#"<script>"a" & 'b'</script>"#).into_string();
+        assert!(shown.contains("&lt;script&gt;&quot;a&quot; &amp; 'b'&lt;/script&gt;"), "{shown}");
+        let picked = options("any", &[r#""><script>"#], Some(r#""><script>"#)).into_string();
+        assert!(picked.contains(r#"<option value="&quot;&gt;&lt;script&gt;" selected>"#), "{picked}");
         assert_eq!(query(&[("source", Some("a b&c")), ("status", None), ("x", Some(""))]), "?source=a%20b%26c");
     }
 
@@ -201,6 +188,6 @@ mod tests {
         assert_eq!(relative(Timestamp(now.0 - 5_000), now), "5 s ago");
         assert_eq!(relative(Timestamp(now.0 - 180_000), now), "3 min ago");
         assert_eq!(relative(Timestamp(now.0 + 7_200_000), now), "in 2 h");
-        assert!(time(Timestamp(0), now).contains("1970-01-01 00:00:00 UTC"));
+        assert!(time(Timestamp(0), now).into_string().contains("1970-01-01 00:00:00 UTC"));
     }
 }

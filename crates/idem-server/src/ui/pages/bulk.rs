@@ -1,16 +1,16 @@
 //! Bulk replay: the filter, the count of what matches, then the replay once confirmed.
 
-use std::fmt::Write as _;
-
 use axum::extract::Query;
 use axum::response::Response;
 use axum::{Form, extract::rejection::QueryRejection};
+use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::html::{Tab, esc, options, query};
+use super::html::{Tab, options, query};
 use super::{at, failed, filled, render, source_names};
 use crate::actions::{self as api, BulkReplayRequest};
 use crate::ui::Ui;
+use crate::web::ApiError;
 
 #[derive(Debug, Default, Deserialize)]
 pub struct BulkForm {
@@ -55,76 +55,95 @@ fn moment(text: &str) -> String {
     }
 }
 
-fn bulk_form(state: &Ui, form: &BulkForm) -> String {
+fn bulk_form(state: &Ui, form: &BulkForm) -> Markup {
     let sources = source_names(state);
     let source_refs: Vec<&str> = sources.iter().map(String::as_str).collect();
     let status = filled(&form.status).unwrap_or("dead");
-    let status_options: String = ["dead", "completed", "discarded"]
-        .iter()
-        .map(|s| format!(r#"<option value="{s}"{}>{s}</option>"#, if *s == status { " selected" } else { "" }))
-        .collect();
-    format!(
-        r#"<form class="filters" method="get" action="/ui/replay" data-ui>
-<input type="hidden" name="count" value="1">
-<label>Source <select name="source" data-testid="bulk-source">{}</select></label>
-<label>Status <select name="status" data-testid="bulk-status">{status_options}</select></label>
-<label>Event id <input name="event_id" value="{}" placeholder="any"></label>
-<label>Created after (UTC) <input name="created_after" type="datetime-local" step="1" value="{}"></label>
-<label>Created before (UTC) <input name="created_before" type="datetime-local" step="1" value="{}"></label>
-<button type="submit" data-testid="bulk-count">Count matching receipts</button>
-</form>"#,
-        options("any source", &source_refs, filled(&form.source)),
-        esc(filled(&form.event_id).unwrap_or("")),
-        esc(filled(&form.created_after).unwrap_or("")),
-        esc(filled(&form.created_before).unwrap_or("")),
-    )
+    let value = |v: &Option<String>| filled(v).unwrap_or("").to_owned();
+    html! {
+        form.filters method="get" action="/ui/replay" data-ui {
+            input type="hidden" name="count" value="1";
+            label { "Source " select name="source" data-testid="bulk-source" {
+                (options("any source", &source_refs, filled(&form.source)))
+            } }
+            label { "Status " select name="status" data-testid="bulk-status" {
+                @for s in ["dead", "completed", "discarded"] { option value=(s) selected[s == status] { (s) } }
+            } }
+            label { "Event id " input name="event_id" value=(value(&form.event_id)) placeholder="any"; }
+            label {
+                "Created after (UTC) "
+                input name="created_after" type="datetime-local" step="1" value=(value(&form.created_after));
+            }
+            label {
+                "Created before (UTC) "
+                input name="created_before" type="datetime-local" step="1" value=(value(&form.created_before));
+            }
+            button type="submit" data-testid="bulk-count" { "Count matching receipts" }
+        }
+    }
 }
 
-const BULK_INTRO: &str = r#"<h1>Bulk replay</h1><p>Deliver every receipt that matches a filter again, from attempt 1.
-Count them first; the replay then runs in steps of 500 receipts, one transaction each, while
-intake goes on. Repeating it is safe: it finds only what still matches.</p>"#;
+fn intro() -> Markup {
+    html! {
+        h1 { "Bulk replay" }
+        p {
+            "Deliver every receipt that matches a filter again, from attempt 1. Count them first; the replay then \
+             runs in steps of 500 receipts, one transaction each, while intake goes on. Repeating it is safe: it \
+             finds only what still matches."
+        }
+    }
+}
 
 pub async fn bulk(state: Ui, query_: Result<Query<BulkForm>, QueryRejection>) -> Response {
     let Query(form) = query_.unwrap_or_default();
-    let mut content = format!("{BULK_INTRO}{}", bulk_form(&state, &form));
-    if form.count.is_some() {
-        let request = BulkReplayRequest { dry_run: true, ..form.request() };
-        if let Err(e) = api::check_source_scope(&state.caller, request.source.as_deref()) {
-            return failed(&state, Tab::Replay, e);
-        }
-        let filter = match request.filter() {
-            Ok(f) => f,
-            Err(e) => return failed(&state, Tab::Replay, e.into()),
+    let counted = match form.count {
+        Some(_) => match count(&state, &form).await {
+            Ok(n) => Some(n),
+            Err(e) => return failed(&state, Tab::Replay, e),
+        },
+        None => None,
+    };
+    let content = html! {
+        (intro())
+        (bulk_form(&state, &form))
+        @if let Some(n) = counted { (confirm(&state, &form, n)) }
+    };
+    render(&state, "Bulk replay", Tab::Replay, content)
+}
+
+/// How many receipts the form's filter matches.
+async fn count(state: &Ui, form: &BulkForm) -> Result<u64, ApiError> {
+    let request = BulkReplayRequest { dry_run: true, ..form.request() };
+    api::check_source_scope(&state.caller, request.source.as_deref())?;
+    let filter = request.filter()?;
+    Ok(state.stores.events.count_matching(&filter).await?)
+}
+
+/// The count, and the button that replays them when this caller may.
+fn confirm(state: &Ui, form: &BulkForm, n: u64) -> Markup {
+    if n == 0 {
+        return html! {
+            p.empty data-testid="bulk-matching" data-count="0" { "No receipts match: nothing to replay." }
         };
-        let n = match state.stores.events.count_matching(&filter).await {
-            Ok(n) => n,
-            Err(e) => return failed(&state, Tab::Replay, e.into()),
-        };
-        let may = state.caller.can(crate::config::Can::Admin);
-        if n > 0 && !may {
-            let _ = write!(
-                content,
-                r#"<div class="card confirm"><p data-testid="bulk-matching" data-count="{n}"><strong>{n}</strong> receipt(s) match this filter.</p>
-<p class="muted">Token {} may count them but not replay them: that needs a token with can = "admin".</p></div>"#,
-                esc(state.caller.name())
-            );
-        } else if n == 0 {
-            content.push_str(r#"<p class="empty" data-testid="bulk-matching" data-count="0">No receipts match: nothing to replay.</p>"#);
-        } else {
-            let mut hidden = String::new();
-            for (k, v) in form.fields() {
-                if let Some(v) = v {
-                    let _ = write!(hidden, r#"<input type="hidden" name="{k}" value="{}">"#, esc(v));
+    }
+    html! {
+        div.card.confirm {
+            p data-testid="bulk-matching" data-count=(n) { strong { (n) } " receipt(s) match this filter." }
+            @if state.caller.can(crate::config::Can::Admin) {
+                form method="post" action="/ui/replay" data-ui {
+                    @for (k, v) in form.fields() {
+                        @if let Some(v) = v { input type="hidden" name=(k) value=(v); }
+                    }
+                    button type="submit" data-testid="bulk-confirm" { "Replay " (n) " receipt(s)" }
+                }
+            } @else {
+                p.muted {
+                    "Token " (state.caller.name()) " may count them but not replay them: that needs a token with \
+                     can = \"admin\"."
                 }
             }
-            let _ = write!(
-                content,
-                r#"<div class="card confirm"><p data-testid="bulk-matching" data-count="{n}"><strong>{n}</strong> receipt(s) match this filter.</p>
-<form method="post" action="/ui/replay" data-ui>{hidden}<button type="submit" data-testid="bulk-confirm">Replay {n} receipt(s)</button></form></div>"#
-            );
         }
     }
-    render(&state, "Bulk replay", Tab::Replay, &content)
 }
 
 pub async fn bulk_run(state: Ui, Form(form): Form<BulkForm>) -> Response {
@@ -142,11 +161,14 @@ pub async fn bulk_run(state: Ui, Form(form): Form<BulkForm>) -> Response {
     };
     tracing::info!(token = state.caller.name(), filter = ?request, queued, "bulk replay from the dashboard");
     let list = format!("/ui/receipts{}", query(&[("source", filled(&form.source)), ("q", filled(&form.event_id))]));
-    let content = format!(
-        r#"{BULK_INTRO}<p class="notice ok" role="status" data-testid="bulk-result" data-count="{queued}">Queued {queued} receipt(s) for delivery again. <a href="{list}">Follow them</a>.</p>{}"#,
-        bulk_form(&state, &BulkForm { count: None, ..form })
-    );
-    at(render(&state, "Bulk replay", Tab::Replay, &content), "/ui/replay")
+    let content = html! {
+        (intro())
+        p.notice.ok role="status" data-testid="bulk-result" data-count=(queued) {
+            "Queued " (queued) " receipt(s) for delivery again. " a href=(list) { "Follow them" } "."
+        }
+        (bulk_form(&state, &BulkForm { count: None, ..form }))
+    };
+    at(render(&state, "Bulk replay", Tab::Replay, content), "/ui/replay")
 }
 
 #[cfg(test)]

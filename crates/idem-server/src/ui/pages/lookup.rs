@@ -6,9 +6,10 @@ use axum::response::Response;
 use axum::{Form, extract::rejection::QueryRejection};
 use idem_core::request::{Forget, RequestState};
 use idem_core::{ClaimId, Namespace, Parts};
+use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::html::{Tab, esc, notice, time};
+use super::html::{Tab, notice, pill, time};
 use super::{at, filled, now, render};
 use crate::ui::Ui;
 use crate::web::ApiError;
@@ -26,27 +27,34 @@ pub struct LookupForm {
     prefix: Option<String>,
 }
 
-fn lookup_form(form: &LookupForm) -> String {
+fn lookup_form(form: &LookupForm) -> Markup {
     let kind = filled(&form.kind).unwrap_or("claim");
-    let checked = |k: &str| if k == kind { " checked" } else { "" };
-    format!(
-        r#"<form class="filters" method="get" action="/ui/lookup" data-ui>
-<fieldset class="inline"><legend>Look up</legend>
-<label><input type="radio" name="kind" value="claim"{}> a claim</label>
-<label><input type="radio" name="kind" value="operation"{}> an operation</label></fieldset>
-<label>Namespace <input name="ns" value="{}" required data-testid="lookup-ns"></label>
-<label class="grow">Key, or parts one per line <textarea name="key" rows="2" data-testid="lookup-key">{}</textarea></label>
-<label>or id <input name="id" value="{}" placeholder="64 hex digits" class="mono"></label>
-<label><input type="checkbox" name="prefix" value="1"{}> parts are a prefix (claims)</label>
-<button type="submit" data-testid="lookup-submit">Look up</button>
-</form>"#,
-        checked("claim"),
-        checked("operation"),
-        esc(filled(&form.ns).unwrap_or("")),
-        esc(form.key.as_deref().unwrap_or("")),
-        esc(filled(&form.id).unwrap_or("")),
-        if form.prefix.is_some() { " checked" } else { "" },
-    )
+    html! {
+        form.filters method="get" action="/ui/lookup" data-ui {
+            fieldset.inline {
+                legend { "Look up" }
+                label { input type="radio" name="kind" value="claim" checked[kind == "claim"]; " a claim" }
+                label { input type="radio" name="kind" value="operation" checked[kind == "operation"]; " an operation" }
+            }
+            label {
+                "Namespace "
+                input name="ns" value=(filled(&form.ns).unwrap_or("")) required data-testid="lookup-ns";
+            }
+            label.grow {
+                "Key, or parts one per line "
+                textarea name="key" rows="2" data-testid="lookup-key" { (form.key.as_deref().unwrap_or("")) }
+            }
+            label {
+                "or id "
+                input name="id" value=(filled(&form.id).unwrap_or("")) placeholder="64 hex digits" class="mono";
+            }
+            label {
+                input type="checkbox" name="prefix" value="1" checked[form.prefix.is_some()];
+                " parts are a prefix (claims)"
+            }
+            button type="submit" data-testid="lookup-submit" { "Look up" }
+        }
+    }
 }
 
 /// The namespace and id a lookup names, or what is wrong with it.
@@ -64,103 +72,127 @@ fn lookup_target(form: &LookupForm) -> Result<(Namespace, Option<Parts>, ClaimId
 
 pub async fn lookup(state: Ui, query_: Result<Query<LookupForm>, QueryRejection>) -> Response {
     let Query(form) = query_.unwrap_or_default();
-    let mut content = format!(
-        r#"<h1>Claims and operations</h1><p>Find one record by its namespace and key (or parts, or id), see it, and delete it.</p>{}"#,
-        lookup_form(&form)
-    );
-    if filled(&form.key).is_some() || filled(&form.id).is_some() {
-        match lookup_result(&state, &form).await {
-            Ok(found) => content.push_str(&found),
-            Err(e) => content.push_str(&notice("error", &e.to_string())),
-        }
-    }
-    render(&state, "Claims and operations", Tab::Lookup, &content)
+    let asked = filled(&form.key).is_some() || filled(&form.id).is_some();
+    let found = if asked {
+        Some(lookup_result(&state, &form).await.unwrap_or_else(|e| notice("error", &e.to_string())))
+    } else {
+        None
+    };
+    let content = html! {
+        h1 { "Claims and operations" }
+        p { "Find one record by its namespace and key (or parts, or id), see it, and delete it." }
+        (lookup_form(&form))
+        @if let Some(found) = found { (found) }
+    };
+    render(&state, "Claims and operations", Tab::Lookup, content)
 }
 
-async fn lookup_result(state: &Ui, form: &LookupForm) -> Result<String, ApiError> {
+async fn lookup_result(state: &Ui, form: &LookupForm) -> Result<Markup, ApiError> {
     let (ns, parts, id) = lookup_target(form)?;
     state.caller.require_namespace(ns.as_str())?;
-    let now = now(state);
-    let may_delete = state.acts_on_namespace(ns.as_str());
-    let delete = |what: &str| {
-        if !may_delete {
-            return String::new();
-        }
-        format!(
-            r#"<form method="post" action="/ui/lookup/delete" data-ui><input type="hidden" name="kind" value="{what}">
-<input type="hidden" name="ns" value="{}"><input type="hidden" name="id" value="{id}">
-<button type="submit" class="danger" data-testid="lookup-delete">Delete this {what}</button></form>"#,
-            esc(ns.as_str())
-        )
-    };
+    let target = Target { ns: &ns, id: &id, may_delete: state.acts_on_namespace(ns.as_str()) };
     if filled(&form.kind) == Some("operation") {
-        let key = idem_core::operation::store_id(&ns, &id);
-        return Ok(match state.stores.requests.peek_request(&key).await? {
-            None => format!(
-                r#"<p class="empty" data-testid="lookup-result">No operation <code>{id}</code> in {}: it was never begun, was released, or expired.</p>"#,
-                esc(ns.as_str())
-            ),
-            Some(RequestState::InFlight { lease_until, .. }) => format!(
-                r#"<div class="card" data-testid="lookup-result"><p>{} — <strong>in progress</strong>: someone holds it; the lease ends {}.</p><p class="mono">{id}</p></div>"#,
-                esc(ns.as_str()),
-                time(lease_until, now)
-            ),
-            Some(RequestState::Completed { result, expires_at, .. }) => {
-                let outcome = idem_core::operation::Outcome::decode(&result).map_err(|_| ApiError::Internal)?;
-                let shown = outcome
-                    .result
-                    .as_deref()
-                    .map(|r| {
-                        serde_json::from_str::<serde_json::Value>(r)
-                            .map_or(r.to_owned(), |v| serde_json::to_string_pretty(&v).unwrap_or_default())
-                    })
-                    .unwrap_or_else(|| "(no result)".to_owned());
-                format!(
-                    r#"<div class="card" data-testid="lookup-result"><p><span class="badge s-completed"><span aria-hidden="true">✔</span> completed</span> {}, kept until {}</p>
-<p class="mono">{id}</p><pre class="code">{}</pre>{}</div>"#,
-                    time(outcome.completed_at, now),
-                    time(expires_at, now),
-                    esc(&shown),
-                    delete("operation")
-                )
-            }
-        });
+        return operation_result(state, &target).await;
     }
     if form.prefix.is_some() {
         let Some(parts) = parts else {
             return Err(idem_core::Invalid::new("key", "a prefix lookup needs parts, not an id").into());
         };
         let any = state.stores.claims.prefix_exists(&ns, &parts).await?;
-        return Ok(format!(
-            r#"<p class="card" data-testid="lookup-result">{} live claim in {} has parts beginning with {}.</p>"#,
-            if any { "✔ At least one" } else { "✖ No" },
-            esc(ns.as_str()),
-            esc(&parts.as_slice().join(" / "))
-        ));
+        return Ok(html! {
+            p.card data-testid="lookup-result" {
+                (if any { "✔ At least one" } else { "✖ No" }) " live claim in " (ns.as_str())
+                " has parts beginning with " (parts.as_slice().join(" / ")) "."
+            }
+        });
     }
-    Ok(match state.stores.claims.get(&ns, &id).await? {
-        None => format!(
-            r#"<p class="empty" data-testid="lookup-result">No live claim <code>{id}</code> in {}.</p>"#,
-            esc(ns.as_str())
-        ),
-        Some(record) => {
-            let data = record.data.as_ref().map(|d| {
-                serde_json::from_str::<serde_json::Value>(d.get())
-                    .map_or(d.get().to_owned(), |v| serde_json::to_string_pretty(&v).unwrap_or_default())
-            });
-            format!(
-                r#"<div class="card" data-testid="lookup-result"><p><strong>{}</strong> in {}</p>
-<dl class="facts"><dt>Id</dt><dd class="mono">{id}</dd><dt>Claimed</dt><dd>{}</dd><dt>Expires</dt><dd>{}</dd></dl>
-{}{}</div>"#,
-                esc(&record.parts.as_slice().join(" / ")),
-                esc(ns.as_str()),
-                time(record.created_at, now),
-                record.expires_at.map_or("never".to_owned(), |at| time(at, now)),
-                data.map(|d| format!(r#"<pre class="code">{}</pre>"#, esc(&d))).unwrap_or_default(),
-                delete("claim")
-            )
+    claim_result(state, &target).await
+}
+
+/// The record a lookup found, and whether this caller may delete it.
+struct Target<'a> {
+    ns: &'a Namespace,
+    id: &'a ClaimId,
+    may_delete: bool,
+}
+
+impl Target<'_> {
+    /// The delete button for a claim or an operation, when this caller may delete it.
+    fn delete(&self, what: &str) -> Markup {
+        html! {
+            @if self.may_delete {
+                form method="post" action="/ui/lookup/delete" data-ui {
+                    input type="hidden" name="kind" value=(what);
+                    input type="hidden" name="ns" value=(self.ns.as_str());
+                    input type="hidden" name="id" value=(self.id);
+                    button.danger type="submit" data-testid="lookup-delete" { "Delete this " (what) }
+                }
+            }
+        }
+    }
+}
+
+async fn operation_result(state: &Ui, t: &Target<'_>) -> Result<Markup, ApiError> {
+    let now = now(state);
+    let (ns, id) = (t.ns.as_str(), t.id);
+    let key = idem_core::operation::store_id(t.ns, t.id);
+    Ok(match state.stores.requests.peek_request(&key).await? {
+        None => html! {
+            p.empty data-testid="lookup-result" {
+                "No operation " code { (id) } " in " (ns) ": it was never begun, was released, or expired."
+            }
+        },
+        Some(RequestState::InFlight { lease_until, .. }) => html! {
+            div.card data-testid="lookup-result" {
+                p {
+                    (ns) " — " strong { "in progress" } ": someone holds it; the lease ends "
+                    (time(lease_until, now)) "."
+                }
+                p.mono { (id) }
+            }
+        },
+        Some(RequestState::Completed { result, expires_at, .. }) => {
+            let outcome = idem_core::operation::Outcome::decode(&result).map_err(|_| ApiError::Internal)?;
+            let shown = outcome.result.as_deref().map_or_else(|| "(no result)".to_owned(), pretty);
+            html! {
+                div.card data-testid="lookup-result" {
+                    p {
+                        (pill("s-completed", "✔", "completed")) " " (time(outcome.completed_at, now))
+                        ", kept until " (time(expires_at, now))
+                    }
+                    p.mono { (id) }
+                    pre.code { (shown) }
+                    (t.delete("operation"))
+                }
+            }
         }
     })
+}
+
+async fn claim_result(state: &Ui, t: &Target<'_>) -> Result<Markup, ApiError> {
+    let now = now(state);
+    let (ns, id) = (t.ns.as_str(), t.id);
+    let Some(record) = state.stores.claims.get(t.ns, t.id).await? else {
+        return Ok(html! { p.empty data-testid="lookup-result" { "No live claim " code { (id) } " in " (ns) "." } });
+    };
+    Ok(html! {
+        div.card data-testid="lookup-result" {
+            p { strong { (record.parts.as_slice().join(" / ")) } " in " (ns) }
+            dl.facts {
+                dt { "Id" } dd.mono { (id) }
+                dt { "Claimed" } dd { (time(record.created_at, now)) }
+                dt { "Expires" } dd { @if let Some(at) = record.expires_at { (time(at, now)) } @else { "never" } }
+            }
+            @if let Some(data) = &record.data { pre.code { (pretty(data.get())) } }
+            (t.delete("claim"))
+        }
+    })
+}
+
+/// JSON indented for reading; anything else as it is.
+fn pretty(text: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(text)
+        .map_or(text.to_owned(), |v| serde_json::to_string_pretty(&v).unwrap_or_default())
 }
 
 pub async fn lookup_delete(state: Ui, Form(form): Form<LookupForm>) -> Response {
@@ -189,9 +221,12 @@ pub async fn lookup_delete(state: Ui, Form(form): Form<LookupForm>) -> Response 
     }
     .await;
     let flash = outcome.unwrap_or_else(|e| notice("error", &e.to_string()));
-    let content =
-        format!("<h1>Claims and operations</h1>{flash}{}", lookup_form(&LookupForm { id: None, key: None, ..form }));
-    let mut response = render(&state, "Claims and operations", Tab::Lookup, &content);
+    let content = html! {
+        h1 { "Claims and operations" }
+        (flash)
+        (lookup_form(&LookupForm { id: None, key: None, ..form }))
+    };
+    let mut response = render(&state, "Claims and operations", Tab::Lookup, content);
     *response.status_mut() = StatusCode::OK;
     at(response, "/ui/lookup")
 }

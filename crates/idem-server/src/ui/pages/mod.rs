@@ -16,9 +16,10 @@ pub use receipts::{discard_one, receipt, receipts, replay_one};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use idem_core::Timestamp;
+use maud::{Markup, html};
 
 use super::Ui;
-use super::html::{self, Tab, esc, notice};
+use super::html::{self, Tab, notice};
 use crate::web::{ApiError, AppState};
 
 const PAGE: usize = 50;
@@ -27,8 +28,9 @@ const STATUSES: [&str; 6] = ["accepted", "processing", "retrying", "completed", 
 /// A rendered page, or a page that reports what went wrong.
 type Page = Result<Response, Response>;
 
-fn render(ui: &Ui, title: &str, tab: Tab, content: &str) -> Response {
-    let mut response = html::page(title, tab, super::signed_in(&ui.caller).as_deref(), content).into_response();
+fn render(ui: &Ui, title: &str, tab: Tab, content: Markup) -> Response {
+    let page = html::page(title, tab, super::signed_in(&ui.caller).as_deref(), content);
+    let mut response = page.into_string().into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
     response
 }
@@ -43,8 +45,8 @@ fn at(mut response: Response, location: &str) -> Response {
 
 fn failed(ui: &Ui, tab: Tab, e: ApiError) -> Response {
     let status = e.status_code();
-    let content = format!("<h1>{}</h1>{}", esc(e.problem().title), notice("error", &e.to_string()));
-    let mut response = render(ui, "Problem", tab, &content);
+    let content = html! { h1 { (e.problem().title) } (notice("error", &e.to_string())) };
+    let mut response = render(ui, "Problem", tab, content);
     *response.status_mut() = status;
     response
 }
@@ -58,12 +60,15 @@ fn source_names(ui: &Ui) -> Vec<String> {
     ui.config.sources.iter().map(|s| s.name.as_str().to_owned()).filter(|s| ui.caller.sees_source(s)).collect()
 }
 
-fn live(seconds: u32, inner: &str) -> String {
-    format!(
-        r#"<div class="live-bar"><button type="button" class="link" data-pause>Pause live refresh</button>
-<span class="muted" data-updated>updated every {seconds} s</span></div>
-<section id="live" data-refresh="{seconds}">{inner}</section>"#
-    )
+/// `inner` in the section the script refreshes every `seconds`, under the bar that pauses it.
+fn live(seconds: u32, inner: Markup) -> Markup {
+    html! {
+        div.live-bar {
+            button.link type="button" data-pause { "Pause live refresh" }
+            span.muted data-updated { "updated every " (seconds) " s" }
+        }
+        section #live data-refresh=(seconds) { (inner) }
+    }
 }
 
 /// A form field with something in it.

@@ -1,14 +1,15 @@
 //! The overview: the store, traffic, dead letters, jobs due, and what each namespace and source holds.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
 use axum::response::Response;
-use idem_core::event::ReceiptStatus;
+use idem_core::event::{QueueStats, ReceiptStatus};
+use idem_core::{StoreError, Timestamp};
+use maud::{Markup, html};
 
-use super::html::{Tab, age, esc, query};
+use super::html::{Tab, age, pill, query};
 use super::{STATUSES, live, now, render, source_names};
 use crate::config::StoreConfig;
 use crate::ui::Ui;
@@ -87,19 +88,6 @@ pub async fn overview(state: Ui) -> Response {
         state.stores.lifecycle.check_ready(),
         state.overview_counts.get(|| StoreCounts::of(&state.stores))
     );
-    let now = now(&state);
-    let t = traffic();
-    let kind = match state.config.store {
-        StoreConfig::Embedded {} => "embedded (log + SQLite)",
-        StoreConfig::Postgres { .. } => "PostgreSQL",
-    };
-    let health = match &ready {
-        Ok(()) => r#"<span class="badge s-completed"><span aria-hidden="true">✔</span> ready</span>"#.to_owned(),
-        Err(e) => format!(
-            r#"<span class="badge s-dead"><span aria-hidden="true">✖</span> not ready</span><p class="muted">{}</p>"#,
-            esc(&e.to_string())
-        ),
-    };
     let (mut counts, queue, mut claims, counted_ago) = match counted {
         Ok((c, ago)) => (c.receipts, Ok(c.queue), c.claims, ago),
         Err(e) => (Vec::new(), Err(e), Vec::new(), std::time::Duration::ZERO),
@@ -108,6 +96,76 @@ pub async fn overview(state: Ui) -> Response {
     counts.retain(|(source, _, _)| state.caller.sees_source(source));
     claims.retain(|(ns, _)| state.caller.sees_namespace(ns));
     let dead: u64 = counts.iter().filter(|c| c.1 == ReceiptStatus::Dead).map(|c| c.2).sum();
+    let inner = html! {
+        div.grid {
+            (store_card(&state, &ready))
+            (traffic_cards(&traffic()))
+            (dead_card(dead))
+            (jobs_card(&queue, now(&state)))
+        }
+        @if counted_ago.as_secs() > 0 {
+            p.muted data-testid="counted-ago" {
+                "Counts as of " (age(counted_ago.as_secs())) " ago: counting this store takes a while, so a count \
+                 is reused for " (OverviewCounts::REUSE) "× what it took."
+            }
+        }
+        (events_table(&state, &counts))
+        (namespaces_table(&state, &claims))
+    };
+    render(&state, "Overview", Tab::Overview, html! { h1 { "Overview" } (live(5, inner)) })
+}
+
+fn store_card(state: &Ui, ready: &Result<(), StoreError>) -> Markup {
+    let kind = match state.config.store {
+        StoreConfig::Embedded {} => "embedded (log + SQLite)",
+        StoreConfig::Postgres { .. } => "PostgreSQL",
+    };
+    html! {
+        div.card.stat {
+            span.label { "Store" }
+            span.value.small { (kind) }
+            @match ready {
+                Ok(()) => (pill("s-completed", "✔", "ready")),
+                Err(e) => { (pill("s-dead", "✖", "not ready")) p.muted { (e) } }
+            }
+        }
+    }
+}
+
+fn traffic_cards(t: &Traffic) -> Markup {
+    html! {
+        div.card.stat {
+            span.label { "Requests per second" }
+            span.value { (format!("{:.1}", t.per_second)) }
+            span.muted { (format!("{:.0}", t.total)) " since start" }
+        }
+        div.card.stat {
+            span.label { "Errors per second" }
+            span.value { (format!("{:.1}", t.errors_per_second)) }
+            span.muted { "5xx; 4xx (refused input): " (format!("{:.1}", t.client_errors_per_second)) "/s" }
+        }
+    }
+}
+
+fn dead_card(dead: u64) -> Markup {
+    html! {
+        @if dead > 0 {
+            a.card.stat.alert href="/ui/receipts?status=dead" data-testid="dead-letters" {
+                span.label { "Dead letters" }
+                span.value { (dead) }
+                span.muted { "✖ need a replay or a discard" }
+            }
+        } @else {
+            div.card.stat data-testid="dead-letters" {
+                span.label { "Dead letters" }
+                span.value { "0" }
+                span.muted { "✔ none" }
+            }
+        }
+    }
+}
+
+fn jobs_card(queue: &Result<QueueStats, StoreError>, now: Timestamp) -> Markup {
     let (due, oldest) = match queue {
         Ok(q) => (
             q.due.to_string(),
@@ -117,119 +175,103 @@ pub async fn overview(state: Ui) -> Response {
         ),
         Err(_) => ("?".into(), "could not read the queue".into()),
     };
-    let dead_card = if dead > 0 {
-        format!(
-            r#"<a class="card stat alert" href="/ui/receipts?status=dead" data-testid="dead-letters"><span class="label">Dead letters</span><span class="value">{dead}</span><span class="muted">✖ need a replay or a discard</span></a>"#
-        )
-    } else {
-        r#"<div class="card stat" data-testid="dead-letters"><span class="label">Dead letters</span><span class="value">0</span><span class="muted">✔ none</span></div>"#.to_owned()
-    };
-    let mut inner = format!(
-        r#"<div class="grid">
-<div class="card stat"><span class="label">Store</span><span class="value small">{kind}</span>{health}</div>
-<div class="card stat"><span class="label">Requests per second</span><span class="value">{:.1}</span><span class="muted">{:.0} since start</span></div>
-<div class="card stat"><span class="label">Errors per second</span><span class="value">{:.1}</span><span class="muted">5xx; 4xx (refused input): {:.1}/s</span></div>
-{dead_card}
-<div class="card stat"><span class="label">Jobs due</span><span class="value">{due}</span><span class="muted">{oldest}</span></div>
-</div>"#,
-        t.per_second, t.total, t.errors_per_second, t.client_errors_per_second
-    );
-    if counted_ago.as_secs() > 0 {
-        let _ = write!(
-            inner,
-            r#"<p class="muted" data-testid="counted-ago">Counts as of {} ago: counting this store takes a while, so a count is reused for {}× what it took.</p>"#,
-            age(counted_ago.as_secs()),
-            OverviewCounts::REUSE
-        );
-    }
-    inner.push_str(&events_table(&state, &counts));
-    inner.push_str(&namespaces_table(&state, &claims));
-    render(&state, "Overview", Tab::Overview, &format!("<h1>Overview</h1>{}", live(5, &inner)))
+    html! { div.card.stat { span.label { "Jobs due" } span.value { (due) } span.muted { (oldest) } } }
 }
 
-fn events_table(state: &Ui, counts: &[(String, ReceiptStatus, u64)]) -> String {
+fn events_table(state: &Ui, counts: &[(String, ReceiptStatus, u64)]) -> Markup {
     let mut by_source: BTreeMap<String, BTreeMap<&str, u64>> =
         source_names(state).into_iter().map(|s| (s, BTreeMap::new())).collect();
     for (source, status, n) in counts {
         by_source.entry(source.clone()).or_default().insert(status.as_str(), *n);
     }
     if by_source.is_empty() {
-        return r#"<h2>Events</h2><p class="empty">No event sources yet. Add a <code>[[sources]]</code> table to the
-config (name, handler_url, event_id, signing_secret) and send events to
-<code>POST /v1/sources/{name}/events</code>.</p>"#
-            .to_owned();
+        return html! {
+            h2 { "Events" }
+            p.empty {
+                "No event sources yet. Add a " code { "[[sources]]" } " table to the config (name, handler_url, \
+                 event_id, signing_secret) and send events to " code { "POST /v1/sources/{name}/events" } "."
+            }
+        };
     }
-    let mut out = String::from(r#"<h2>Events by source</h2><div class="scroll"><table><thead><tr><th>Source</th>"#);
-    for s in STATUSES {
-        let _ = write!(out, "<th>{s}</th>");
+    html! {
+        h2 { "Events by source" }
+        div.scroll { table {
+            thead { tr { th { "Source" } @for s in STATUSES { th { (s) } } } }
+            tbody { @for (source, row) in &by_source { (source_row(source, row)) } }
+        } }
     }
-    out.push_str("</tr></thead><tbody>");
-    for (source, row) in &by_source {
-        let _ = write!(
-            out,
-            r#"<tr><th scope="row"><a href="/ui/receipts{}">{}</a></th>"#,
-            query(&[("source", Some(source))]),
-            esc(source)
-        );
-        for s in STATUSES {
-            let n = row.get(s).copied().unwrap_or(0);
-            let href = format!("/ui/receipts{}", query(&[("source", Some(source)), ("status", Some(s))]));
-            let class = if s == "dead" && n > 0 { r#" class="hot""# } else { "" };
-            let _ = write!(out, r#"<td{class}><a href="{href}">{n}</a></td>"#);
+}
+
+fn source_row(source: &str, row: &BTreeMap<&str, u64>) -> Markup {
+    html! {
+        tr {
+            th scope="row" { a href={ "/ui/receipts" (query(&[("source", Some(source))])) } { (source) } }
+            @for s in STATUSES {
+                @let n = row.get(s).copied().unwrap_or(0);
+                td class=[(s == "dead" && n > 0).then_some("hot")] {
+                    a href={ "/ui/receipts" (query(&[("source", Some(source)), ("status", Some(s))])) } { (n) }
+                }
+            }
         }
-        out.push_str("</tr>");
     }
-    out.push_str("</tbody></table></div>");
-    out
 }
 
 /// One row per namespace idem knows without traffic — each with live claims in the store, each
 /// configured with a `[namespaces.NAME]` table — and per namespace used since start-up. The store
 /// keeps an operation under a hash of its namespace and key, so it cannot say which namespaces hold
 /// operations: an operations-only namespace is listed after a restart when it is configured.
-fn namespaces_table(state: &Ui, stored: &[(String, u64)]) -> String {
+fn namespaces_table(state: &Ui, stored: &[(String, u64)]) -> Markup {
+    let rows = namespace_counts(state, stored);
+    if rows.is_empty() {
+        return html! {
+            h2 { "Claims and operations" }
+            p.empty {
+                "No claims yet. Make one with " code { "POST /v1/claims/{namespace}" } " " code { r#"{"key": "…"}"# }
+                ", or begin an operation with " code { "POST /v1/operations/{namespace}/begin" } "."
+            }
+        };
+    }
+    html! {
+        h2 { "Claims and operations by namespace" }
+        div.scroll { table {
+            thead { tr {
+                th { "Namespace" } th { "claims stored" } th { "claims made since start" }
+                th { "operations begun since start" } th {}
+            } }
+            tbody { @for (ns, [stored, claimed, started]) in &rows {
+                tr {
+                    th scope="row" { (ns) } td { (stored) } td { (claimed) } td { (started) }
+                    td { a href={ "/ui/lookup" (query(&[("ns", Some(ns))])) } { "look up" } }
+                }
+            } }
+        } }
+        p.muted {
+            "Listed: namespaces with live claims, namespaces configured in " code { "[namespaces]" } ", and those \
+             used since idem started. Operations are stored under a hash of namespace and key, so a namespace that \
+             holds only operations is listed after a restart when it has a " code { "[namespaces.NAME]" } " table."
+        }
+    }
+}
+
+/// Per namespace this caller sees: claims stored, claims made and operations begun since start.
+fn namespace_counts(state: &Ui, stored: &[(String, u64)]) -> BTreeMap<String, [f64; 3]> {
     let text = crate::telemetry::metrics_handle().render();
     let mut rows: BTreeMap<String, [f64; 3]> =
         state.config.namespaces.keys().map(|ns| (ns.clone(), [0.0; 3])).collect();
     for (ns, n) in stored {
         rows.entry(ns.clone()).or_default()[0] = *n as f64;
     }
-    for (labels, value) in series(&text, "idem_claims_total") {
-        if let (Some(ns), Some("claimed")) = (labels.get("namespace"), labels.get("outcome").map(String::as_str)) {
-            rows.entry(ns.clone()).or_default()[1] += value;
-        }
-    }
-    for (labels, value) in series(&text, "idem_operations_total") {
-        if let (Some(ns), Some("started")) = (labels.get("namespace"), labels.get("outcome").map(String::as_str)) {
-            rows.entry(ns.clone()).or_default()[2] += value;
+    for (metric, outcome, column) in [("idem_claims_total", "claimed", 1), ("idem_operations_total", "started", 2)] {
+        for (labels, value) in series(&text, metric) {
+            if let (Some(ns), Some(o)) = (labels.get("namespace"), labels.get("outcome"))
+                && o == outcome
+            {
+                rows.entry(ns.clone()).or_default()[column] += value;
+            }
         }
     }
     rows.retain(|ns, _| state.caller.sees_namespace(ns));
-    if rows.is_empty() {
-        return r#"<h2>Claims and operations</h2><p class="empty">No claims yet. Make one with
-<code>POST /v1/claims/{namespace}</code> <code>{"key": "…"}</code>, or begin an operation with
-<code>POST /v1/operations/{namespace}/begin</code>.</p>"#
-            .to_owned();
-    }
-    let mut out = String::from(
-        r#"<h2>Claims and operations by namespace</h2><div class="scroll"><table><thead><tr><th>Namespace</th>
-<th>claims stored</th><th>claims made since start</th><th>operations begun since start</th><th></th></tr></thead><tbody>"#,
-    );
-    for (ns, [stored, claimed, started]) in &rows {
-        let _ = write!(
-            out,
-            r#"<tr><th scope="row">{}</th><td>{stored}</td><td>{claimed}</td><td>{started}</td><td><a href="/ui/lookup{}">look up</a></td></tr>"#,
-            esc(ns),
-            query(&[("ns", Some(ns))])
-        );
-    }
-    out.push_str(
-        "</tbody></table></div><p class=\"muted\">Listed: namespaces with live claims, namespaces configured in \
-         <code>[namespaces]</code>, and those used since idem started. Operations are stored under a hash of \
-         namespace and key, so a namespace that holds only operations is listed after a restart when it has a \
-         <code>[namespaces.NAME]</code> table.</p>",
-    );
-    out
+    rows
 }
 
 #[cfg(test)]

@@ -1,14 +1,14 @@
 //! Receipts: the filtered, paged list, one receipt with its attempt timeline, and replay and discard.
 
-use std::fmt::Write as _;
-
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query};
 use axum::response::Response;
-use idem_core::event::{Receipt, ReceiptFilter, ReceiptId, ReceiptStatus};
+use idem_core::Timestamp;
+use idem_core::event::{AttemptRecord, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus};
+use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::html::{Tab, badge, esc, notice, options, query, relative, time};
+use super::html::{Tab, badge, notice, options, pill, query, relative, time};
 use super::{PAGE, Page, STATUSES, at, failed, filled, live, now, render, source_names};
 use crate::actions as api;
 use crate::ui::Ui;
@@ -33,7 +33,6 @@ pub async fn receipts(state: Ui, query_: Result<Query<ReceiptQuery>, QueryReject
         Ok(s) => s,
         Err(e) => return failed(&state, Tab::Receipts, e.into()),
     };
-    let before = filled(&q.cursor).and_then(|c| ReceiptId::parse(c).ok());
     // A token limited to some sources lists one of them at a time: the first, unless one is picked.
     let source =
         filled(&q.source).map(str::to_owned).or_else(|| state.caller.sources().and_then(|s| s.first().cloned()));
@@ -45,83 +44,107 @@ pub async fn receipts(state: Ui, query_: Result<Query<ReceiptQuery>, QueryReject
         status,
         event_id: filled(&q.q).map(str::to_owned),
         limit: PAGE,
-        before,
+        before: filled(&q.cursor).and_then(|c| ReceiptId::parse(c).ok()),
         from: None,
     };
     let list = match state.stores.events.list_receipts(&filter).await {
         Ok(list) => list,
         Err(e) => return failed(&state, Tab::Receipts, e.into()),
     };
-    let sources = source_names(&state);
-    let source_refs: Vec<&str> = sources.iter().map(String::as_str).collect();
-    let form = format!(
-        r#"<form class="filters" method="get" action="/ui/receipts" data-ui>
-<label>Source <select name="source">{}</select></label>
-<label>Status <select name="status" data-testid="status-filter">{}</select></label>
-<label class="grow">Event id or receipt id <input name="q" type="search" value="{}" placeholder="evt_123 or rcpt_…" data-testid="search-input"></label>
-<button type="submit" data-testid="search-submit">Find</button>
-</form>"#,
-        options("any source", &source_refs, source.as_deref()),
-        options("any status", &STATUSES, filled(&q.status)),
-        esc(filled(&q.q).unwrap_or(""))
-    );
-    let bulk = match status {
-        Some(s) if s.is_terminal() => format!(
-            r#"<p><a class="button secondary" href="/ui/replay{}" data-testid="bulk-link">Replay every {} receipt that matches…</a></p>"#,
-            query(&[
-                ("source", filled(&q.source)),
-                ("status", Some(s.as_str())),
-                ("event_id", filled(&q.q)),
-                ("count", Some("1"))
-            ]),
-            s.as_str()
-        ),
-        _ => String::new(),
+    let table = receipts_table(&q, &filter, &list, now(&state));
+    let content = html! {
+        h1 { "Receipts" }
+        (filters_form(&state, &q, source.as_deref()))
+        @if let Some(s) = status.filter(|s| s.is_terminal()) { (bulk_link(&q, s)) }
+        // Only the first page refreshes: an older page stays where it was paged to.
+        @if q.cursor.is_none() { (live(5, table)) } @else { (table) }
     };
-    let now = now(&state);
-    let mut table = String::new();
-    if list.is_empty() {
-        table.push_str(if filter.source.is_none() && filter.status.is_none() && filter.event_id.is_none() {
-            r#"<p class="empty">No receipts yet. Each event a source accepts at <code>POST /v1/sources/{name}/events</code> gets one here.</p>"#
-        } else {
-            r#"<p class="empty">No receipts match this filter. Clear a field, or pick another status.</p>"#
-        });
-    } else {
-        table.push_str(
-            r#"<div class="scroll"><table class="receipts"><thead><tr><th>Status</th><th>Event id</th><th>Source</th><th>Created</th><th>Updated</th><th>Receipt</th></tr></thead><tbody>"#,
-        );
-        for r in &list {
-            let next = r
-                .next_attempt_at
-                .map(|at| format!(r#"<div class="muted" data-testid="next-attempt">next {}</div>"#, relative(at, now)))
-                .unwrap_or_default();
-            let _ = write!(
-                table,
-                r#"<tr data-testid="receipt-row" data-receipt-id="{id}"><td>{}{next}</td><td><a href="/ui/receipts/{id}">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td class="mono"><a href="/ui/receipts/{id}">{id}</a></td></tr>"#,
-                badge(r.status),
-                esc(&r.event_id),
-                esc(&r.source),
-                time(r.created_at, now),
-                time(r.updated_at, now),
-                id = r.id
-            );
-        }
-        table.push_str("</tbody></table></div>");
-        if list.len() == PAGE
-            && let Some(last) = list.last()
-        {
-            let next = query(&[
-                ("source", filled(&q.source)),
-                ("status", filled(&q.status)),
-                ("q", filled(&q.q)),
-                ("cursor", Some(last.id.as_str())),
-            ]);
-            let _ = write!(table, r#"<p class="pager"><a href="/ui/receipts{next}">Older receipts →</a></p>"#);
+    render(&state, "Receipts", Tab::Receipts, content)
+}
+
+fn filters_form(state: &Ui, q: &ReceiptQuery, source: Option<&str>) -> Markup {
+    let sources = source_names(state);
+    let source_refs: Vec<&str> = sources.iter().map(String::as_str).collect();
+    html! {
+        form.filters method="get" action="/ui/receipts" data-ui {
+            label { "Source " select name="source" { (options("any source", &source_refs, source)) } }
+            label { "Status " select name="status" data-testid="status-filter" {
+                (options("any status", &STATUSES, filled(&q.status)))
+            } }
+            label.grow {
+                "Event id or receipt id "
+                input name="q" type="search" value=(filled(&q.q).unwrap_or("")) placeholder="evt_123 or rcpt_…"
+                    data-testid="search-input";
+            }
+            button type="submit" data-testid="search-submit" { "Find" }
         }
     }
-    let first_page = q.cursor.is_none();
-    let content = format!("<h1>Receipts</h1>{form}{bulk}{}", if first_page { live(5, &table) } else { table });
-    render(&state, "Receipts", Tab::Receipts, &content)
+}
+
+/// The way from a list of ended receipts to replaying all of them.
+fn bulk_link(q: &ReceiptQuery, status: ReceiptStatus) -> Markup {
+    let filter = query(&[
+        ("source", filled(&q.source)),
+        ("status", Some(status.as_str())),
+        ("event_id", filled(&q.q)),
+        ("count", Some("1")),
+    ]);
+    html! {
+        p { a.button.secondary href={ "/ui/replay" (filter) } data-testid="bulk-link" {
+            "Replay every " (status.as_str()) " receipt that matches…"
+        } }
+    }
+}
+
+fn receipts_table(q: &ReceiptQuery, filter: &ReceiptFilter, list: &[Receipt], now: Timestamp) -> Markup {
+    if list.is_empty() {
+        let unfiltered = filter.source.is_none() && filter.status.is_none() && filter.event_id.is_none();
+        return html! {
+            @if unfiltered {
+                p.empty {
+                    "No receipts yet. Each event a source accepts at " code { "POST /v1/sources/{name}/events" }
+                    " gets one here."
+                }
+            } @else {
+                p.empty { "No receipts match this filter. Clear a field, or pick another status." }
+            }
+        };
+    }
+    let older = list.last().filter(|_| list.len() == PAGE).map(|last| {
+        query(&[
+            ("source", filled(&q.source)),
+            ("status", filled(&q.status)),
+            ("q", filled(&q.q)),
+            ("cursor", Some(last.id.as_str())),
+        ])
+    });
+    html! {
+        div.scroll { table.receipts {
+            thead { tr {
+                th { "Status" } th { "Event id" } th { "Source" } th { "Created" } th { "Updated" } th { "Receipt" }
+            } }
+            tbody { @for r in list { (receipt_row(r, now)) } }
+        } }
+        @if let Some(next) = older { p.pager { a href={ "/ui/receipts" (next) } { "Older receipts →" } } }
+    }
+}
+
+fn receipt_row(r: &Receipt, now: Timestamp) -> Markup {
+    html! {
+        tr data-testid="receipt-row" data-receipt-id=(r.id) {
+            td {
+                (badge(r.status))
+                @if let Some(at) = r.next_attempt_at {
+                    div.muted data-testid="next-attempt" { "next " (relative(at, now)) }
+                }
+            }
+            td { a href={ "/ui/receipts/" (r.id) } { (r.event_id) } }
+            td { (r.source) }
+            td { (time(r.created_at, now)) }
+            td { (time(r.updated_at, now)) }
+            td.mono { a href={ "/ui/receipts/" (r.id) } { (r.id) } }
+        }
+    }
 }
 
 pub async fn receipt(state: Ui, Path(id): Path<String>) -> Response {
@@ -131,7 +154,7 @@ pub async fn receipt(state: Ui, Path(id): Path<String>) -> Response {
     }
 }
 
-async fn receipt_page(state: &Ui, id: &ReceiptId, flash: Option<String>) -> Page {
+async fn receipt_page(state: &Ui, id: &ReceiptId, flash: Option<Markup>) -> Page {
     let receipt = state
         .stores
         .events
@@ -140,128 +163,125 @@ async fn receipt_page(state: &Ui, id: &ReceiptId, flash: Option<String>) -> Page
         .map_err(|e| failed(state, Tab::Receipts, e.into()))?
         .ok_or_else(|| failed(state, Tab::Receipts, ApiError::NotFound(format!("no receipt {id}"))))?;
     state.caller.require_source(&receipt.source).map_err(|e| failed(state, Tab::Receipts, e))?;
-    let content = format!("{}{}", flash.unwrap_or_default(), receipt_view(state, &receipt));
-    Ok(render(state, &format!("Receipt {}", receipt.event_id), Tab::Receipts, &content))
+    let content = html! { @if let Some(flash) = flash { (flash) } (receipt_view(state, &receipt)) };
+    Ok(render(state, &format!("Receipt {}", receipt.event_id), Tab::Receipts, content))
 }
 
-fn receipt_view(state: &Ui, r: &Receipt) -> String {
+fn receipt_view(state: &Ui, r: &Receipt) -> Markup {
     let now = now(state);
+    let inner = html! {
+        div.title-row { h1 { (r.event_id) } span data-testid="receipt-status" { (badge(r.status)) } }
+        dl.facts {
+            dt { "Receipt" } dd.mono { (r.id) }
+            dt { "Source" } dd { a href={ "/ui/receipts" (query(&[("source", Some(&r.source))])) } { (r.source) } }
+            dt { "Round" } dd { (r.round) " " span.muted { "(1, plus one per replay)" } }
+            dt { "Created" } dd { (time(r.created_at, now)) }
+            dt { "Updated" } dd { (time(r.updated_at, now)) }
+            dt { "Content type" } dd { (r.content_type.as_deref().unwrap_or("—")) }
+        }
+        @if state.acts_on_source(&r.source) { (actions(r)) }
+        div.columns {
+            section { h2 { "Event" } (event_body(r)) }
+            section { h2 { "Attempts" } (attempts(r, now)) h2 { "Result webhook" } (result_webhook(r)) }
+        }
+    };
+    live(3, inner)
+}
+
+/// Replay and discard, each a button that is greyed out, saying why, when it does not apply.
+fn actions(r: &Receipt) -> Markup {
     let replayable = idem_core::event::replay(r.status) == idem_core::event::Replay::Restart;
     let discardable = r.status == ReceiptStatus::Dead;
     let action = |what: &str, label: &str, enabled: bool, why: &str| {
-        if enabled {
-            format!(
-                r#"<form method="post" action="/ui/receipts/{}/{what}" data-ui><button type="submit" data-testid="{what}">{label}</button></form>"#,
-                r.id
-            )
-        } else {
-            format!(r#"<button type="button" data-testid="{what}" disabled title="{why}">{label}</button>"#)
+        // A disabled button rather than none: the page says why the action does not apply now.
+        html! {
+            @if enabled {
+                form method="post" action={ "/ui/receipts/" (r.id) "/" (what) } data-ui {
+                    button type="submit" data-testid=(what) { (label) }
+                }
+            } @else {
+                button type="button" data-testid=(what) disabled title=(why) { (label) }
+            }
         }
     };
-    let actions = if !state.acts_on_source(&r.source) {
-        String::new()
-    } else {
-        format!(
-            r#"<div class="actions">{}{}</div>"#,
-            action(
+    html! {
+        div.actions {
+            (action(
                 "replay",
                 "Replay from attempt 1",
                 replayable,
                 "Still being delivered: it can be replayed once it ends."
-            ),
-            action("discard", "Discard (handled by hand)", discardable, "Only dead receipts can be discarded.")
-        )
-    };
-    let body = match r.body.as_deref().map(api::body_view) {
-        Some((Some(json), _)) => format!(
-            r#"<pre class="code" data-testid="event-body">{}</pre>"#,
-            esc(&serde_json::to_string_pretty(&json).unwrap_or_default())
-        ),
-        Some((None, Some(b64))) => match r.body.as_deref().map(std::str::from_utf8) {
-            Some(Ok(text)) => format!(r#"<pre class="code" data-testid="event-body">{}</pre>"#, esc(text)),
-            _ => format!(
-                r#"<p class="muted">Not text; base64:</p><pre class="code" data-testid="event-body">{}</pre>"#,
-                esc(&b64)
-            ),
-        },
-        _ => r#"<p class="muted">No body.</p>"#.to_owned(),
-    };
-    let mut attempts = String::new();
-    if r.attempts.is_empty() {
-        attempts.push_str(match r.status {
-            ReceiptStatus::Accepted | ReceiptStatus::Processing => {
-                r#"<p class="empty">No attempt finished yet in this round: the first delivery is queued or under way.</p>"#
-            }
-            _ => r#"<p class="empty">No attempts in this round.</p>"#,
-        });
-    } else {
-        attempts.push_str(r#"<ol class="timeline">"#);
-        for a in &r.attempts {
-            let outcome = match (a.status_code, &a.error) {
-                (Some(code), _) if (200..300).contains(&code) => {
-                    format!(r#"<span class="badge s-completed"><span aria-hidden="true">✔</span> HTTP {code}</span>"#)
-                }
-                (Some(code), _) => {
-                    format!(r#"<span class="badge s-dead"><span aria-hidden="true">✖</span> HTTP {code}</span>"#)
-                }
-                (None, Some(e)) => {
-                    format!(r#"<span class="badge s-dead"><span aria-hidden="true">✖</span> error</span> {}"#, esc(e))
-                }
-                (None, None) => "no answer".to_owned(),
-            };
-            let response = a
-                .response
-                .as_deref()
-                .filter(|t| !t.is_empty())
-                .map(|t| format!(r#"<pre class="code small">{}</pre>"#, esc(t)))
-                .unwrap_or_default();
-            let _ = write!(
-                attempts,
-                r#"<li data-testid="attempt"><div><strong>Attempt {}</strong> · {} · {} ms</div><div>{outcome}</div>{response}</li>"#,
-                a.n,
-                time(a.started_at, now),
-                a.duration_ms
-            );
+            ))
+            (action("discard", "Discard (handled by hand)", discardable, "Only dead receipts can be discarded."))
         }
-        attempts.push_str("</ol>");
     }
-    if let Some(at) = r.next_attempt_at {
-        let n = r.attempts.last().map_or(1, |a| a.n + 1);
-        let _ = write!(
-            attempts,
-            r#"<p data-testid="next-attempt"><strong>Attempt {n}</strong> is due {}</p>"#,
-            time(at, now)
-        );
+}
+
+/// The event as it came: pretty JSON, else the text, else base64.
+fn event_body(r: &Receipt) -> Markup {
+    let shown = |text: &str| html! { pre.code data-testid="event-body" { (text) } };
+    match r.body.as_deref().map(api::body_view) {
+        Some((Some(json), _)) => shown(&serde_json::to_string_pretty(&json).unwrap_or_default()),
+        Some((None, Some(b64))) => match r.body.as_deref().map(std::str::from_utf8) {
+            Some(Ok(text)) => shown(text),
+            _ => html! { p.muted { "Not text; base64:" } (shown(&b64)) },
+        },
+        _ => html! { p.muted { "No body." } },
     }
-    let result = match &r.result {
-        None => "<p class=\"muted\">None for this round (the source has no result webhook, or the receipt has not ended).</p>".to_owned(),
-        Some(res) => format!(
-            "<p>{} after {} attempt(s){}{}</p>",
-            esc(res.status.as_str()),
-            res.attempts,
-            res.last_status_code.map(|c| format!(", last answer HTTP {c}")).unwrap_or_default(),
-            res.last_error.as_deref().map(|e| format!(", last error: {}", esc(e))).unwrap_or_default()
-        ),
+}
+
+/// This round's attempts, oldest first, and the next one when it is due.
+fn attempts(r: &Receipt, now: Timestamp) -> Markup {
+    let under_way = matches!(r.status, ReceiptStatus::Accepted | ReceiptStatus::Processing);
+    html! {
+        @if r.attempts.is_empty() {
+            @if under_way {
+                p.empty { "No attempt finished yet in this round: the first delivery is queued or under way." }
+            } @else {
+                p.empty { "No attempts in this round." }
+            }
+        } @else {
+            ol.timeline { @for a in &r.attempts { (attempt(a, now)) } }
+        }
+        @if let Some(at) = r.next_attempt_at {
+            p data-testid="next-attempt" {
+                strong { "Attempt " (r.attempts.last().map_or(1, |a| a.n + 1)) } " is due " (time(at, now))
+            }
+        }
+    }
+}
+
+fn attempt(a: &AttemptRecord, now: Timestamp) -> Markup {
+    let outcome = match (a.status_code, &a.error) {
+        (Some(code), _) if (200..300).contains(&code) => pill("s-completed", "✔", &format!("HTTP {code}")),
+        (Some(code), _) => pill("s-dead", "✖", &format!("HTTP {code}")),
+        (None, Some(e)) => html! { (pill("s-dead", "✖", "error")) " " (e) },
+        (None, None) => html! { "no answer" },
     };
-    let inner = format!(
-        r#"<div class="title-row"><h1>{}</h1><span data-testid="receipt-status">{}</span></div>
-<dl class="facts"><dt>Receipt</dt><dd class="mono">{}</dd><dt>Source</dt><dd><a href="/ui/receipts{}">{}</a></dd>
-<dt>Round</dt><dd>{} <span class="muted">(1, plus one per replay)</span></dd>
-<dt>Created</dt><dd>{}</dd><dt>Updated</dt><dd>{}</dd><dt>Content type</dt><dd>{}</dd></dl>
-{actions}
-<div class="columns"><section><h2>Event</h2>{body}</section>
-<section><h2>Attempts</h2>{attempts}<h2>Result webhook</h2>{result}</section></div>"#,
-        esc(&r.event_id),
-        badge(r.status),
-        r.id,
-        query(&[("source", Some(&r.source))]),
-        esc(&r.source),
-        r.round,
-        time(r.created_at, now),
-        time(r.updated_at, now),
-        esc(r.content_type.as_deref().unwrap_or("—")),
-    );
-    live(3, &inner)
+    html! {
+        li data-testid="attempt" {
+            div { strong { "Attempt " (a.n) } " · " (time(a.started_at, now)) " · " (a.duration_ms) " ms" }
+            div { (outcome) }
+            @if let Some(response) = a.response.as_deref().filter(|t| !t.is_empty()) {
+                pre.code.small { (response) }
+            }
+        }
+    }
+}
+
+fn result_webhook(r: &Receipt) -> Markup {
+    match &r.result {
+        None => html! {
+            p.muted { "None for this round (the source has no result webhook, or the receipt has not ended)." }
+        },
+        Some(res) => html! {
+            p {
+                (res.status.as_str()) " after " (res.attempts) " attempt(s)"
+                @if let Some(code) = res.last_status_code { ", last answer HTTP " (code) }
+                @if let Some(e) = &res.last_error { ", last error: " (e) }
+            }
+        },
+    }
 }
 
 pub async fn replay_one(state: Ui, Path(id): Path<String>) -> Response {
