@@ -1,14 +1,14 @@
-//! The dashboard (contract §7): `GET /ui` on the API listener, served by this binary with its
-//! two assets compiled in (`assets/ui.css`, `assets/ui.js`). Pages are rendered here as HTML
+//! The dashboard (docs/dashboard.md): `GET /ui` on the API listener, served by this binary with
+//! its two assets compiled in (`assets/ui.css`, `assets/ui.js`). Pages are rendered here as HTML
 //! with maud's compile-time templates, which escape every value spliced in; the script, about
-//! 150 lines and no framework, adds the rest: it sends the token as a Bearer header, turns links
+//! 160 lines and no framework, adds the rest: it sends the token as a Bearer header, turns links
 //! and forms into requests that swap the page (so permalinks stay real URLs), and refreshes live
 //! sections until paused. There is no build step and nothing to vendor; htmx would have done the
 //! swapping, but not the token handling, and at 50 KB it is ten times the code this needs.
 //!
 //! With tokens configured, every page but the prompt needs one: a request without it gets the
 //! prompt (401) and nothing else. The token travels only in the `Authorization` header. The
-//! dashboard follows the token (contract §9): any token sees every page (within its namespaces and
+//! dashboard follows the token (docs/security.md): any token sees every page (within its namespaces and
 //! sources), and only an `admin` token is shown, and may use, the actions (replay, discard, bulk
 //! replay, delete). Every POST must carry `idem-ui: 1`, which only the dashboard's own script sends
 //! (a cross-site form cannot set a header), and every answer under `/ui`, the prompt and error
