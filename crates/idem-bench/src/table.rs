@@ -104,10 +104,11 @@ impl Table {
         }
     }
 
-    /// A table of latencies at one rate: each row's latency over each anchor's, no throughput
-    /// ratios (at a fixed rate they say nothing).
-    pub fn latency(scenario: &'static str, rows: Vec<Measured>, anchors: Vec<Measured>) -> Self {
-        let added = rows.iter().flat_map(|r| anchors.iter().map(move |a| Added::of(r, a))).collect();
+    /// A table of latencies at fixed rates: each pair a row and its anchor at the same rate, the
+    /// latency the row adds over its anchor; no throughput ratios (at a fixed rate they say nothing).
+    pub fn latency(scenario: &'static str, pairs: Vec<(Measured, Measured)>) -> Self {
+        let added = pairs.iter().map(|(row, anchor)| Added::of(row, anchor)).collect();
+        let (rows, anchors) = pairs.into_iter().unzip();
         Self { ratios: Vec::new(), added, ..Self::new(scenario, rows, anchors) }
     }
 
@@ -296,6 +297,27 @@ mod tests {
         assert_eq!((r.ratio, r.range), (0.9, Some((0.6, 1.0))), "the median of the rounds' own ratios");
         let one = Table::combine(vec![round(1.0, 2.0)]).unwrap();
         assert_eq!((one.rounds, one.ratios[0].range), (1, None));
+    }
+
+    #[test]
+    fn latencies_are_added_over_each_rows_own_anchor_and_combined_as_medians() {
+        let at = |name: &str, p50: f64, p99: f64| Measured { p50_ms: p50, p99_ms: p99, ..measured(name, 10.0, 1) };
+        let round = |extra: f64| {
+            Table::latency(
+                "t",
+                vec![
+                    (at("idem fast", 1.0 + extra, 3.0), at("up fast", 0.5, 1.0)),
+                    (at("idem slow", 2.0, 4.0), at("up slow", 1.0, 1.5)),
+                ],
+            )
+        };
+        let one = round(0.0);
+        assert!(one.ratios.is_empty(), "no throughput ratios at a fixed rate");
+        let added: Vec<(&str, &str, f64, f64)> =
+            one.added.iter().map(|a| (a.row.as_str(), a.to.as_str(), a.p50_ms, a.p99_ms)).collect();
+        assert_eq!(added, vec![("idem fast", "up fast", 0.5, 2.0), ("idem slow", "up slow", 1.0, 2.5)]);
+        let table = Table::combine(vec![round(0.0), round(2.0), round(1.0)]).unwrap();
+        assert_eq!((table.added[0].p50_ms, table.added[0].p50_range), (1.5, Some((0.5, 2.5))));
     }
 
     #[test]
