@@ -72,17 +72,34 @@ pub async fn replay_one(state: &AppState, id: &ReceiptId) -> Result<(), ApiError
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BulkReplayRequest {
+    #[schema(pattern = "^[a-z0-9_.-]{1,64}$")]
     pub source: Option<String>,
     /// dead (the default), completed or discarded.
+    #[schema(schema_with = replay_status)]
     pub status: Option<String>,
+    #[schema(pattern = "^[^\\u0000]*$")]
     pub event_id: Option<String>,
     /// RFC 3339: only receipts created before this time.
+    #[schema(format = DateTime)]
     pub created_before: Option<String>,
     /// RFC 3339: only receipts created after this time.
+    #[schema(format = DateTime)]
     pub created_after: Option<String>,
     /// Count the matching receipts and change nothing.
     #[serde(default)]
     pub dry_run: bool,
+}
+
+/// `status` of a bulk replay: an ended status, or null for the default (dead).
+fn replay_status() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::{ObjectBuilder, Type};
+    let ended = ReceiptStatus::ALL.into_iter().filter(|s| s.is_terminal()).map(ReceiptStatus::as_str);
+    let status = ObjectBuilder::new().schema_type(Type::String).enum_values(Some(ended));
+    let either = utoipa::openapi::schema::AnyOfBuilder::new()
+        .item(status)
+        .item(ObjectBuilder::new().schema_type(Type::Null))
+        .description(Some("dead (the default), completed or discarded."));
+    utoipa::openapi::schema::Schema::AnyOf(either.build())
 }
 
 impl BulkReplayRequest {

@@ -15,7 +15,7 @@ use serde_json::value::RawValue;
 use utoipa::ToSchema;
 
 use crate::web::error::{ApiError, Problem};
-use crate::web::extract::{ApiJson, ClaimPath};
+use crate::web::extract::{ApiJson, ClaimPath, NsIdParams, NsParam};
 use crate::web::state::AppState;
 
 /// Items in one batch claim or lookup, at most.
@@ -28,8 +28,17 @@ pub const MAX_TTL_SECONDS: u64 = 100 * 365 * 86_400;
 #[serde(deny_unknown_fields)]
 pub struct KeyRef {
     /// The one-part form of a key.
+    #[schema(nullable = false, min_length = 1, max_length = 1024, pattern = "^[^\\u0000]+$")]
     pub key: Option<String>,
     /// 1 to 16 non-empty parts, each at most 1 KiB, without NUL.
+    #[schema(
+        nullable = false,
+        min_items = 1,
+        max_items = 16,
+        min_length = 1,
+        max_length = 1024,
+        pattern = "^[^\\u0000]+$"
+    )]
     pub parts: Option<Vec<String>>,
 }
 
@@ -48,13 +57,25 @@ impl KeyRef {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClaimRequest {
+    /// The one-part form of a key.
+    #[schema(nullable = false, min_length = 1, max_length = 1024, pattern = "^[^\\u0000]+$")]
     pub key: Option<String>,
+    /// 1 to 16 non-empty parts, each at most 1 KiB, without NUL.
+    #[schema(
+        nullable = false,
+        min_items = 1,
+        max_items = 16,
+        min_length = 1,
+        max_length = 1024,
+        pattern = "^[^\\u0000]+$"
+    )]
     pub parts: Option<Vec<String>>,
     /// Any JSON, at most 64 KiB, stored with the claim and returned unchanged.
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<Value>)]
     pub data: Option<Box<RawValue>>,
     /// Seconds until the claim expires; default: the namespace's `default_ttl`, else never.
     #[serde(default, deserialize_with = "crate::web::extract::whole_seconds")]
+    #[schema(minimum = 1, maximum = 3_153_600_000_u64)]
     pub ttl_seconds: Option<u64>,
 }
 
@@ -84,6 +105,7 @@ impl ClaimRequest {
 #[serde(deny_unknown_fields)]
 pub struct BatchRequest {
     /// 1 to 10,000 claims, answered in this order.
+    #[schema(min_items = 1, max_items = 10_000)]
     pub items: Vec<ClaimRequest>,
 }
 
@@ -94,6 +116,7 @@ pub struct BatchRequest {
 #[serde(deny_unknown_fields)]
 pub struct LookupRequest {
     /// 1 to 10,000 keys, answered in this order.
+    #[schema(required, nullable = false, min_items = 1, max_items = 10_000)]
     pub items: Option<Vec<KeyRef>>,
     #[schema(ignore)]
     pub prefix: Option<Vec<String>>,
@@ -104,6 +127,7 @@ pub struct LookupRequest {
 #[serde(deny_unknown_fields)]
 pub struct PrefixRequest {
     /// 1 to 16 parts: the leading parts of the keys asked about.
+    #[schema(min_items = 1, max_items = 16, min_length = 1, max_length = 1024, pattern = "^[^\\u0000]+$")]
     pub prefix: Vec<String>,
 }
 
@@ -114,11 +138,13 @@ pub struct Record {
     /// Lowercase hex SHA-256 of the parts joined by NUL.
     pub id: String,
     pub parts: Vec<String>,
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<Value>, required)]
     pub data: Option<Box<RawValue>>,
     /// RFC 3339, UTC.
+    #[schema(format = DateTime)]
     pub created_at: String,
     /// RFC 3339, UTC; null: never expires.
+    #[schema(format = DateTime, required)]
     pub expires_at: Option<String>,
 }
 
@@ -159,6 +185,7 @@ pub struct LookupResult {
     pub id: String,
     pub exists: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub record: Option<Record>,
 }
 
@@ -194,8 +221,8 @@ fn check_item_count(len: usize) -> Result<(), Invalid> {
 
 /// Claim a key: `201` when new, `200` with the existing record when it exists.
 #[utoipa::path(post, path = "/v1/claims/{ns}", operation_id = "claim", tag = "claims",
-    params(("ns" = String, Path, description = "Namespace: 1-64 of [a-z0-9_.-]")),
-    request_body = ClaimRequest,
+    params(NsParam),
+    request_body(content = ClaimRequest, example = json!({"parts": ["scenario-1", "user-3", "node-2"], "data": {"answer": "A"}, "ttl_seconds": 86400})),
     responses(
         (status = 201, description = "Claimed: this request was first", body = ClaimResponse),
         (status = 200, description = "Already claimed: the existing record, unchanged", body = ClaimResponse),
@@ -218,8 +245,8 @@ pub async fn create(
 /// Claim up to 10,000 keys in one request; results come in request order and the first of two
 /// equal keys wins.
 #[utoipa::path(post, path = "/v1/claims/{ns}/batch", operation_id = "claimBatch", tag = "claims",
-    params(("ns" = String, Path, description = "Namespace")),
-    request_body = BatchRequest,
+    params(NsParam),
+    request_body(content = BatchRequest, example = json!({"items": [{"key": "https://example.org/a"}, {"key": "https://example.org/b"}]})),
     responses(
         (status = 200, description = "One result per item, in request order", body = BatchResponse),
         (status = 400, description = "Invalid request; nothing was claimed", body = Problem, content_type = "application/problem+json"),
@@ -244,8 +271,8 @@ pub async fn batch(
 
 /// Look up keys by `items`, answered in request order.
 #[utoipa::path(post, path = "/v1/claims/{ns}/lookup", operation_id = "lookupClaims", tag = "claims",
-    params(("ns" = String, Path, description = "Namespace")),
-    request_body = LookupRequest,
+    params(NsParam),
+    request_body(content = LookupRequest, example = json!({"items": [{"key": "https://example.org/a"}, {"parts": ["scenario-1", "user-3", "node-2"]}]})),
     responses(
         (status = 200, description = "One result per item, in request order", body = LookupResponse),
         (status = 400, description = "Invalid request", body = Problem, content_type = "application/problem+json"),
@@ -294,8 +321,8 @@ async fn prefix_exists(state: &AppState, ns: &Namespace, prefix: Vec<String>) ->
 
 /// Is there a live claim whose parts begin with `prefix`? Indexed, not a scan.
 #[utoipa::path(post, path = "/v1/claims/{ns}/prefix", operation_id = "claimPrefixExists", tag = "claims",
-    params(("ns" = String, Path, description = "Namespace")),
-    request_body = PrefixRequest,
+    params(NsParam),
+    request_body(content = PrefixRequest, example = json!({"prefix": ["scenario-1", "user-3"]})),
     responses(
         (status = 200, description = "Whether a live claim begins with these parts", body = PrefixResponse),
         (status = 400, description = "Invalid request", body = Problem, content_type = "application/problem+json"),
@@ -310,7 +337,7 @@ pub async fn prefix(
 
 /// Read one claim by id.
 #[utoipa::path(get, path = "/v1/claims/{ns}/{id}", operation_id = "getClaim", tag = "claims",
-    params(("ns" = String, Path, description = "Namespace"), ("id" = String, Path, description = "64 hex digits")),
+    params(NsIdParams),
     responses(
         (status = 200, description = "The live claim", body = Record),
         (status = 404, description = "No live claim with this id", body = Problem, content_type = "application/problem+json"),
@@ -326,7 +353,7 @@ pub async fn read(State(state): State<AppState>, path: ClaimPath) -> Result<Json
 
 /// Delete one claim by id.
 #[utoipa::path(delete, path = "/v1/claims/{ns}/{id}", operation_id = "deleteClaim", tag = "claims",
-    params(("ns" = String, Path, description = "Namespace"), ("id" = String, Path, description = "64 hex digits")),
+    params(NsIdParams),
     responses(
         (status = 204, description = "Deleted"),
         (status = 404, description = "No live claim with this id", body = Problem, content_type = "application/problem+json"),

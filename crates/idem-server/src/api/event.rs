@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::config::Can;
 use crate::web::auth::{Caller, TokenLabel};
-use crate::web::error::ApiError;
+use crate::web::error::{ApiError, Problem};
 use crate::web::extract::RawBody;
 use crate::web::state::AppState;
 
@@ -26,6 +26,12 @@ pub struct IntakeResponse {
     pub replay: bool,
 }
 
+/// An event that is not JSON: any bytes.
+#[derive(utoipa::ToSchema)]
+#[schema(value_type = String, format = Binary)]
+#[allow(dead_code, reason = "only its ToSchema is used, to describe the body")]
+pub struct RawEvent(Vec<u8>);
+
 fn count(source: &str, outcome: &'static str) {
     metrics::counter!("idem_events_intake_total", "source" => source.to_owned(), "outcome" => outcome).increment(1);
 }
@@ -33,17 +39,26 @@ fn count(source: &str, outcome: &'static str) {
 /// Accept an inbound event: `202` new, `200` a resend of the same event, `409` the same event id
 /// with another payload.
 #[utoipa::path(post, path = "/v1/sources/{name}/events", operation_id = "acceptEvent", tag = "events",
-    params(("name" = String, Path, description = "The source's name")),
-    request_body(content = String, description = "The event, as the sender sent it"),
+    params(("name" = String, Path, description = "The source's name", pattern = "^[a-z0-9_.-]{1,64}$")),
+    // Taken as sent: JSON when the source's `event_id` is a JSON pointer, any bytes when it is a
+    // header.
+    request_body(description = "The event, as the sender sent it", content(
+        (serde_json::Value = "application/json", example = json!({"external_event_id": "evt_1042", "type": "order.paid"})),
+        (inline(RawEvent) = "application/octet-stream"),
+    )),
+    // A signed source's intake needs no token: its signature is the credential.
+    security((), ("bearer" = [])),
     responses(
         (status = 202, description = "Accepted: receipt and first delivery job committed", body = IntakeResponse),
-        (status = 200, description = "Seen before with the same payload; nothing new queued", body = IntakeResponse),
-        (status = 409, description = "Seen before with another payload; nothing stored", body = crate::web::error::Problem),
-        (status = 400, description = "No event id", body = crate::web::error::Problem),
-        (status = 401, description = "A signed source: a missing, bad or stale signature. Another source: no valid bearer token", body = crate::web::error::Problem),
-        (status = 403, description = "The token may not write to this source", body = crate::web::error::Problem),
-        (status = 404, description = "Unknown source", body = crate::web::error::Problem),
-        (status = 413, description = "Larger than limits.max_body_bytes", body = crate::web::error::Problem),
+        (status = 200, description = "Seen before with the same payload; nothing new queued", body = IntakeResponse,
+            headers(("Idempotent-Replayed" = String))),
+        (status = 409, description = "Seen before with another payload; nothing stored", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "No event id", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "A signed source: a missing, bad or stale signature. Another source: no valid bearer token", body = Problem, content_type = "application/problem+json",
+            headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "The token may not write to this source", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown source", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Larger than limits.max_body_bytes", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn intake(
     State(state): State<AppState>,

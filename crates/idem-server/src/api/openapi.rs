@@ -1,10 +1,18 @@
-//! The OpenAPI document of the whole `/v1` API. Paths, bodies and answers are generated from the
-//! handlers' annotations so that they cannot drift from the code; [`document`] then states what the
-//! annotations cannot, from the same constants the server enforces: the rules of namespaces, ids
-//! and key parts, value ranges, fields that take any JSON, the problem+json errors every call can
-//! answer (400, 401 when tokens are set, 403 when a token may not do this, 413, 415, 503), and
-//! when bearer auth applies (never for a signed source's event intake: its signature is the
-//! credential).
+//! The OpenAPI document of the whole `/v1` API. What a path, a body, a field or an answer says is
+//! stated where it lives, so that it cannot drift from the code or be lost in a rename: in the
+//! handlers' `#[utoipa::path]` (examples, problem+json answers, the headers an answer carries, who
+//! may call without a token: a signed source's event intake, whose signature is the credential)
+//! and in the types' `#[schema]` and `#[param]` (value ranges, patterns, `format: date-time`,
+//! fields that take any JSON, fields always written or never null, status fields that name their
+//! one value). The limits written there as literals are checked against the constants the server
+//! enforces by the tests below.
+//!
+//! [`document`] adds only what no attribute can state, finding what it changes by type or by
+//! status and panicking if that is missing, so that a rename fails the tests instead of silently
+//! changing the document: `key` or `parts` as a `oneOf` of two closed object types, the
+//! problem+json errors every call can answer (400, 401 when tokens are set, 403 when a token may
+//! not do this, 413, 415, 503), and each header described once, with whether it is always sent
+//! (OpenAPI's `required`, which utoipa's headers lack).
 //!
 //! It is written for generators too (Redocly's recommended lint and openapi-python-client run on
 //! it in `scripts/check-openapi.sh`, and must say nothing): one answer shape per status, `key` or
@@ -14,12 +22,14 @@
 //! What it still cannot state (JSON Schema counts characters where idem counts a part's bytes, for
 //! instance) is listed in the README's Testing section, with why.
 
-use idem_core::{Namespace, Parts};
 use serde_json::{Map, Value, json};
-use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{ObjectBuilder, Type};
+use utoipa::{OpenApi, ToSchema};
 
-use super::{claim, operation};
+use super::claim::{ClaimRequest, KeyRef};
+use super::operation::BeginRequest;
+use crate::web::error::Problem;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -64,97 +74,53 @@ impl utoipa::Modify for BearerAuth {
     }
 }
 
+/// The schema of a field that always holds `value` (a status that names its one value), for a
+/// field's `#[schema(schema_with = ...)]`.
+pub fn only(value: impl Into<Value>) -> utoipa::openapi::Object {
+    let value = value.into();
+    let kind = if value.is_boolean() { Type::Boolean } else { Type::String };
+    ObjectBuilder::new().schema_type(kind).enum_values(Some([value])).build()
+}
+
 /// The whole document, as `GET /openapi.json` serves it.
 pub fn document() -> Value {
-    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_else(|_| json!({}));
-    refine_paths(&mut doc);
-    refine_schemas(&mut doc);
-    refine_requests(&mut doc);
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).expect("an OpenApi value is plain JSON");
+    let schemas = doc.pointer_mut("/components/schemas").and_then(Value::as_object_mut);
+    let schemas = schemas.expect("the handlers' bodies register component schemas");
+    split_key_or_parts::<ClaimRequest>(schemas, "ClaimByKey", "ClaimByParts");
+    split_key_or_parts::<KeyRef>(schemas, "KeyRefByKey", "KeyRefByParts");
+    split_key_or_parts::<BeginRequest>(schemas, "BeginByKey", "BeginByParts");
+    let paths = doc.get_mut("paths").and_then(Value::as_object_mut).expect("ApiDoc lists paths");
+    for op in paths.values_mut().filter_map(Value::as_object_mut).flat_map(|item| item.values_mut()) {
+        add_common_answers(op);
+        describe_headers(op);
+    }
     // Relative: the idem that serves this document (its /openapi.json) serves the API too.
     doc["servers"] =
         json!([{"url": "/", "description": "The idem serving this document (by default http://127.0.0.1:7070)"}]);
     doc
 }
 
-/// An example body per operation that takes JSON: what a first call looks like.
-fn example(operation: &str) -> Option<Value> {
-    let token = "5f0c2b6e9d8a4f1e8b7c6d5e4f3a2b1c";
-    Some(match operation {
-        "claim" => json!({"parts": ["scenario-1", "user-3", "node-2"], "data": {"answer": "A"}, "ttl_seconds": 86400}),
-        "claimBatch" => json!({"items": [{"key": "https://example.org/a"}, {"key": "https://example.org/b"}]}),
-        "lookupClaims" => {
-            json!({"items": [{"key": "https://example.org/a"}, {"parts": ["scenario-1", "user-3", "node-2"]}]})
-        }
-        "claimPrefixExists" => json!({"prefix": ["scenario-1", "user-3"]}),
-        "beginOperation" => {
-            json!({"key": "order-1042", "request": {"amount": 1200, "currency": "EUR"}, "lease_seconds": 1})
-        }
-        "completeOperation" => json!({"token": token, "result": {"charge_id": "ch_1042"}}),
-        "releaseOperation" => json!({"token": token}),
-        "extendOperation" => json!({"token": token, "lease_seconds": 120}),
-        "replayReceipts" => {
-            json!({"source": "partner", "status": "dead", "created_after": "2026-11-01T00:00:00Z", "dry_run": true})
-        }
-        _ => return None,
-    })
-}
-
-fn refine_requests(doc: &mut Value) {
-    let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) else { return };
-    for op in paths.values_mut().filter_map(Value::as_object_mut).flat_map(|item| item.values_mut()) {
-        let id = op["operationId"].as_str().unwrap_or_default().to_owned();
-        if let (Some(example), Some(json)) = (example(&id), op.pointer_mut("/requestBody/content/application~1json")) {
-            json["example"] = example;
-        }
-    }
-    // An event is taken as sent: JSON when the source's `event_id` is a JSON pointer, any bytes
-    // when it is a header.
-    if let Some(body) = doc.pointer_mut("/paths/~1v1~1sources~1{name}~1events/post/requestBody") {
-        body["content"] = json!({
-            "application/json": {"schema": {}, "example": {"external_event_id": "evt_1042", "type": "order.paid"}},
-            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
-        });
-    }
-}
-
-fn namespace() -> Value {
-    json!({"type": "string", "pattern": format!("^[a-z0-9_.-]{{1,{}}}$", Namespace::MAX_LEN)})
-}
-
-fn claim_id() -> Value {
-    json!({"type": "string", "pattern": "^[0-9a-f]{64}$", "description": "Lowercase hex SHA-256 of the key's parts joined by NUL"})
-}
-
-/// One key part: non-empty, no NUL, at most 1 KiB of UTF-8 (JSON Schema counts characters).
-fn part() -> Value {
-    json!({"type": "string", "minLength": 1, "maxLength": Parts::MAX_PART_BYTES, "pattern": "^[^\\u0000]+$"})
-}
-
-fn parts() -> Value {
-    json!({"type": "array", "items": part(), "minItems": 1, "maxItems": Parts::MAX_PARTS})
-}
-
-/// The one-part form of a key.
-fn key() -> Value {
-    json!({"type": "string", "minLength": 1, "maxLength": Parts::MAX_PART_BYTES, "pattern": "^[^\\u0000]+$", "description": "The one-part form of a key"})
-}
-
-/// `key` or `parts`, exactly one: `name` becomes a `oneOf` of two closed object schemas, one per
-/// form (`by_key` and `by_parts`, each with the other fields of `name`), so that a generator makes
-/// one plain type per form, and a body with both forms, or neither, matches neither.
-fn split_key_or_parts(schemas: &mut Map<String, Value>, name: &str, by_key: &str, by_parts: &str) {
-    let Some(schema) = schemas.remove(name) else { return };
+/// `key` or `parts`, exactly one: `T`'s schema becomes a `oneOf` of two closed object schemas, one
+/// per form (`by_key` and `by_parts`, each with the other fields of `T`), so that a generator makes
+/// one plain type per form, and a body with both forms, or neither, matches neither. (A Rust type
+/// of that shape would lose the server's own errors for both and neither, hence this step.)
+fn split_key_or_parts<T: ToSchema>(schemas: &mut Map<String, Value>, by_key: &str, by_parts: &str) {
+    let name = T::name();
+    let schema = schemas.remove(name.as_ref()).unwrap_or_else(|| panic!("{name} is a request body of ApiDoc's paths"));
     let variant = |form: &str, other: &str| {
         let mut v = schema.clone();
+        let properties = v.get_mut("properties").and_then(Value::as_object_mut);
+        let properties = properties.unwrap_or_else(|| panic!("{name} is a struct with fields"));
+        assert!(properties.remove(other).is_some() && properties.contains_key(form), "{name} has key and parts");
         if let Some(object) = v.as_object_mut() {
-            object.remove("oneOf");
             object.remove("description");
         }
-        if let Some(properties) = v.get_mut("properties").and_then(Value::as_object_mut) {
-            properties.remove(other);
-            properties.insert(form.to_owned(), if form == "key" { key() } else { parts() });
+        let required = v.get_mut("required").and_then(Value::as_array_mut);
+        match required {
+            Some(required) => required.push(json!(form)),
+            None => v["required"] = json!([form]),
         }
-        require(&mut v, form);
         v["additionalProperties"] = json!(false);
         v
     };
@@ -162,194 +128,11 @@ fn split_key_or_parts(schemas: &mut Map<String, Value>, name: &str, by_key: &str
     schemas.insert(by_parts.to_owned(), variant("parts", "key"));
     let description = schema.get("description").cloned().unwrap_or(json!(""));
     let refs = [by_key, by_parts].map(|n| json!({"$ref": format!("#/components/schemas/{n}")}));
-    schemas.insert(name.to_owned(), json!({"description": description, "oneOf": refs}));
+    schemas.insert(name.into_owned(), json!({"description": description, "oneOf": refs}));
 }
 
-/// Sets the value at `path` below `root`, making objects on the way.
-fn set(root: &mut Value, path: &[&str], value: Value) {
-    let Some((last, parents)) = path.split_last() else { return };
-    let mut node = root;
-    for key in parents {
-        if !node.get(*key).is_some_and(Value::is_object) {
-            node[*key] = json!({});
-        }
-        node = &mut node[*key];
-    }
-    if node.is_object() {
-        node[*last] = value;
-    }
-}
-
-fn require(schema: &mut Value, field: &str) {
-    match schema.get_mut("required").and_then(Value::as_array_mut) {
-        Some(required) if !required.iter().any(|r| r == field) => required.push(json!(field)),
-        Some(_) => {}
-        None => schema["required"] = json!([field]),
-    }
-}
-
-/// A property the server leaves out rather than writing `null`.
-fn never_null(property: &mut Value) {
-    if let Some(types) = property.get("type").and_then(Value::as_array) {
-        let kept: Vec<Value> = types.iter().filter(|t| *t != "null").cloned().collect();
-        property["type"] = if kept.len() == 1 { kept[0].clone() } else { Value::Array(kept) };
-    }
-    let branches = property
-        .get("oneOf")
-        .and_then(Value::as_array)
-        .map(|b| b.iter().filter(|b| b.get("type").is_none_or(|t| t != "null")).cloned().collect::<Vec<_>>());
-    if let (Some(mut kept), Some(object)) = (branches, property.as_object_mut()) {
-        object.remove("oneOf");
-        if kept.len() == 1 {
-            if let Some(only) = kept.pop().and_then(|v| v.as_object().cloned()) {
-                object.extend(only);
-            }
-        } else {
-            object.insert("oneOf".into(), Value::Array(kept));
-        }
-    }
-}
-
-/// A field that takes any JSON value (`null` included), described as before.
-fn any_json(schema: &mut Value, field: &str) {
-    if let Some(p) = schema.pointer_mut(&format!("/properties/{field}")).and_then(Value::as_object_mut) {
-        p.remove("type");
-    }
-}
-
-fn integer(min: u64, max: u64) -> Value {
-    json!({"type": ["integer", "null"], "format": "int64", "minimum": min, "maximum": max})
-}
-
-fn refine_schemas(doc: &mut Value) {
-    let Some(schemas) = doc.pointer_mut("/components/schemas").and_then(Value::as_object_mut) else { return };
-    refine_fields(schemas);
-    timestamps(schemas);
-    for (name, by_key, by_parts) in [
-        ("ClaimRequest", "ClaimByKey", "ClaimByParts"),
-        ("KeyRef", "KeyRefByKey", "KeyRefByParts"),
-        ("BeginRequest", "BeginByKey", "BeginByParts"),
-    ] {
-        split_key_or_parts(schemas, name, by_key, by_parts);
-    }
-}
-
-/// Every `…_at` field is an RFC 3339 UTC timestamp.
-fn timestamps(schemas: &mut Map<String, Value>) {
-    for schema in schemas.values_mut() {
-        let Some(properties) = schema.get_mut("properties").and_then(Value::as_object_mut) else { continue };
-        for (name, property) in properties.iter_mut() {
-            let string = |t: &Value| t == "string" || t.as_array().is_some_and(|ts| ts.iter().any(|t| t == "string"));
-            if name.ends_with("_at") && property.get("type").is_some_and(string) {
-                property["format"] = json!("date-time");
-            }
-        }
-    }
-}
-
-fn refine_fields(schemas: &mut Map<String, Value>) {
-    for (name, field) in [
-        ("ClaimRequest", "data"),
-        ("Record", "data"),
-        ("BeginRequest", "request"),
-        ("CompleteRequest", "result"),
-        ("Completed", "result"),
-        ("ReceiptView", "body"),
-    ] {
-        if let Some(s) = schemas.get_mut(name) {
-            any_json(s, field);
-        }
-    }
-    if let Some(s) = schemas.get_mut("BulkReplayRequest") {
-        let nullable = |schema: Value| json!({"anyOf": [schema, {"type": "null"}]});
-        set(s, &["properties", "source"], nullable(namespace()));
-        set(
-            s,
-            &["properties", "status"],
-            nullable(
-                json!({"type": "string", "enum": ["dead", "completed", "discarded"], "description": "default: dead"}),
-            ),
-        );
-        set(s, &["properties", "event_id"], nullable(json!({"type": "string", "pattern": "^[^\\u0000]*$"})));
-        for field in ["created_before", "created_after"] {
-            set(s, &["properties", field], nullable(json!({"type": "string", "format": "date-time"})));
-        }
-    }
-    if let Some(s) = schemas.get_mut("ClaimRequest") {
-        set(s, &["properties", "ttl_seconds"], integer(1, claim::MAX_TTL_SECONDS));
-    }
-    if let Some(s) = schemas.get_mut("BatchRequest") {
-        set(s, &["properties", "items", "minItems"], json!(1));
-        set(s, &["properties", "items", "maxItems"], json!(claim::MAX_ITEMS));
-    }
-    if let Some(s) = schemas.get_mut("LookupRequest") {
-        set(
-            s,
-            &["properties", "items"],
-            json!({"type": "array", "items": {"$ref": "#/components/schemas/KeyRef"}, "minItems": 1, "maxItems": claim::MAX_ITEMS, "description": "1 to 10,000 keys, answered in this order"}),
-        );
-        require(s, "items");
-    }
-    if let Some(s) = schemas.get_mut("PrefixRequest") {
-        set(s, &["properties", "prefix"], parts());
-    }
-    if let Some(s) = schemas.get_mut("BeginRequest") {
-        set(s, &["properties", "lease_seconds"], integer(1, operation::MAX_LEASE_SECONDS));
-        set(s, &["properties", "wait_seconds"], integer(0, operation::MAX_WAIT_SECONDS));
-        set(s, &["properties", "ttl_seconds"], integer(1, operation::MAX_TTL_SECONDS));
-    }
-    if let Some(s) = schemas.get_mut("ExtendRequest") {
-        set(s, &["properties", "lease_seconds"], integer(1, operation::MAX_LEASE_SECONDS));
-    }
-    // Fields the server always writes (null when empty) are required; fields it leaves out when
-    // empty are optional but never null; status fields name their one value.
-    for (name, field) in [
-        ("Record", "data"),
-        ("Record", "expires_at"),
-        ("Completed", "result"),
-        ("ReceiptPage", "next_cursor"),
-        ("ReceiptView", "result_webhook"),
-        ("ResultView", "last_status_code"),
-        ("ResultView", "last_error"),
-    ] {
-        if let Some(s) = schemas.get_mut(name) {
-            require(s, field);
-        }
-    }
-    for (name, field) in [
-        ("LookupResult", "record"),
-        ("ReceiptView", "attempts"),
-        ("AttemptView", "status_code"),
-        ("AttemptView", "error"),
-        ("AttemptView", "response"),
-        ("Problem", "field"),
-    ] {
-        if let Some(p) = schemas.get_mut(name).and_then(|s| s.pointer_mut(&format!("/properties/{field}"))) {
-            never_null(p);
-        }
-    }
-    for (name, value) in [
-        ("Started", "started"),
-        ("Completed", "completed"),
-        ("InProgress", "in_progress"),
-        ("ReplayResponse", "accepted"),
-    ] {
-        if let Some(s) = schemas.get_mut(name) {
-            set(s, &["properties", "status"], json!({"type": "string", "enum": [value]}));
-        }
-    }
-    if let Some(s) = schemas.get_mut("ReplayResponse") {
-        set(s, &["properties", "replayed"], json!({"type": "boolean", "enum": [true]}));
-    }
-    let token = json!({"type": "string", "pattern": "^[0-9a-fA-F]{32}$", "description": "The token begin answered"});
-    for name in ["CompleteRequest", "TokenRequest", "ExtendRequest"] {
-        if let Some(s) = schemas.get_mut(name) {
-            set(s, &["properties", "token"], token.clone());
-        }
-    }
-}
-
-/// Problem answers every `/v1` call can give, by status, when the handler's own list lacks them.
+/// Problem answers every `/v1` call can give, by status, when the handler's own list lacks them:
+/// 413 for a call with a body, 415 for one whose body must be JSON.
 fn common_answers(has_body: bool, json_body: bool) -> Vec<(&'static str, &'static str)> {
     let mut answers = vec![
         ("400", "Invalid request (the field at fault is named); nothing was changed"),
@@ -369,91 +152,49 @@ fn common_answers(has_body: bool, json_body: bool) -> Vec<(&'static str, &'stati
     answers
 }
 
-fn refine_paths(doc: &mut Value) {
-    let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) else { return };
-    for (path, item) in paths.iter_mut() {
-        let Some(item) = item.as_object_mut() else { continue };
-        for op in item.values_mut() {
-            refine_parameters(path, op);
-            refine_responses(path, op);
-        }
-    }
-    // A signed source's intake needs no token: auth is optional there.
-    if let Some(intake) = doc.pointer_mut("/paths/~1v1~1sources~1{name}~1events/post") {
-        intake["security"] = json!([{}, {"bearer": []}]);
-    }
-}
-
-fn refine_parameters(path: &str, op: &mut Value) {
-    let Some(params) = op.get_mut("parameters").and_then(Value::as_array_mut) else { return };
-    for p in params.iter_mut() {
-        let name = p["name"].as_str().unwrap_or("").to_owned();
-        let schema = match (name.as_str(), p["in"].as_str()) {
-            ("ns" | "name", Some("path")) => namespace(),
-            ("id", Some("path")) if path.starts_with("/v1/receipts") => {
-                json!({"type": "string", "pattern": "^rcpt_[0-9a-f]{36}$"})
-            }
-            ("id", Some("path")) => claim_id(),
-            ("source", Some("query")) => namespace(),
-            ("status", Some("query")) => {
-                json!({"type": "string", "enum": ["accepted", "processing", "retrying", "completed", "dead", "discarded"]})
-            }
-            ("event_id", Some("query")) => json!({"type": "string", "pattern": "^[^\\u0000]*$"}),
-            ("limit", Some("query")) => json!({"type": "integer", "minimum": 1, "maximum": 1000}),
-            ("cursor", Some("query")) => json!({"type": "string", "pattern": "^rcpt_[0-9a-f]{36}$"}),
-            _ => continue,
-        };
-        p["schema"] = schema;
-        if p["in"] == "query" {
-            p["required"] = json!(false);
-        }
-    }
-}
-
-fn refine_responses(path: &str, op: &mut Value) {
-    let op_id = op["operationId"].as_str().unwrap_or_default().to_owned();
-    let has_body = op.get("requestBody").is_some();
-    let json_body = has_body && !path.ends_with("/events");
-    let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) else { return };
-    // Errors are served as application/problem+json, whatever the annotation said.
-    for answer in responses.values_mut() {
-        if let Some(content) = answer.get_mut("content").and_then(Value::as_object_mut)
-            && content.get("application/json").is_some_and(|c| c.to_string().contains("/Problem\""))
-            && let Some(problem) = content.remove("application/json")
-        {
-            content.insert("application/problem+json".into(), problem);
-        }
-    }
-    let problem = json!({"schema": {"$ref": "#/components/schemas/Problem"}});
+/// Adds [`common_answers`] to one operation, each with the headers its status always carries.
+fn add_common_answers(op: &mut Value) {
+    let content = op.pointer("/requestBody/content").and_then(Value::as_object);
+    let has_body = content.is_some();
+    let json_body = content.is_some_and(|c| c.len() == 1 && c.contains_key("application/json"));
+    let responses = op.get_mut("responses").and_then(Value::as_object_mut).expect("every operation answers");
+    let problem = json!({"schema": {"$ref": format!("#/components/schemas/{}", Problem::name())}});
     for (status, description) in common_answers(has_body, json_body) {
         responses.entry(status).or_insert_with(
             || json!({"description": description, "content": {"application/problem+json": problem.clone()}}),
         );
     }
-    let described = header_descriptions();
-    for (status, answer) in responses.iter_mut() {
-        for (name, required) in headers(&op_id, status) {
-            let mut header = described[name].clone();
-            header["required"] = json!(required);
-            set(answer, &["headers", name], header);
+    // Whoever answers 401 or 503 (a handler's own list too) says how to do better.
+    for (status, header) in [("401", "WWW-Authenticate"), ("503", "Retry-After")] {
+        if let Some(answer) = responses.get_mut(status) {
+            let headers = answer.as_object_mut().map(|a| a.entry("headers").or_insert_with(|| json!({})));
+            if let Some(headers) = headers.and_then(Value::as_object_mut) {
+                headers.entry(header).or_insert_with(|| json!({}));
+            }
         }
     }
 }
 
-/// The headers an answer carries, beyond `Content-Type`, and whether it always carries them.
-fn headers(operation: &str, status: &str) -> Vec<(&'static str, bool)> {
-    match (operation, status) {
-        (_, "503") => vec![("Retry-After", true)],
-        // A signed source's 401 is a bad signature, which no bearer token fixes.
-        ("acceptEvent", "401") => vec![("WWW-Authenticate", false)],
-        (_, "401") => vec![("WWW-Authenticate", true)],
-        ("beginOperation" | "deleteOperation", "409") => vec![("Retry-After", true)],
-        ("beginOperation" | "acceptEvent", "200") => vec![("Idempotent-Replayed", true)],
-        _ => vec![],
+/// Describes each header an operation's answers name (in the handler's `headers(...)`, or from
+/// [`add_common_answers`]) as [`header_descriptions`] has it, and says whether it is always sent:
+/// always, except `WWW-Authenticate` where a call may go without a token (a signed source's 401 is
+/// a bad signature, which no bearer token fixes).
+fn describe_headers(op: &mut Value) {
+    let anonymous =
+        op["security"].as_array().is_some_and(|s| s.iter().any(|r| r.as_object().is_some_and(Map::is_empty)));
+    let described = header_descriptions();
+    let responses = op.get_mut("responses").and_then(Value::as_object_mut).expect("every operation answers");
+    for headers in responses.values_mut().filter_map(|a| a.get_mut("headers")).filter_map(Value::as_object_mut) {
+        for (name, header) in headers.iter_mut() {
+            let mut described =
+                described.get(name).cloned().unwrap_or_else(|| panic!("header {name} is in header_descriptions"));
+            described["required"] = json!(!(anonymous && name == "WWW-Authenticate"));
+            *header = described;
+        }
     }
 }
 
-/// The headers [`headers`] names, described once.
+/// The headers idem's answers carry, beyond `Content-Type`, described once.
 fn header_descriptions() -> Value {
     json!({
         "Retry-After": {
@@ -513,6 +254,58 @@ mod tests {
         }
         let intake = &doc["paths"]["/v1/sources/{name}/events"]["post"];
         assert_eq!(intake["security"], json!([{}, {"bearer": []}]), "a signed source needs no token");
+    }
+
+    /// The limits the fields' `#[schema(...)]` and the parameters' `#[param(...)]` state as
+    /// literals are the ones the server enforces.
+    #[test]
+    fn the_stated_limits_are_the_servers() {
+        use super::super::{claim, operation};
+        use idem_core::{Namespace, Parts};
+        let doc = document();
+        let s = &doc["components"]["schemas"];
+        let at = |schema: &str, field: &str| s[schema]["properties"][field].clone();
+        for (schema, field) in [("ClaimByParts", "parts"), ("KeyRefByParts", "parts"), ("BeginByParts", "parts")]
+            .into_iter()
+            .chain([("PrefixRequest", "prefix")])
+        {
+            assert_eq!(at(schema, field)["maxItems"], Parts::MAX_PARTS, "{schema}.{field}");
+            assert_eq!(at(schema, field)["items"]["maxLength"], Parts::MAX_PART_BYTES, "{schema}.{field}");
+        }
+        for schema in ["ClaimByKey", "KeyRefByKey", "BeginByKey"] {
+            assert_eq!(at(schema, "key")["maxLength"], Parts::MAX_PART_BYTES, "{schema}.key");
+        }
+        assert_eq!(at("ClaimByKey", "ttl_seconds")["maximum"], claim::MAX_TTL_SECONDS);
+        assert_eq!(at("BatchRequest", "items")["maxItems"], claim::MAX_ITEMS);
+        assert_eq!(at("LookupRequest", "items")["maxItems"], claim::MAX_ITEMS);
+        for schema in ["BeginByKey", "ExtendRequest"] {
+            assert_eq!(at(schema, "lease_seconds")["maximum"], operation::MAX_LEASE_SECONDS, "{schema}");
+        }
+        assert_eq!(at("BeginByParts", "wait_seconds")["maximum"], operation::MAX_WAIT_SECONDS);
+        assert_eq!(at("BeginByParts", "ttl_seconds")["maximum"], operation::MAX_TTL_SECONDS);
+        let namespace = format!("^[a-z0-9_.-]{{1,{}}}$", Namespace::MAX_LEN);
+        assert_eq!(at("BulkReplayRequest", "source")["pattern"], namespace.as_str());
+        let params = doc["paths"].as_object().into_iter().flat_map(|paths| paths.values());
+        let params = params.flat_map(|item| item.as_object().into_iter().flat_map(|ops| ops.values()));
+        let params = params.flat_map(|op| op["parameters"].as_array().into_iter().flatten());
+        for p in params.filter(|p| ["ns", "name", "source"].contains(&p["name"].as_str().unwrap_or_default())) {
+            assert_eq!(p["schema"]["pattern"], namespace.as_str(), "{p}");
+        }
+    }
+
+    /// Every `…_at` field is an RFC 3339 timestamp: a field added without `format = DateTime`
+    /// fails here.
+    #[test]
+    fn every_timestamp_says_so() {
+        let doc = document();
+        let schemas = doc["components"]["schemas"].as_object().expect("schemas");
+        for (name, schema) in schemas {
+            for (field, property) in schema["properties"].as_object().into_iter().flatten() {
+                if field.ends_with("_at") || field.starts_with("created_") {
+                    assert_eq!(property["format"], "date-time", "{name}.{field}");
+                }
+            }
+        }
     }
 
     /// What generators need: one answer shape per status, plain types for key-or-parts, typed

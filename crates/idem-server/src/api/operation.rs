@@ -21,10 +21,12 @@ use idem_gateway::waiters::Wait;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use utoipa::ToSchema;
+use utoipa::openapi::Object;
 
 use super::claim::KeyRef;
+use super::openapi;
 use crate::web::error::{ApiError, Problem};
-use crate::web::extract::{ApiJson, ClaimPath};
+use crate::web::extract::{ApiJson, ClaimPath, NsIdParams, NsParam};
 use crate::web::state::AppState;
 
 /// Longest lease a begin or an extend may ask for.
@@ -41,45 +43,65 @@ const DEFAULT_TTL: Duration = Duration::from_secs(24 * 3600);
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BeginRequest {
+    /// The one-part form of a key.
+    #[schema(nullable = false, min_length = 1, max_length = 1024, pattern = "^[^\\u0000]+$")]
     pub key: Option<String>,
+    /// 1 to 16 non-empty parts, each at most 1 KiB, without NUL.
+    #[schema(
+        nullable = false,
+        min_items = 1,
+        max_items = 16,
+        min_length = 1,
+        max_length = 1024,
+        pattern = "^[^\\u0000]+$"
+    )]
     pub parts: Option<Vec<String>>,
     /// Any JSON describing the work; a later begin with another `request` gets 422. Compared as
     /// canonical JSON. Absent: matches any.
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<Value>)]
     pub request: Option<Box<RawValue>>,
     /// 1 to 3600; default 60. How long the key is held if the worker dies.
     #[serde(default, deserialize_with = "crate::web::extract::whole_seconds")]
+    #[schema(minimum = 1, maximum = 3600)]
     pub lease_seconds: Option<u64>,
     /// 1 to 31536000, counted from completion; default the namespace's `default_ttl`, else 24 h.
     #[serde(default, deserialize_with = "crate::web::extract::whole_seconds")]
+    #[schema(minimum = 1, maximum = 31_536_000)]
     pub ttl_seconds: Option<u64>,
     /// 0 to 30; default 0. How long to wait for a running holder before answering 409.
     #[serde(default, deserialize_with = "crate::web::extract::whole_seconds")]
+    #[schema(minimum = 0, maximum = 30)]
     pub wait_seconds: Option<u64>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CompleteRequest {
-    /// The token `begin` answered.
+    /// The token begin answered.
+    #[schema(pattern = "^[0-9a-fA-F]{32}$")]
     pub token: String,
     /// Any JSON, at most 64 KiB: what later begins of this key get back.
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<Value>)]
     pub result: Option<Box<RawValue>>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TokenRequest {
+    /// The token begin answered.
+    #[schema(pattern = "^[0-9a-fA-F]{32}$")]
     pub token: String,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExtendRequest {
+    /// The token begin answered.
+    #[schema(pattern = "^[0-9a-fA-F]{32}$")]
     pub token: String,
     /// 1 to 3600; default 60: the lease ends this long from now.
     #[serde(default, deserialize_with = "crate::web::extract::whole_seconds")]
+    #[schema(minimum = 1, maximum = 3600)]
     pub lease_seconds: Option<u64>,
 }
 
@@ -87,11 +109,13 @@ pub struct ExtendRequest {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Started {
     /// Always `started`.
+    #[schema(schema_with = started)]
     pub status: &'static str,
     /// The key's id: lowercase hex SHA-256 of its parts joined by NUL, as for claims.
     pub id: String,
     /// Proof of holding the key: give it to complete, release and extend.
     pub token: String,
+    #[schema(format = DateTime)]
     pub lease_expires_at: String,
 }
 
@@ -99,11 +123,14 @@ pub struct Started {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Completed {
     /// Always `completed`.
+    #[schema(schema_with = completed)]
     pub status: &'static str,
     pub id: String,
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<Value>, required)]
     pub result: Option<Box<RawValue>>,
+    #[schema(format = DateTime)]
     pub completed_at: String,
+    #[schema(format = DateTime)]
     pub expires_at: String,
 }
 
@@ -111,8 +138,10 @@ pub struct Completed {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct InProgress {
     /// Always `in_progress`.
+    #[schema(schema_with = in_progress)]
     pub status: &'static str,
     pub id: String,
+    #[schema(format = DateTime)]
     pub lease_expires_at: String,
 }
 
@@ -125,7 +154,21 @@ pub enum OperationView {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Extended {
+    #[schema(format = DateTime)]
     pub lease_expires_at: String,
+}
+
+// Each answer's `status` names its one value, so that a generated client tells them apart.
+fn started() -> Object {
+    openapi::only("started")
+}
+
+fn completed() -> Object {
+    openapi::only("completed")
+}
+
+fn in_progress() -> Object {
+    openapi::only("in_progress")
 }
 
 /// A begin, validated.
@@ -194,12 +237,14 @@ fn decode(result: &[u8]) -> Result<Outcome, ApiError> {
 
 /// Begin work: `201` started, `200` the stored result, `409` in progress, `422` another request.
 #[utoipa::path(post, path = "/v1/operations/{ns}/begin", operation_id = "beginOperation", tag = "operations",
-    params(("ns" = String, Path, description = "Namespace: 1-64 of [a-z0-9_.-]")),
-    request_body = BeginRequest,
+    params(NsParam),
+    request_body(content = BeginRequest, example = json!({"key": "order-1042", "request": {"amount": 1200, "currency": "EUR"}, "lease_seconds": 1})),
     responses(
         (status = 201, description = "Started: the caller holds the key and does the work", body = Started),
-        (status = 200, description = "Completed earlier: the stored result; do not do the work again", body = Completed),
-        (status = 409, description = "Held by someone else (after waiting up to wait_seconds); see Retry-After", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "Completed earlier: the stored result; do not do the work again", body = Completed,
+            headers(("Idempotent-Replayed" = String))),
+        (status = 409, description = "Held by someone else (after waiting up to wait_seconds); see Retry-After", body = Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64))),
         (status = 422, description = "The key was begun with another request", body = Problem, content_type = "application/problem+json"),
         (status = 400, description = "Invalid request", body = Problem, content_type = "application/problem+json"),
     ))]
@@ -274,8 +319,8 @@ async fn same_request(
 /// Store the result of work this token holds. A second complete by the same token answers the
 /// same stored result.
 #[utoipa::path(post, path = "/v1/operations/{ns}/{id}/complete", operation_id = "completeOperation", tag = "operations",
-    params(("ns" = String, Path, description = "Namespace"), ("id" = String, Path, description = "64 hex digits")),
-    request_body = CompleteRequest,
+    params(NsIdParams),
+    request_body(content = CompleteRequest, example = json!({"token": "5f0c2b6e9d8a4f1e8b7c6d5e4f3a2b1c", "result": {"charge_id": "ch_1042"}})),
     responses(
         (status = 200, description = "Completed: the stored result", body = Completed),
         (status = 409, description = "lease-lost: the token no longer holds the key", body = Problem, content_type = "application/problem+json"),
@@ -336,8 +381,8 @@ fn lease_lost(ns: &Namespace) -> ApiError {
 
 /// The work failed: free the key so that it may run again.
 #[utoipa::path(post, path = "/v1/operations/{ns}/{id}/release", operation_id = "releaseOperation", tag = "operations",
-    params(("ns" = String, Path, description = "Namespace"), ("id" = String, Path, description = "64 hex digits")),
-    request_body = TokenRequest,
+    params(NsIdParams),
+    request_body(content = TokenRequest, example = json!({"token": "5f0c2b6e9d8a4f1e8b7c6d5e4f3a2b1c"})),
     responses(
         (status = 204, description = "Released; the record is gone"),
         (status = 409, description = "lease-lost: the token no longer holds the key", body = Problem, content_type = "application/problem+json"),
@@ -359,8 +404,8 @@ pub async fn release(
 
 /// A heartbeat for long work: the lease ends `lease_seconds` from now.
 #[utoipa::path(post, path = "/v1/operations/{ns}/{id}/extend", operation_id = "extendOperation", tag = "operations",
-    params(("ns" = String, Path, description = "Namespace"), ("id" = String, Path, description = "64 hex digits")),
-    request_body = ExtendRequest,
+    params(NsIdParams),
+    request_body(content = ExtendRequest, example = json!({"token": "5f0c2b6e9d8a4f1e8b7c6d5e4f3a2b1c", "lease_seconds": 120})),
     responses(
         (status = 200, description = "Extended", body = Extended),
         (status = 409, description = "lease-lost: the token no longer holds the key", body = Problem, content_type = "application/problem+json"),
@@ -380,7 +425,7 @@ pub async fn extend(
 
 /// Read an operation: in progress (never the token) or completed with its result.
 #[utoipa::path(get, path = "/v1/operations/{ns}/{id}", operation_id = "getOperation", tag = "operations",
-    params(("ns" = String, Path, description = "Namespace"), ("id" = String, Path, description = "64 hex digits")),
+    params(NsIdParams),
     responses(
         (status = 200, description = "`status` is `in_progress` or `completed`", body = OperationView),
         (status = 404, description = "No live operation with this id", body = Problem, content_type = "application/problem+json"),
@@ -402,10 +447,11 @@ pub async fn read(State(state): State<AppState>, path: ClaimPath) -> Result<Json
 
 /// Forget a completed result, so that the work may run again.
 #[utoipa::path(delete, path = "/v1/operations/{ns}/{id}", operation_id = "deleteOperation", tag = "operations",
-    params(("ns" = String, Path, description = "Namespace"), ("id" = String, Path, description = "64 hex digits")),
+    params(NsIdParams),
     responses(
         (status = 204, description = "Forgotten"),
-        (status = 409, description = "in-progress: someone holds the key", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "in-progress: someone holds the key", body = Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64))),
         (status = 404, description = "No live operation with this id", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn delete(State(state): State<AppState>, path: ClaimPath) -> Result<StatusCode, ApiError> {

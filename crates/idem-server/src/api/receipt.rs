@@ -8,8 +8,9 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use idem_core::Invalid;
-use idem_core::event::{Receipt, ReceiptFilter, ReceiptId};
+use idem_core::event::{Receipt, ReceiptFilter, ReceiptId, ReceiptStatus};
 use serde::{Deserialize, Serialize};
+use utoipa::openapi::{Object, ObjectBuilder, Type};
 
 use crate::actions::{
     BulkReplayRequest, body_view, check_event_id, check_source, check_source_scope, discard_one, parse_status,
@@ -17,7 +18,7 @@ use crate::actions::{
 };
 use crate::config::Can;
 use crate::web::auth::Caller;
-use crate::web::error::ApiError;
+use crate::web::error::{ApiError, Problem};
 use crate::web::extract::{ApiJson, NoInput};
 use crate::web::state::AppState;
 
@@ -26,22 +27,36 @@ use crate::web::state::AppState;
 pub struct ReplayResponse {
     pub receipt_id: String,
     /// Always `accepted`: delivery starts again from attempt 1.
+    #[schema(schema_with = accepted)]
     pub status: &'static str,
     /// Always `true`: this call queued the receipt for delivery again.
+    #[schema(schema_with = always_true)]
     pub replayed: bool,
+}
+
+fn accepted() -> Object {
+    super::openapi::only("accepted")
+}
+
+fn always_true() -> Object {
+    super::openapi::only(true)
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct AttemptView {
     pub n: u32,
+    #[schema(format = DateTime)]
     pub started_at: String,
     pub duration_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub status_code: Option<u16>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub error: Option<String>,
     /// The first 1 KiB of the handler's answer.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub response: Option<String>,
 }
 
@@ -49,7 +64,9 @@ pub struct AttemptView {
 pub struct ResultView {
     pub status: String,
     pub attempts: u32,
+    #[schema(required)]
     pub last_status_code: Option<u16>,
+    #[schema(required)]
     pub last_error: Option<String>,
 }
 
@@ -60,20 +77,23 @@ pub struct ReceiptView {
     pub event_id: String,
     /// accepted, processing, retrying, completed, dead or discarded.
     pub status: String,
+    #[schema(format = DateTime)]
     pub created_at: String,
+    #[schema(format = DateTime)]
     pub updated_at: String,
     /// 1, plus one per replay.
     pub round: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub attempts: Option<Vec<AttemptView>>,
     /// When the next delivery attempt is due: only while `retrying`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
+    #[schema(nullable = false, format = DateTime)]
     pub next_attempt_at: Option<String>,
+    #[schema(required)]
     pub result_webhook: Option<ResultView>,
     /// The event as received, when it was JSON (one receipt only, not in listings).
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
     pub body: Option<serde_json::Value>,
     /// The event as received, base64, when it was not JSON.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -128,8 +148,8 @@ fn parse_id(id: &str) -> Result<ReceiptId, ApiError> {
 
 /// One receipt with its event and attempts.
 #[utoipa::path(get, path = "/v1/receipts/{id}", operation_id = "getReceipt", tag = "events",
-    params(("id" = String, Path, description = "rcpt_…")),
-    responses((status = 200, body = ReceiptView), (status = 404, body = crate::web::error::Problem)))]
+    params(ReceiptIdParam),
+    responses((status = 200, body = ReceiptView), (status = 404, body = Problem, content_type = "application/problem+json")))]
 pub async fn read(
     State(state): State<AppState>,
     caller: Caller,
@@ -158,26 +178,49 @@ async fn check_receipt_scope(state: &AppState, caller: &Caller, id: &ReceiptId) 
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
+    #[param(nullable = false, pattern = "^[a-z0-9_.-]{1,64}$")]
     pub source: Option<String>,
     /// accepted, processing, retrying, completed, dead or discarded.
+    #[param(schema_with = any_status)]
     pub status: Option<String>,
     /// Only the receipt(s) of this event id.
+    #[param(nullable = false, pattern = "^[^\\u0000]*$")]
     pub event_id: Option<String>,
     /// 1 to 1000; default 50.
+    #[param(nullable = false, minimum = 1, maximum = 1000)]
     pub limit: Option<usize>,
     /// `next_cursor` of the previous page.
+    #[param(nullable = false, pattern = "^rcpt_[0-9a-f]{36}$")]
     pub cursor: Option<String>,
+}
+
+/// `status` of a listing: any receipt status.
+fn any_status() -> Object {
+    let all = ReceiptStatus::ALL.map(ReceiptStatus::as_str);
+    let description = "accepted, processing, retrying, completed, dead or discarded.";
+    ObjectBuilder::new().schema_type(Type::String).enum_values(Some(all)).description(Some(description)).build()
+}
+
+/// `{id}` of a receipt, as the OpenAPI document states it.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code, reason = "only its IntoParams is used, to describe the path")]
+pub struct ReceiptIdParam {
+    /// rcpt_…
+    #[param(pattern = "^rcpt_[0-9a-f]{36}$")]
+    pub id: String,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ReceiptPage {
     pub receipts: Vec<ReceiptView>,
+    #[schema(required)]
     pub next_cursor: Option<String>,
 }
 
 /// Receipts, newest first, a page at a time.
 #[utoipa::path(get, path = "/v1/receipts", operation_id = "listReceipts", tag = "events", params(ListQuery),
-    responses((status = 200, body = ReceiptPage), (status = 400, body = crate::web::error::Problem)))]
+    responses((status = 200, body = ReceiptPage), (status = 400, body = Problem, content_type = "application/problem+json")))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
@@ -205,12 +248,12 @@ pub async fn list(
 
 /// Deliver a `dead`, `discarded` or `completed` receipt again, from attempt 1, with the same `webhook-id`.
 #[utoipa::path(post, path = "/v1/receipts/{id}/replay", operation_id = "replayReceipt", tag = "events",
-    params(("id" = String, Path, description = "rcpt_…")),
+    params(ReceiptIdParam),
     responses(
         (status = 202, description = "Queued again from attempt 1", body = ReplayResponse),
-        (status = 404, body = crate::web::error::Problem),
-        (status = 409, description = "The receipt is still being delivered", body = crate::web::error::Problem),
-        (status = 415, description = "A body that is not JSON (a form post): send none", body = crate::web::error::Problem),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The receipt is still being delivered", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "A body that is not JSON (a form post): send none", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn replay(
     State(state): State<AppState>,
@@ -239,11 +282,13 @@ pub struct BulkReplayResponse {
 /// Replay every receipt matching a filter (default: every dead letter), or count them first
 /// with `dry_run` (which a `read` token may do; a replay needs `admin`).
 #[utoipa::path(post, path = "/v1/receipts/replay", operation_id = "replayReceipts", tag = "events",
-    request_body = BulkReplayRequest,
+    request_body(content = BulkReplayRequest, example = json!(
+        {"source": "partner", "status": "dead", "created_after": "2026-11-01T00:00:00Z", "dry_run": true}
+    )),
     responses(
         (status = 202, description = "Every matching receipt was queued again from attempt 1", body = BulkReplayResponse),
         (status = 200, description = "Dry run: how many match; nothing changed", body = BulkReplayResponse),
-        (status = 400, body = crate::web::error::Problem),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn replay_matching(
     State(state): State<AppState>,
@@ -275,12 +320,12 @@ pub struct DiscardResponse {
 
 /// Mark a dead receipt as handled by hand: it leaves the dead letters and can still be replayed.
 #[utoipa::path(post, path = "/v1/receipts/{id}/discard", operation_id = "discardReceipt", tag = "events",
-    params(("id" = String, Path, description = "rcpt_…")),
+    params(ReceiptIdParam),
     responses(
         (status = 200, description = "The receipt is discarded", body = DiscardResponse),
-        (status = 404, body = crate::web::error::Problem),
-        (status = 409, description = "The receipt is not dead", body = crate::web::error::Problem),
-        (status = 415, description = "A body that is not JSON (a form post): send none", body = crate::web::error::Problem),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The receipt is not dead", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "A body that is not JSON (a form post): send none", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn discard(
     State(state): State<AppState>,

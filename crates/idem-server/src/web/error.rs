@@ -66,6 +66,7 @@ pub struct Problem {
     pub detail: String,
     /// For invalid requests: the field at fault, e.g. `items[3].parts[0]`.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub field: Option<String>,
 }
 

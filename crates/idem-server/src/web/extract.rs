@@ -113,6 +113,29 @@ pub struct ClaimPath {
     pub caller: Caller,
 }
 
+/// `{ns}` as the OpenAPI document states it ([`ClaimPath`] is what reads it).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code, reason = "only its IntoParams is used, to describe the path")]
+pub struct NsParam {
+    /// Namespace: 1-64 of [a-z0-9_.-]
+    #[param(pattern = "^[a-z0-9_.-]{1,64}$")]
+    pub ns: String,
+}
+
+/// `{ns}/{id}` as the OpenAPI document states it ([`ClaimPath`] is what reads it).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code, reason = "only its IntoParams is used, to describe the path")]
+pub struct NsIdParams {
+    /// Namespace: 1-64 of [a-z0-9_.-]
+    #[param(pattern = "^[a-z0-9_.-]{1,64}$")]
+    pub ns: String,
+    /// 64 hex digits: the lowercase hex SHA-256 of the key's parts joined by NUL
+    #[param(pattern = "^[0-9a-f]{64}$")]
+    pub id: String,
+}
+
 impl FromRequestParts<AppState> for ClaimPath {
     type Rejection = ApiError;
 
