@@ -1,6 +1,6 @@
-//! The Claims API (contract §1): claim, batch claim, lookup by ids, ask whether a prefix exists, get
-//! and delete.
-//! Requests are validated whole before the store is touched, so bad input changes nothing.
+//! The Claims API (docs/reference/api.md#claims): claim, batch claim, lookup by ids, ask whether a
+//! prefix exists, get and delete. Requests are validated whole before the store is touched, so bad
+//! input changes nothing.
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
-//! Event intake (contract §3): `POST /v1/sources/{name}/events`. Intake validates everything first
-//! — source, size, signature, event id — and stores nothing for bad input; an accepted event's
-//! receipt and first delivery job are committed together before the 202. What happens to it after
-//! that is the event lifecycle's (`idem_core::event::lifecycle`).
+//! Event intake (docs/reference/api.md#events): `POST /v1/sources/{name}/events`. Intake validates
+//! everything first — source, size, signature, event id — and stores nothing for bad input; an
+//! accepted event's receipt and first delivery job are committed together before the 202. What
+//! happens to it after that is the event lifecycle's (`idem_core::event::lifecycle`).
 
 use axum::Json;
 use axum::extract::{Path, State};

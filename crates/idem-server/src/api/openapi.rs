@@ -20,7 +20,7 @@
 //! headers answers carry, `servers`, and an example for every JSON request body.
 //!
 //! What it still cannot state (JSON Schema counts characters where idem counts a part's bytes, for
-//! instance) is listed in the README's Testing section, with why.
+//! instance) is listed in docs/testing.md, with why.
 
 use serde_json::{Map, Value, json};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};

@@ -1,10 +1,10 @@
-//! The operations API (contract §5): seed 001's Processing → Completed | Failed record, so that any
-//! program can make a piece of work happen once. `begin` takes the key (or answers the stored
-//! result, or waits for the holder), `complete` stores the result, `release` lets the work run
-//! again, `extend` is a heartbeat for long work. The guarantees are the gateway's, from the same
-//! [`RequestStore`](idem_core::RequestStore): one holder of any number of concurrent begins, only
-//! the current token can complete, release or extend, an ended lease frees the key. The pure rules
-//! (ids, fingerprints, what is stored) are `idem_core::operation`'s.
+//! The operations API (docs/reference/api.md#operations): seed 001's Processing → Completed |
+//! Failed record, so that any program can make a piece of work happen once. `begin` takes the key
+//! (or answers the stored result, or waits for the holder), `complete` stores the result, `release`
+//! lets the work run again, `extend` is a heartbeat for long work. The guarantees are the
+//! gateway's, from the same [`RequestStore`](idem_core::RequestStore): one holder of any number of
+//! concurrent begins, only the current token can complete, release or extend, an ended lease frees
+//! the key. The pure rules (ids, fingerprints, what is stored) are `idem_core::operation`'s.
 
 use std::time::Duration;
 

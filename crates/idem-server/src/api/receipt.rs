@@ -1,7 +1,7 @@
-//! The receipts API (contract §3 and §6): one receipt with its event and attempts, a page of
-//! receipts, replay of one or of every receipt matching a filter, and discard. A receipt's states
-//! and what a replay or a discard may do are the event lifecycle's (`idem_core::event::lifecycle`);
-//! this file only shows and asks.
+//! The receipts API (docs/reference/api.md, Events and Dead letters): one receipt with its event
+//! and attempts, a page of receipts, replay of one or of every receipt matching a filter, and
+//! discard. A receipt's states and what a replay or a discard may do are the event lifecycle's
+//! (`idem_core::event::lifecycle`); this file only shows and asks.
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
