@@ -17,6 +17,7 @@ mod table;
 mod target;
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
@@ -117,40 +118,77 @@ enum Which {
 }
 
 #[tokio::main]
-async fn main() -> std::process::ExitCode {
+async fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Which::Upstream { addr } = &cli.scenario {
         return match target::serve_upstream(addr).await {
-            Ok(()) => std::process::ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("idem-bench upstream: {e}");
-                std::process::ExitCode::FAILURE
-            }
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(format!("idem-bench upstream: {e}")),
         };
     }
     let _postgres_pinned = if cli.pin {
         match pin_everything(&cli.database_url).await {
             Ok(pinned) => pinned,
-            Err(e) => {
-                eprintln!("idem-bench: --pin: {e}");
-                return std::process::ExitCode::FAILURE;
-            }
+            Err(e) => return fail(format!("idem-bench: --pin: {e}")),
         }
     } else {
         None
     };
-    let seconds = cli.seconds.unwrap_or(if cli.quick { 4 } else { 10 });
+    let contexts = contexts(&cli);
+    let (mut tables, mut failed) = (Vec::new(), 0u64);
+    for w in scenarios(&cli.scenario) {
+        let mut rounds = Vec::new();
+        for (round, ctx) in contexts.iter().enumerate() {
+            if contexts.len() > 1 {
+                eprintln!("  {w:?}: round {} of {}", round + 1, contexts.len());
+            }
+            match run(&w, ctx).await {
+                Ok(table) => {
+                    failed += table.rows.iter().chain(&table.anchors).map(|m| m.errors).sum::<u64>();
+                    rounds.push(table);
+                }
+                Err(e) => return fail(format!("idem-bench: {w:?} failed: {e}")),
+            }
+        }
+        if let Some(table) = Table::combine(rounds) {
+            table.print();
+            tables.push(table);
+        }
+    }
+    if let Some(path) = &cli.json
+        && let Err(e) = write_json(&cli, path, &tables)
+    {
+        return fail(format!("idem-bench: cannot write {}: {e}", path.display()));
+    }
+    // A run in which requests failed measured something else than it says: fail it (CI's smoke
+    // test relies on this).
+    if failed > 0 {
+        return fail(format!("idem-bench: {failed} requests failed; the figures above do not stand"));
+    }
+    ExitCode::SUCCESS
+}
+
+fn fail(message: String) -> ExitCode {
+    eprintln!("{message}");
+    ExitCode::FAILURE
+}
+
+fn seconds(cli: &Cli) -> u64 {
+    cli.seconds.unwrap_or(if cli.quick { 4 } else { 10 })
+}
+
+/// One context per round: `claims` and `claims-batch` share a round's anchors.
+fn contexts(cli: &Cli) -> Vec<scenario::Context> {
     let plan = load::Plan {
         connections: cli.connections,
         warmup: Duration::from_secs(if cli.quick { 1 } else { 2 }),
-        duration: Duration::from_secs(seconds),
+        duration: Duration::from_secs(seconds(cli)),
     };
     let backend = match cli.store {
         StoreKind::Embedded => target::Backend::Embedded,
         StoreKind::Postgres => target::Backend::Postgres(cli.database_url.clone()),
     };
-    // One context per round: `claims` and `claims-batch` share a round's anchors.
-    let contexts: Vec<scenario::Context> = (0..cli.rounds)
+    (0..cli.rounds)
         .map(|_| scenario::Context {
             plan,
             database_url: cli.database_url.clone(),
@@ -158,8 +196,11 @@ async fn main() -> std::process::ExitCode {
             quick: cli.quick,
             claim_anchors: Default::default(),
         })
-        .collect();
-    let which: Vec<Which> = match cli.scenario.clone() {
+        .collect()
+}
+
+fn scenarios(which: &Which) -> Vec<Which> {
+    match which.clone() {
         Which::All => vec![
             Which::Claims,
             Which::ClaimsBatch,
@@ -171,68 +212,36 @@ async fn main() -> std::process::ExitCode {
             Which::Scale { stages: Vec::new() },
         ],
         one => vec![one],
-    };
-    let (mut tables, mut failed) = (Vec::new(), 0u64);
-    for w in which {
-        let mut rounds = Vec::new();
-        for (round, ctx) in contexts.iter().enumerate() {
-            if contexts.len() > 1 {
-                eprintln!("  {w:?}: round {} of {}", round + 1, contexts.len());
-            }
-            let table = match &w {
-                Which::Claims => scenario::claims(ctx).await,
-                Which::ClaimsBatch => scenario::claims_batch(ctx).await,
-                Which::Gateway => scenario::gateway(ctx).await,
-                Which::GatewayLatency => scenario::gateway_latency(ctx).await,
-                Which::Events => scenario::events(ctx).await,
-                Which::Replay { dead } => {
-                    replay::replay(ctx, dead.unwrap_or(if ctx.quick { 2_000 } else { 10_000 })).await
-                }
-                Which::Lookup => stored::lookup(ctx).await,
-                Which::Expiry { stored, expiring, data_bytes } => {
-                    expiry::expiry(ctx, *stored, *expiring, *data_bytes).await
-                }
-                Which::Scale { stages } => stored::scale(ctx, stages.clone()).await,
-                Which::All | Which::Upstream { .. } => unreachable!("handled above"),
-            };
-            match table {
-                Ok(table) => {
-                    failed += table.rows.iter().chain(&table.anchors).map(|m| m.errors).sum::<u64>();
-                    rounds.push(table);
-                }
-                Err(e) => {
-                    eprintln!("idem-bench: {w:?} failed: {e}");
-                    return std::process::ExitCode::FAILURE;
-                }
-            }
-        }
-        if let Some(table) = Table::combine(rounds) {
-            table.print();
-            tables.push(table);
-        }
     }
-    if let Some(path) = cli.json {
-        let doc = serde_json::json!({
-            "machine": { "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0) },
-            "seconds_per_measurement": seconds,
-            "connections": cli.connections,
-            "rounds": cli.rounds,
-            "pinned": cli.pin,
-            "store": format!("{:?}", cli.store).to_lowercase(),
-            "scenarios": tables,
-        });
-        if let Err(e) = std::fs::write(&path, serde_json::to_string_pretty(&doc).unwrap_or_default()) {
-            eprintln!("idem-bench: cannot write {}: {e}", path.display());
-            return std::process::ExitCode::FAILURE;
-        }
+}
+
+/// One round of one scenario.
+async fn run(w: &Which, ctx: &scenario::Context) -> Result<Table, String> {
+    match w {
+        Which::Claims => scenario::claims(ctx).await,
+        Which::ClaimsBatch => scenario::claims_batch(ctx).await,
+        Which::Gateway => scenario::gateway(ctx).await,
+        Which::GatewayLatency => scenario::gateway_latency(ctx).await,
+        Which::Events => scenario::events(ctx).await,
+        Which::Replay { dead } => replay::replay(ctx, dead.unwrap_or(if ctx.quick { 2_000 } else { 10_000 })).await,
+        Which::Lookup => stored::lookup(ctx).await,
+        Which::Expiry { stored, expiring, data_bytes } => expiry::expiry(ctx, *stored, *expiring, *data_bytes).await,
+        Which::Scale { stages } => stored::scale(ctx, stages.clone()).await,
+        Which::All | Which::Upstream { .. } => unreachable!("handled by main"),
     }
-    // A run in which requests failed measured something else than it says: fail it (CI's smoke
-    // test relies on this).
-    if failed > 0 {
-        eprintln!("idem-bench: {failed} requests failed; the figures above do not stand");
-        return std::process::ExitCode::FAILURE;
-    }
-    std::process::ExitCode::SUCCESS
+}
+
+fn write_json(cli: &Cli, path: &std::path::Path, tables: &[Table]) -> std::io::Result<()> {
+    let doc = serde_json::json!({
+        "machine": { "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0) },
+        "seconds_per_measurement": seconds(cli),
+        "connections": cli.connections,
+        "rounds": cli.rounds,
+        "pinned": cli.pin,
+        "store": format!("{:?}", cli.store).to_lowercase(),
+        "scenarios": tables,
+    });
+    std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap_or_default())
 }
 
 /// `--pin`: this process on core 0, what it starts on the rest, and the running PostgreSQL there

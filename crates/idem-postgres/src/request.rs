@@ -1,6 +1,6 @@
-//! Leased keys in PostgreSQL: a begin locks the key's row (or inserts it), so exactly one of
-//! any number of concurrent begins, on any node, takes the key; completion and release are
-//! compare-and-set on the lease token.
+//! Leased keys in PostgreSQL: a begin is one statement that inserts the key's row, or takes over
+//! a row whose time is up, so exactly one of any number of concurrent begins, on any node, takes
+//! the key; completion and release are compare-and-set on the lease token.
 
 use std::time::Duration;
 
@@ -14,13 +14,19 @@ use crate::{retryable, store_error};
 // Every statement is prepared once per connection (deadpool's statement cache): a statement sent
 // as text costs a round trip to prepare it each time.
 const READ: &str = "SELECT fingerprint, state, until, response FROM requests WHERE id = $1";
-const READ_LOCKED: &str = "SELECT fingerprint, state, until, response FROM requests WHERE id = $1 FOR UPDATE";
-const TAKE: &str =
-    "INSERT INTO requests (id, fingerprint, state, token, until, response) VALUES ($1, $2, 0, $3, $4, $6)
-     ON CONFLICT (id) DO UPDATE SET fingerprint = excluded.fingerprint, state = 0, token = excluded.token,
-         until = excluded.until, response = excluded.response
-     WHERE requests.until <= $5
-     RETURNING 1";
+/// A begin in one statement: take the key if it is free (no row, or a row whose lease or TTL ended:
+/// `until <= now`), and say what the row was as the statement found it. The primary key makes one
+/// of any number of concurrent begins, on any node, the taker; ON CONFLICT re-checks the condition
+/// on the row's newest version, so a begin never takes a key another has just taken.
+const BEGIN: &str = "WITH old AS (SELECT fingerprint, state, until, response FROM requests WHERE id = $1),
+     taken AS (
+         INSERT INTO requests (id, fingerprint, state, token, until, response) VALUES ($1, $2, 0, $3, $4, $6)
+         ON CONFLICT (id) DO UPDATE SET fingerprint = excluded.fingerprint, state = 0, token = excluded.token,
+             until = excluded.until, response = excluded.response
+         WHERE requests.until <= $5
+         RETURNING 1)
+     SELECT EXISTS (SELECT 1 FROM taken), old.fingerprint, old.state, old.until, old.response
+     FROM (SELECT 1) AS one LEFT JOIN old ON true";
 const COMPLETE: &str = "WITH done AS (UPDATE requests SET state = 1, token = NULL, until = $1, response = $2
                    WHERE id = $3 AND state = 0 AND token = $4 AND until > $5 RETURNING id)
      SELECT pg_notify($6, $7) FROM done";
@@ -28,16 +34,21 @@ const EXTEND: &str = "UPDATE requests SET until = $1 WHERE id = $2 AND state = 0
 
 /// A key's row as a begin sees it.
 fn found(id: &ClaimId, row: &Row) -> Result<Found, StoreError> {
+    found_at(id, row, 0)
+}
+
+/// A key's row whose columns start at `at`: fingerprint, state, until, response.
+fn found_at(id: &ClaimId, row: &Row, at: usize) -> Result<Found, StoreError> {
     let fingerprint: [u8; 32] = row
-        .get::<_, Vec<u8>>(0)
+        .get::<_, Vec<u8>>(at)
         .try_into()
         .map_err(|_| StoreError::Internal(format!("request {id}: a fingerprint of the wrong length")))?;
-    let until = Timestamp(row.get(2));
-    if row.get::<_, i16>(1) == 0 {
+    let until = Timestamp(row.get(at + 2));
+    if row.get::<_, i16>(at + 1) == 0 {
         return Ok(Found::Held { fingerprint, until });
     }
     let result: Vec<u8> = row
-        .get::<_, Option<Vec<u8>>>(3)
+        .get::<_, Option<Vec<u8>>>(at + 3)
         .ok_or_else(|| StoreError::Internal(format!("request {id}: completed without a result")))?;
     Ok(Found::Completed { fingerprint, until, result })
 }
@@ -60,43 +71,41 @@ pub async fn begin(client: &mut Object, request: &NewRequest, now: Timestamp) ->
     }
 }
 
+/// One round trip for a key that is free or live; a second only when a concurrent begin changed
+/// the row between the statement's look and its insert.
 async fn try_begin(
-    client: &mut Object,
+    client: &Object,
     request: &NewRequest,
     now: Timestamp,
 ) -> Result<Result<Begin, StoreError>, tokio_postgres::Error> {
-    let tx = client.transaction().await?;
     let id = &request.id.0[..];
-    let existing = tx.query_opt(&tx.prepare_cached(READ_LOCKED).await?, &[&id]).await?;
-    let found = match existing.as_ref().map(|row| found(&request.id, row)).transpose() {
-        Ok(found) => found,
-        Err(e) => return Ok(Err(e)),
-    };
-    let lease_expired = match decide_begin(found, &request.fingerprint, now) {
-        Decision::Answer(answer) => {
-            tx.commit().await?;
-            return Ok(Ok(answer));
-        }
-        Decision::Take { lease_expired } => lease_expired,
-    };
     let token = LeaseToken::generate();
     let lease_until = now.plus(request.lease);
-    let taken = tx
-        .query_opt(
-            &tx.prepare_cached(TAKE).await?,
+    let statement = client.prepare_cached(BEGIN).await?;
+    let row = client
+        .query_one(
+            &statement,
             &[&id, &&request.fingerprint[..], &&token.0[..], &lease_until.millis(), &now.millis(), &request.held],
         )
         .await?;
-    let answer = match taken {
-        Some(_) => Ok(Begin::Started { token, lease_until, lease_expired }),
-        // Another node's begin committed first: report what it holds.
-        None => match tx.query_opt(&tx.prepare_cached(READ).await?, &[&id]).await? {
-            Some(row) => answer(request, &row, now),
-            None => Err(StoreError::Unavailable("a concurrent begin vanished; retry".into())),
-        },
+    let before = match row.get::<_, Option<i16>>(2).map(|_| found_at(&request.id, &row, 1)).transpose() {
+        Ok(before) => before,
+        Err(e) => return Ok(Err(e)),
     };
-    tx.commit().await?;
-    Ok(answer)
+    if row.get::<_, bool>(0) {
+        // Taken: the row before, if any, says whether a lease had run out.
+        let lease_expired = matches!(before, Some(Found::Held { .. }));
+        return Ok(Ok(Begin::Started { token, lease_until, lease_expired }));
+    }
+    // Not taken: the row as the statement found it answers, unless it looked free (another
+    // begin took the key meanwhile): then the row as that begin committed it.
+    if let Decision::Answer(answer) = decide_begin(before, &request.fingerprint, now) {
+        return Ok(Ok(answer));
+    }
+    Ok(match client.query_opt(&client.prepare_cached(READ).await?, &[&id]).await? {
+        Some(row) => answer(request, &row, now),
+        None => Err(StoreError::Unavailable("a concurrent begin vanished; retry".into())),
+    })
 }
 
 pub async fn complete(
