@@ -82,12 +82,6 @@ async fn enqueue(
     tx.execute(&statement, &[&id, &kind, &due.millis(), &body]).await.map(drop)
 }
 
-/// Wakes every node's delivery worker when this transaction commits.
-async fn notify_jobs(tx: &Transaction<'_>) -> Result<(), tokio_postgres::Error> {
-    let statement = tx.prepare_cached("SELECT pg_notify($1, $2)").await?;
-    tx.execute(&statement, &[&crate::signal::CHANNEL, &crate::signal::JOBS]).await.map(drop)
-}
-
 pub async fn accept(client: &mut Object, e: &NewEvent, now: Timestamp) -> Result<Accept, StoreError> {
     retrying!(client, |tx| {
         let id = ReceiptId::generate(now);
@@ -115,7 +109,6 @@ pub async fn accept(client: &mut Object, e: &NewEvent, now: Timestamp) -> Result
             .await?;
         if inserted.is_some() {
             enqueue(&tx, id.as_str(), DELIVERY, now, None).await?;
-            notify_jobs(&tx).await?;
             Ok(Accept::Accepted { receipt_id: id })
         } else {
             let row = tx
@@ -292,7 +285,6 @@ pub async fn replay(client: &mut Object, id: &ReceiptId, now: Timestamp) -> Resu
             Ok(Some(status)) => {
                 if idem_core::event::replay(status) == Replay::Restart {
                     restart(&tx, id.as_str(), now).await?;
-                    notify_jobs(&tx).await?;
                 }
                 Ok(Some(status))
             }
@@ -345,7 +337,6 @@ pub async fn replay_matching(
                 &[&restarted, &DELIVERY, &now.millis()],
             )
             .await?;
-            notify_jobs(&tx).await?;
         }
         Ok::<_, StoreError>((rows.iter().map(|r| r.get(0)).collect(), restarted.len() as u64))
     })?;

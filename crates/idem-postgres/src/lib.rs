@@ -51,6 +51,8 @@ pub struct PgStore {
     singles: tokio::sync::mpsc::Sender<group::Queued>,
     /// Who hears of other nodes' changes (LISTEN/NOTIFY).
     handlers: signal::Handlers,
+    /// Tells other nodes of this one's changes, once committed.
+    notifier: signal::Notifier,
 }
 
 /// Maps a driver error to the store's terms; SQLSTATEs stay inside this crate.
@@ -103,7 +105,8 @@ impl PgStore {
         let singles = group::spawn(pool.clone(), Arc::clone(&clock), (pool_size / 2).max(1));
         let handlers = signal::Handlers::default();
         signal::spawn(listen_config, Arc::clone(&handlers));
-        let store = Self { pool, clock, singles, handlers };
+        let notifier = signal::Notifier::spawn(pool.clone());
+        let store = Self { pool, clock, singles, handlers, notifier };
         let mut client = store.client().await.map_err(|e| OpenError::Connect(e.to_string()))?;
         schema::migrate(&mut client).await.map_err(|e| OpenError::Connect(e.to_string()))?;
         Ok(store)
@@ -225,7 +228,11 @@ impl RequestStore for PgStore {
         ttl: Duration,
     ) -> Result<bool, StoreError> {
         let client = self.client().await?;
-        request::complete(&client, id, &token, result, ttl, self.now()).await
+        let completed = request::complete(&client, id, &token, result, ttl, self.now()).await?;
+        if completed {
+            self.notifier.notify(signal::request_done(id));
+        }
+        Ok(completed)
     }
 
     async fn extend_request(
@@ -241,17 +248,14 @@ impl RequestStore for PgStore {
     async fn release_request(&self, id: &ClaimId, token: LeaseToken) -> Result<bool, StoreError> {
         let client = self.client().await?;
         let statement = client
-            .prepare_cached(
-                "WITH gone AS (DELETE FROM requests WHERE id = $1 AND state = 0 AND token = $2 RETURNING id)
-                 SELECT pg_notify($3, $4) FROM gone",
-            )
+            .prepare_cached("DELETE FROM requests WHERE id = $1 AND state = 0 AND token = $2")
             .await
             .map_err(store_error)?;
-        let released = client
-            .query(&statement, &[&&id.0[..], &&token.0[..], &signal::CHANNEL, &signal::request_done(id)])
-            .await
-            .map_err(store_error)?;
-        Ok(released.len() == 1)
+        let released = client.execute(&statement, &[&&id.0[..], &&token.0[..]]).await.map_err(store_error)? == 1;
+        if released {
+            self.notifier.notify(signal::request_done(id));
+        }
+        Ok(released)
     }
 
     async fn peek_request(&self, id: &ClaimId) -> Result<Option<RequestState>, StoreError> {
@@ -269,7 +273,11 @@ impl RequestStore for PgStore {
 impl EventStore for PgStore {
     async fn accept_event(&self, e: NewEvent) -> Result<Accept, StoreError> {
         let mut client = self.client().await?;
-        event::accept(&mut client, &e, self.now()).await
+        let accepted = event::accept(&mut client, &e, self.now()).await?;
+        if matches!(accepted, Accept::Accepted { .. }) {
+            self.notifier.notify(signal::JOBS.to_owned());
+        }
+        Ok(accepted)
     }
 
     async fn lease_jobs(&self, limit: usize, lease: Duration, busy_sources: &[String]) -> Result<Vec<Job>, StoreError> {
@@ -294,7 +302,11 @@ impl EventStore for PgStore {
 
     async fn replay_receipt(&self, id: &ReceiptId) -> Result<Option<ReceiptStatus>, StoreError> {
         let mut client = self.client().await?;
-        event::replay(&mut client, id, self.now()).await
+        let replayed = event::replay(&mut client, id, self.now()).await?;
+        if replayed.is_some_and(|status| idem_core::event::replay(status) == idem_core::event::Replay::Restart) {
+            self.notifier.notify(signal::JOBS.to_owned());
+        }
+        Ok(replayed)
     }
 
     async fn count_matching(&self, filter: &ReceiptFilter) -> Result<u64, StoreError> {
@@ -304,7 +316,11 @@ impl EventStore for PgStore {
 
     async fn replay_matching(&self, filter: &ReceiptFilter) -> Result<ReplayBatch, StoreError> {
         let mut client = self.client().await?;
-        event::replay_matching(&mut client, filter, self.now()).await
+        let batch = event::replay_matching(&mut client, filter, self.now()).await?;
+        if batch.replayed > 0 {
+            self.notifier.notify(signal::JOBS.to_owned());
+        }
+        Ok(batch)
     }
 
     async fn discard_receipt(&self, id: &ReceiptId) -> Result<Option<ReceiptStatus>, StoreError> {

@@ -27,9 +27,8 @@ const BEGIN: &str = "WITH old AS (SELECT fingerprint, state, until, response FRO
          RETURNING 1)
      SELECT EXISTS (SELECT 1 FROM taken), old.fingerprint, old.state, old.until, old.response
      FROM (SELECT 1) AS one LEFT JOIN old ON true";
-const COMPLETE: &str = "WITH done AS (UPDATE requests SET state = 1, token = NULL, until = $1, response = $2
-                   WHERE id = $3 AND state = 0 AND token = $4 AND until > $5 RETURNING id)
-     SELECT pg_notify($6, $7) FROM done";
+const COMPLETE: &str = "UPDATE requests SET state = 1, token = NULL, until = $1, response = $2
+     WHERE id = $3 AND state = 0 AND token = $4 AND until > $5";
 const EXTEND: &str = "UPDATE requests SET until = $1 WHERE id = $2 AND state = 0 AND token = $3 AND until > $4";
 
 /// A key's row as a begin sees it.
@@ -116,24 +115,12 @@ pub async fn complete(
     ttl: Duration,
     now: Timestamp,
 ) -> Result<bool, StoreError> {
-    // The notification is sent only if the row was completed, and delivered when that commits.
     let statement = client.prepare_cached(COMPLETE).await.map_err(store_error)?;
     let done = client
-        .query(
-            &statement,
-            &[
-                &now.plus(ttl).millis(),
-                &response,
-                &&id.0[..],
-                &&token.0[..],
-                &now.millis(),
-                &crate::signal::CHANNEL,
-                &crate::signal::request_done(id),
-            ],
-        )
+        .execute(&statement, &[&now.plus(ttl).millis(), &response, &&id.0[..], &&token.0[..], &now.millis()])
         .await
         .map_err(store_error)?;
-    Ok(done.len() == 1)
+    Ok(done == 1)
 }
 
 pub async fn extend(
