@@ -113,7 +113,10 @@ pub async fn accept(client: &mut Object, e: &NewEvent, now: Timestamp) -> Result
         } else {
             let row = tx
                 .query_one(
-                    "SELECT id, payload_hash, status FROM receipts WHERE source = $1 AND event_id = $2",
+                    &tx.prepare_cached(
+                        "SELECT id, payload_hash, status FROM receipts WHERE source = $1 AND event_id = $2",
+                    )
+                    .await?,
                     &[&e.source, &e.event_id],
                 )
                 .await?;
@@ -140,10 +143,13 @@ pub async fn lease(
     retrying!(client, |tx| {
         let leased = tx
             .query(
-                "UPDATE jobs SET lease_until = $1, token = $2 WHERE id IN (
+                &tx.prepare_cached(
+                    "UPDATE jobs SET lease_until = $1, token = $2 WHERE id IN (
                      SELECT id FROM jobs WHERE due_at <= $3 AND (lease_until IS NULL OR lease_until <= $3)
                      AND NOT (source = ANY($5)) ORDER BY due_at LIMIT $4 FOR UPDATE SKIP LOCKED)
                  RETURNING id, receipt_id, kind, attempt, body",
+                )
+                .await?,
                 &[&now.plus(lease).millis(), &&token.0[..], &now.millis(), &(limit as i64), &busy],
             )
             .await?;
@@ -164,13 +170,17 @@ async fn leased_job(
 ) -> Result<Result<Job, StoreError>, tokio_postgres::Error> {
     let rid: String = row.get(1);
     let kind = if row.get::<_, i16>(2) == RESULT { JobKind::Result } else { JobKind::Delivery };
-    let receipt =
-        tx.query_one("SELECT source, event_id, body, content_type FROM receipts WHERE id = $1", &[&rid]).await?;
+    let receipt = tx
+        .query_one(
+            &tx.prepare_cached("SELECT source, event_id, body, content_type FROM receipts WHERE id = $1").await?,
+            &[&rid],
+        )
+        .await?;
     let (body, content_type) = match kind {
         JobKind::Delivery => {
             let processing = status_column(ReceiptStatus::Processing);
             tx.execute(
-                "UPDATE receipts SET status = $3, updated_at = $2 WHERE id = $1",
+                &tx.prepare_cached("UPDATE receipts SET status = $3, updated_at = $2 WHERE id = $1").await?,
                 &[&rid, &now.millis(), &processing],
             )
             .await?;
@@ -196,7 +206,8 @@ pub async fn finish(client: &mut Object, job: &Job, t: &Transition, now: Timesta
     retrying!(client, |tx| {
         let held = tx
             .query_opt(
-                "SELECT id FROM jobs WHERE id = $1 AND token = $2 AND lease_until > $3 FOR UPDATE",
+                &tx.prepare_cached("SELECT id FROM jobs WHERE id = $1 AND token = $2 AND lease_until > $3 FOR UPDATE")
+                    .await?,
                 &[&job.id, &&job.token.0[..], &now.millis()],
             )
             .await?;
@@ -212,16 +223,19 @@ async fn persist(tx: &Transaction<'_>, job: &Job, t: &Transition, now: Timestamp
         JobNext::RetryAt(at) => {
             let sql =
                 "UPDATE jobs SET attempt = attempt + 1, due_at = $2, lease_until = NULL, token = NULL WHERE id = $1";
-            tx.execute(sql, &[&job.id, &at.millis()]).await?
+            tx.execute(&tx.prepare_cached(sql).await?, &[&job.id, &at.millis()]).await?
         }
-        JobNext::Remove => tx.execute("DELETE FROM jobs WHERE id = $1", &[&job.id]).await?,
+        JobNext::Remove => tx.execute(&tx.prepare_cached("DELETE FROM jobs WHERE id = $1").await?, &[&job.id]).await?,
     };
     let rid = job.receipt_id.as_str();
     match &t.change {
         Change::Receipt { status, result_job } => {
             record_attempt(tx, rid, &t.attempt).await?;
             tx.execute(
-                "UPDATE receipts SET status = $2, updated_at = $3, next_attempt_at = $4 WHERE id = $1",
+                &tx.prepare_cached(
+                    "UPDATE receipts SET status = $2, updated_at = $3, next_attempt_at = $4 WHERE id = $1",
+                )
+                .await?,
                 &[&rid, &status_column(*status), &now.millis(), &t.next_attempt_at()],
             )
             .await?;
@@ -240,11 +254,14 @@ async fn persist(tx: &Transaction<'_>, job: &Job, t: &Transition, now: Timestamp
 
 async fn record_attempt(tx: &Transaction<'_>, rid: &str, a: &AttemptRecord) -> Result<(), tokio_postgres::Error> {
     tx.execute(
-        "INSERT INTO attempts (receipt_id, round, n, started_at, duration_ms, status_code, error, response)
+        &tx.prepare_cached(
+            "INSERT INTO attempts (receipt_id, round, n, started_at, duration_ms, status_code, error, response)
          SELECT $1, round, $2, $3, $4, $5, $6, $7 FROM receipts WHERE id = $1
          ON CONFLICT (receipt_id, round, n) DO UPDATE SET started_at = excluded.started_at,
              duration_ms = excluded.duration_ms, status_code = excluded.status_code, error = excluded.error,
              response = excluded.response",
+        )
+        .await?,
         &[
             &rid,
             &(a.n as i32),
@@ -268,8 +285,11 @@ async fn set_result(
     error: Option<&str>,
 ) -> Result<(), tokio_postgres::Error> {
     tx.execute(
-        "UPDATE receipts SET result_status = $2, result_attempts = $3, result_status_code = $4, result_error = $5
+        &tx.prepare_cached(
+            "UPDATE receipts SET result_status = $2, result_attempts = $3, result_status_code = $4, result_error = $5
          WHERE id = $1",
+        )
+        .await?,
         &[&rid, &result_column(state), &(attempts as i32), &status_code.map(i32::from), &error],
     )
     .await
@@ -278,7 +298,12 @@ async fn set_result(
 
 pub async fn replay(client: &mut Object, id: &ReceiptId, now: Timestamp) -> Result<Option<ReceiptStatus>, StoreError> {
     retrying!(client, |tx| {
-        let row = tx.query_opt("SELECT status FROM receipts WHERE id = $1 FOR UPDATE", &[&id.as_str()]).await?;
+        let row = tx
+            .query_opt(
+                &tx.prepare_cached("SELECT status FROM receipts WHERE id = $1 FOR UPDATE").await?,
+                &[&id.as_str()],
+            )
+            .await?;
         match row.map(|r| status_of(&r.get::<_, String>(0))).transpose() {
             Err(e) => Err(e),
             Ok(None) => Ok(None),
@@ -296,7 +321,10 @@ pub async fn replay(client: &mut Object, id: &ReceiptId, now: Timestamp) -> Resu
 /// job due now.
 async fn restart(tx: &Transaction<'_>, id: &str, now: Timestamp) -> Result<(), tokio_postgres::Error> {
     tx.execute(
-        "UPDATE receipts SET status = $3, round = round + 1, updated_at = $2, result_status = NULL WHERE id = $1",
+        &tx.prepare_cached(
+            "UPDATE receipts SET status = $3, round = round + 1, updated_at = $2, result_status = NULL WHERE id = $1",
+        )
+        .await?,
         &[&id, &now.millis(), &status_column(ReceiptStatus::Accepted)],
     )
     .await?;
@@ -324,16 +352,22 @@ pub async fn replay_matching(
         // Set-based, so a step of 500 is three round trips, not a thousand.
         let restarted = tx
             .query(
-                "UPDATE receipts SET status = $3, round = round + 1, updated_at = $2, result_status = NULL
+                &tx.prepare_cached(
+                    "UPDATE receipts SET status = $3, round = round + 1, updated_at = $2, result_status = NULL
                  WHERE id = ANY($1) AND status = $4 RETURNING id",
+                )
+                .await?,
                 &[&matching, &now.millis(), &status_column(ReceiptStatus::Accepted), &status_column(status)],
             )
             .await?;
         let restarted: Vec<String> = restarted.iter().map(|r| r.get(0)).collect();
         if !restarted.is_empty() {
             tx.execute(
-                "INSERT INTO jobs (receipt_id, source, kind, attempt, due_at, body)
+                &tx.prepare_cached(
+                    "INSERT INTO jobs (receipt_id, source, kind, attempt, due_at, body)
                  SELECT id, source, $2, 1, $3, NULL FROM receipts WHERE id = ANY($1)",
+                )
+                .await?,
                 &[&restarted, &DELIVERY, &now.millis()],
             )
             .await?;
@@ -347,14 +381,19 @@ pub async fn replay_matching(
 /// Marks a dead receipt as handled; answers the status it had.
 pub async fn discard(client: &mut Object, id: &ReceiptId, now: Timestamp) -> Result<Option<ReceiptStatus>, StoreError> {
     retrying!(client, |tx| {
-        let row = tx.query_opt("SELECT status FROM receipts WHERE id = $1 FOR UPDATE", &[&id.as_str()]).await?;
+        let row = tx
+            .query_opt(
+                &tx.prepare_cached("SELECT status FROM receipts WHERE id = $1 FOR UPDATE").await?,
+                &[&id.as_str()],
+            )
+            .await?;
         match row.map(|r| status_of(&r.get::<_, String>(0))).transpose() {
             Err(e) => Err(e),
             Ok(None) => Ok(None),
             Ok(Some(status)) => {
                 if idem_core::event::discard(status) == Discard::Discard && status != ReceiptStatus::Discarded {
                     tx.execute(
-                        "UPDATE receipts SET status = $2, updated_at = $3 WHERE id = $1",
+                        &tx.prepare_cached("UPDATE receipts SET status = $2, updated_at = $3 WHERE id = $1").await?,
                         &[&id.as_str(), &status_column(ReceiptStatus::Discarded), &now.millis()],
                     )
                     .await?;
