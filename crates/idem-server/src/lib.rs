@@ -86,7 +86,7 @@ pub async fn run(
     };
     let tls = Tls::load(&config)?;
     let (stop, stopped) = watch::channel(false);
-    let reloads = tokio::spawn(tls::watch(tls.certificates, tls::Hangup::listen(), stopped.clone()));
+    let hangup = tls::Hangup::listen();
     let housekeeping = housekeeping(&config, &stores, &stopped);
     let wake = Arc::new(Notify::new());
     let describe = Listening::of(&config);
@@ -105,7 +105,13 @@ pub async fn run(
     forward_signals(stores.lifecycle.as_ref(), Arc::clone(&wake), engine, Arc::clone(&waiters));
     let delivery = start_delivery(&config, &stores.events, &clock, &wake, &stopped, &tls.client);
     let lifecycle = Arc::clone(&stores.lifecycle);
-    let router = app(AppState::new(config, stores, clock, wake, waiters));
+    let state = AppState::new(config, stores, clock, wake, waiters);
+    let read_tokens = {
+        let state = state.clone();
+        move || read_tokens_again(&state)
+    };
+    let reloads = tokio::spawn(tls::watch(tls.certificates, hangup, read_tokens, stopped.clone()));
+    let router = app(state);
     let api_addr = listeners.api.local_addr()?;
     let api = conn::serve_tls(listeners.api, router, limits, tls.api, stopped);
     let trigger = tokio::spawn(async move {
@@ -160,6 +166,28 @@ impl Listening {
         };
         let gateway = config.gateway.as_ref().map(|g| (g.upstream.to_string(), g.tls.is_some()));
         Self { tls: config.tls.listener().is_some(), store, gateway }
+    }
+}
+
+/// On SIGHUP: the config loaded again from the same file, variables and flags, and its `[auth]`
+/// tokens taken in place of the running ones (docs/security.md#rotating-tokens). A config with
+/// mistakes, or one that would switch between no tokens and tokens required, changes nothing and
+/// says why. Nothing else is read again: every other setting takes effect at a restart.
+fn read_tokens_again(state: &AppState) {
+    let Some(loaded) = state.config.reload() else { return };
+    let config = match loaded {
+        Ok(config) => config,
+        Err(e) => {
+            tracing::error!("SIGHUP: the config was not read again, the tokens stay as they were: {e}");
+            return;
+        }
+    };
+    match state.tokens.replace(&config.auth) {
+        Ok(count) => tracing::info!(
+            tokens = count,
+            "SIGHUP: [auth] tokens read again; every other setting takes effect at a restart"
+        ),
+        Err(why) => tracing::error!("SIGHUP: the tokens stay as they were: {why}"),
     }
 }
 

@@ -153,12 +153,19 @@ impl Hangup {
 
 /// Keeps the listeners' certificates current until `stopped`: on SIGHUP, and whenever their files
 /// change. It runs with no certificate too, so that a SIGHUP (`systemctl reload`) never stops an
-/// idem without TLS: it says there is nothing to read again.
-pub async fn watch(certificates: Vec<Arc<Certificate>>, mut hangup: Hangup, mut stopped: signal_watch::Receiver<bool>) {
+/// idem without TLS: it says there is nothing to read again. `on_hangup` runs on every SIGHUP too
+/// (the tokens are read again).
+pub async fn watch(
+    certificates: Vec<Arc<Certificate>>,
+    mut hangup: Hangup,
+    on_hangup: impl Fn() + Send + 'static,
+    mut stopped: signal_watch::Receiver<bool>,
+) {
     let interval = certificates.iter().map(|c| c.files.watch_interval.0).min().unwrap_or(Duration::from_secs(3600));
     loop {
         tokio::select! {
             _ = hangup.recv() => {
+                on_hangup();
                 if certificates.is_empty() {
                     tracing::info!("SIGHUP: no [tls] or [gateway.tls] certificate to read again");
                 }

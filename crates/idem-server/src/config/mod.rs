@@ -16,6 +16,7 @@ mod value;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use idem_core::Namespace;
@@ -55,6 +56,27 @@ pub struct Config {
     /// `idem serve` once logging starts; printed by `idem config check`.
     #[serde(skip)]
     pub warnings: Vec<String>,
+    /// How this config was loaded, to load it again the same way (SIGHUP reads `[auth]` again).
+    #[serde(skip)]
+    pub origin: Origin,
+}
+
+/// The layers a config was loaded from: its file, the `IDEM_` variables, the flags. Its `Debug`
+/// names the file only: the variables may hold tokens.
+#[derive(Clone, Default)]
+pub struct Origin(Option<Arc<Layers>>);
+
+struct Layers {
+    file: Option<PathBuf>,
+    env: Vec<(String, String)>,
+    overrides: Overrides,
+}
+
+impl std::fmt::Debug for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let file = self.0.as_ref().and_then(|l| l.file.as_ref());
+        f.debug_struct("Origin").field("file", &file).finish_non_exhaustive()
+    }
 }
 
 impl Default for Config {
@@ -74,6 +96,7 @@ impl Default for Config {
             gateway: None,
             sources: Vec::new(),
             warnings: Vec::new(),
+            origin: Origin::default(),
         }
     }
 }
@@ -275,6 +298,12 @@ impl Config {
         env: impl IntoIterator<Item = (String, String)>,
         overrides: &Overrides,
     ) -> Result<Config, ConfigError> {
+        let env: Vec<(String, String)> = env.into_iter().filter(|(name, _)| name.starts_with("IDEM_")).collect();
+        let origin = Origin(Some(Arc::new(Layers {
+            file: file.map(Path::to_path_buf),
+            env: env.clone(),
+            overrides: overrides.clone(),
+        })));
         let mut tree = match file {
             Some(path) => read_file(path)?,
             None => toml::Table::new(),
@@ -293,10 +322,17 @@ impl Config {
             errors.extend(config.validate(errors.is_empty()).into_iter().filter(sure));
         }
         match (ConfigError::gather(errors), read.config) {
-            (None, Some(config)) => Ok(Config { warnings, ..config }),
+            (None, Some(config)) => Ok(Config { warnings, origin, ..config }),
             (Some(error), _) => Err(error),
             (None, None) => Err(ConfigError::Key { key: String::new(), message: "cannot be read".into() }),
         }
+    }
+
+    /// This config loaded again from the same layers (its file read afresh); `None` for one made
+    /// in code rather than loaded.
+    pub fn reload(&self) -> Option<Result<Config, ConfigError>> {
+        let layers = self.origin.0.as_ref()?;
+        Some(Config::load(layers.file.as_deref(), layers.env.clone(), &layers.overrides))
     }
 
     /// Every mistake serde cannot see, each naming its key. `whole`: the config is the file's,
@@ -457,7 +493,18 @@ fn plain(message: &str) -> String {
 
 fn read_file(path: &Path) -> Result<toml::Table, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-    text.parse::<toml::Table>().map_err(|e| ConfigError::Syntax { path: path.to_owned(), message: e.to_string() })
+    text.parse::<toml::Table>()
+        .map_err(|e| ConfigError::Syntax { path: path.to_owned(), message: syntax_message(&text, &e) })
+}
+
+/// Where the TOML is wrong and what is wrong, without quoting the line: it may hold a token.
+fn syntax_message(text: &str, error: &toml::de::Error) -> String {
+    let what = error.message().trim_end();
+    let Some(span) = error.span() else { return what.to_owned() };
+    let before = &text[..span.start.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    format!("line {line}, column {column}: {what}")
 }
 
 fn apply_overrides(tree: &mut toml::Table, o: &Overrides) -> Result<(), ConfigError> {
@@ -501,6 +548,31 @@ mod tests {
         std::fs::write(&path, toml).expect("write config");
         let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
         Config::load(Some(&path), env, o)
+    }
+
+    #[test]
+    fn a_toml_mistake_says_where_without_quoting_the_line() {
+        let text = "[[auth.token]]\nname = \"partner\"\ntoken = \"s3cret-never-shown\nsha256 = 1\n";
+        let e = load(text, &[], &Overrides::default()).expect_err("unterminated string").to_string();
+        assert!(e.contains("idem.toml is not valid TOML: line 3, column"), "{e}");
+        assert!(!e.contains("s3cret"), "{e}");
+    }
+
+    #[test]
+    fn reload_reads_the_same_layers_again() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("idem.toml");
+        std::fs::write(&path, "[auth]\ntokens = [\"one\"]\n").expect("write config");
+        let env =
+            vec![("IDEM_LIMITS__MAX_BODY_BYTES".to_owned(), "1234".to_owned()), ("HOME".to_owned(), "/x".to_owned())];
+        let o = Overrides { listen: Some("127.0.0.1:9999".into()), ..Overrides::default() };
+        let c = Config::load(Some(&path), env, &o).expect("config");
+        std::fs::write(&path, "[auth]\ntokens = [\"two\"]\n").expect("write config");
+        let again = c.reload().expect("loaded from layers").expect("valid");
+        assert_eq!(again.auth.tokens.iter().map(|t| t.expose().to_owned()).collect::<Vec<_>>(), ["two"]);
+        assert_eq!((again.limits.max_body_bytes, again.listen.port()), (1234, 9999), "the same variables and flags");
+        assert!(!format!("{:?}", c.origin).contains("1234"), "the variables are not in its Debug");
+        assert!(Config::default().reload().is_none(), "a config made in code has nothing to read again");
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //!
 //! Event intake decides for itself: a source with `verify_secret` accepts a valid signature alone.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use axum::extract::{FromRequestParts, MatchedPath, Request, State};
 use axum::http::request::Parts;
@@ -33,11 +33,43 @@ pub struct Grant {
     pub sources: Option<Vec<String>>,
 }
 
-/// The configured tokens, as digests.
-pub struct Tokens(Vec<([u8; 32], Arc<Grant>)>);
+/// The configured tokens, as digests. They can be replaced while idem runs (SIGHUP reads `[auth]`
+/// again, [`Tokens::replace`]); whether there are any at all — which decides between the open
+/// loopback mode and tokens required — is fixed when idem starts.
+pub struct Tokens {
+    set: RwLock<Arc<[Entry]>>,
+    open: bool,
+}
+
+type Entry = ([u8; 32], Arc<Grant>);
+
+/// Why a new set of tokens was not taken.
+#[derive(Debug, PartialEq, Eq)]
+pub enum NotReplaced {
+    /// idem started with tokens and the new config has none: that would open it to anyone.
+    WouldOpen,
+    /// idem started without tokens (open to loopback) and the new config has some.
+    WouldClose,
+}
+
+impl std::fmt::Display for NotReplaced {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            NotReplaced::WouldOpen => {
+                "the new config has no tokens, which would let anyone in; restart idem to run without tokens"
+            }
+            NotReplaced::WouldClose => "idem started without tokens; restart it to require them",
+        })
+    }
+}
 
 impl Tokens {
     pub fn new(auth: &AuthConfig) -> Self {
+        let set = Self::entries(auth);
+        Self { open: set.is_empty(), set: RwLock::new(set) }
+    }
+
+    fn entries(auth: &AuthConfig) -> Arc<[Entry]> {
         let admin = auth.tokens.iter().enumerate().map(|(i, t)| {
             let grant = Grant { name: format!("tokens[{i}]").into(), can: Can::Admin, namespaces: None, sources: None };
             (token_digest(t.expose()), Arc::new(grant))
@@ -54,22 +86,39 @@ impl Tokens {
             };
             Some((t.digest()?, Arc::new(grant)))
         });
-        Self(admin.chain(named).collect())
+        admin.chain(named).collect()
     }
 
+    /// Takes `auth`'s tokens in place of these, for every request from now on (one already
+    /// authenticated finishes as it began), unless that would switch between open and tokens
+    /// required. Answers how many tokens there are now.
+    pub fn replace(&self, auth: &AuthConfig) -> Result<usize, NotReplaced> {
+        let set = Self::entries(auth);
+        match (self.open, set.is_empty()) {
+            (false, true) => return Err(NotReplaced::WouldOpen),
+            (true, false) => return Err(NotReplaced::WouldClose),
+            _ => {}
+        }
+        let count = set.len();
+        *self.set.write().unwrap_or_else(|e| e.into_inner()) = set;
+        Ok(count)
+    }
+
+    /// No tokens: the open loopback mode.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.open
     }
 
     /// The grant of the token presented, if it is one of ours: every digest is compared, in
     /// constant time, whatever matches.
     pub fn find(&self, presented: &str) -> Option<Arc<Grant>> {
         let presented = token_digest(presented);
+        let set = Arc::clone(&self.set.read().unwrap_or_else(|e| e.into_inner()));
         let mut found = 0u32;
-        for (i, (known, _)) in self.0.iter().enumerate() {
+        for (i, (known, _)) in set.iter().enumerate() {
             found.conditional_assign(&(i as u32 + 1), known.ct_eq(&presented));
         }
-        found.checked_sub(1).and_then(|i| self.0.get(i as usize)).map(|(_, grant)| Arc::clone(grant))
+        found.checked_sub(1).and_then(|i| set.get(i as usize)).map(|(_, grant)| Arc::clone(grant))
     }
 
     /// Who sends a request with these headers.
@@ -288,6 +337,20 @@ mod tests {
             assert!(tokens.find(wrong).is_none(), "{wrong}");
         }
         assert!(Tokens::new(&AuthConfig::default()).is_empty());
+    }
+
+    #[test]
+    fn tokens_are_replaced_but_never_switch_open_and_closed() {
+        let tokens = Tokens::new(&auth());
+        let only = |secret: &str| AuthConfig { tokens: vec![Secret::new(secret)], token: Vec::new() };
+        assert_eq!(tokens.replace(&only("delta")), Ok(1));
+        assert!(tokens.find("alpha").is_none() && tokens.find("beta").is_none(), "the old tokens are gone");
+        assert_eq!(tokens.find("delta").map(|g| g.name.to_string()), Some("tokens[0]".into()));
+        assert_eq!(tokens.replace(&AuthConfig::default()), Err(NotReplaced::WouldOpen));
+        assert!(tokens.find("delta").is_some() && !tokens.is_empty(), "a refused set changes nothing");
+        let open = Tokens::new(&AuthConfig::default());
+        assert_eq!(open.replace(&only("delta")), Err(NotReplaced::WouldClose));
+        assert!(open.is_empty());
     }
 
     #[test]

@@ -350,3 +350,51 @@ async fn idem_token_new_makes_working_tokens_and_admin_actions_are_logged_by_nam
         "never the secret"
     );
 }
+
+/// Rotating a token without a restart: edit `[auth]`, `kill -HUP` (what `systemctl reload` sends),
+/// and from then on the new token works and the old one is 401, with the process and the
+/// connection already open untouched. A config with a mistake, or one with no tokens left (which
+/// would open idem to anyone), changes nothing and says why in the log.
+#[tokio::test]
+async fn sighup_reads_the_tokens_again_and_refuses_a_config_that_would_open_idem() {
+    use std::time::Duration;
+
+    use crate::support::binary::Idem;
+    let dir = tempfile::tempdir().expect("dir");
+    let config = dir.path().join("idem.toml");
+    let table = |name: &str, secret: &str| {
+        format!("[[auth.token]]\nname = \"{name}\"\ntoken = \"{secret}\"\ncan = \"write\"\n")
+    };
+    std::fs::write(&config, table("partner", "old-s3cret")).expect("config");
+    let idem = Idem::serve(&dir.path().join("data"), &["--config", config.to_str().expect("path")]);
+    let hangup = || {
+        let pid = idem.child.id().to_string();
+        assert!(std::process::Command::new("kill").args(["-HUP", &pid]).status().expect("kill -HUP").success());
+    };
+    let old = ApiClient::new(&idem.url, Some("old-s3cret".into())).expect("client");
+    let new = ApiClient::new(&idem.url, Some("new-s3cret".into())).expect("client");
+    let claim = |n: u32| Some(json!({"key": format!("k{n}")}));
+    expect(&old, Method::POST, "/v1/claims/orders", claim(1), 201).await;
+    expect(&new, Method::POST, "/v1/claims/orders", claim(2), 401).await;
+
+    std::fs::write(&config, table("partner-2026-12", "new-s3cret")).expect("config");
+    hangup();
+    let logged = idem.wait_for_log("tokens read again", Duration::from_secs(10));
+    assert!(logged.contains("tokens=1") && !logged.contains("s3cret"), "{logged}");
+    expect(&new, Method::POST, "/v1/claims/orders", claim(3), 201).await;
+    expect(&old, Method::POST, "/v1/claims/orders", claim(4), 401).await;
+
+    std::fs::write(&config, format!("{}\nnot toml =", table("partner", "other-s3cret"))).expect("config");
+    hangup();
+    let logged = idem.wait_for_log("the tokens stay as they were", Duration::from_secs(10));
+    assert!(logged.contains("idem.toml") && !logged.contains("s3cret"), "{logged}");
+    expect(&new, Method::POST, "/v1/claims/orders", claim(5), 201).await;
+
+    std::fs::write(&config, "[limits]\nmax_body_bytes = 1048576\n").expect("config");
+    hangup();
+    let logged = idem.wait_for_log("the tokens stay as they were", Duration::from_secs(10));
+    assert!(logged.contains("let anyone in"), "{logged}");
+    expect(&new, Method::POST, "/v1/claims/orders", claim(6), 201).await;
+    let anonymous = ApiClient::new(&idem.url, None).expect("client");
+    expect(&anonymous, Method::POST, "/v1/claims/orders", claim(7), 401).await;
+}
