@@ -238,3 +238,58 @@ result_backoff = ["100ms"]
 		t.Fatalf("after the forgeries: %+v", s)
 	}
 }
+
+// A signing secret rotated without a failed delivery or a refused event: while a source lists two
+// secrets, idem signs every delivery with both (a handler that knows either, here the PHP one,
+// accepts it) and accepts an event signed with either. idem's signatures are checked by PHP's
+// hash_hmac, and the partner's are made by the Go client: neither is idem's own code.
+func TestSecretRotation(t *testing.T) {
+	const newSecret = "whsec_bmV3LXNlY3JldC1mb3Itcm90YXRpb24tMDEyMzQ1"
+	const otherSecret = "whsec_b3RoZXItc2VjcmV0LW5vdC1yb3RhdGVkLTAxMjM0"
+	phpOld, phpNew := startPHP(t, signingSecret), startPHP(t, newSecret)
+	source := func(name, handler, extra string) string {
+		return fmt.Sprintf("[[sources]]\nname = %q\nhandler_url = \"%s/handle\"\nevent_id = \"/external_event_id\"\n"+
+			"backoff = [\"100ms\"]\nsigning_secret = [%q, %q]\n%s\n", name, handler, newSecret, signingSecret, extra)
+	}
+	server, err := idemtest.Start(idemtest.Options{Bin: bin, Config: source("to-old", phpOld, "") + source("to-new", phpNew, "") +
+		source("partner", phpNew, fmt.Sprintf("verify_secret = [%q, %q]", newSecret, signingSecret))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	ctx := ctxFor(t)
+	c := idem.New(server.URL)
+
+	for _, name := range []string{"to-old", "to-new"} {
+		in, err := c.Events.Send(ctx, name, []byte(`{"external_event_id":"evt-`+name+`"}`), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := waitStatus(t, c, in.ReceiptID, idem.ReceiptCompleted); r.Attempts[0].StatusCode != 204 {
+			t.Fatalf("%s: the handler must accept the delivery at once: %+v", name, r.Attempts)
+		}
+	}
+	for _, php := range []string{phpOld, phpNew} {
+		if s := stats(t, php); len(s.Processed) != 1 || s.BadSignatures != 0 {
+			t.Fatalf("each handler verifies idem's signatures with its one secret: %+v", s)
+		}
+	}
+
+	intake := func(secret, id string) int {
+		body := []byte(`{"external_event_id":"` + id + `"}`)
+		req, _ := http.NewRequest("POST", server.URL+"/v1/sources/partner/events", bytes.NewReader(body))
+		req.Header = signed(t, secret, "msg_"+id, time.Now(), body)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	for secret, want := range map[string]int{signingSecret: 202, newSecret: 202, otherSecret: 401} {
+		if got := intake(secret, "evt-"+secret[6:14]); got != want {
+			t.Errorf("an event signed with %s…: want %d, got %d", secret[:14], want, got)
+		}
+	}
+}

@@ -16,5 +16,5 @@ pub use receipt::{
     ReplayBatch, ResultState,
 };
 pub use retry::next_delay;
-pub use signature::{SignatureError, SigningSecret, sign, verify};
+pub use signature::{SignatureError, SigningSecret, SigningSecrets, sign, verify};
 pub use source::EventIdRule;

@@ -56,6 +56,101 @@ impl SigningSecret {
     }
 }
 
+/// The secrets of one side of a source, for rotating them without a failed message: `"whsec_…"` or
+/// `["whsec_new…", "whsec_old…"]` in a config file, at most [`SigningSecrets::MAX`]. Messages are
+/// signed with every one (one `v1,` signature each, the header's space-separated form, so a receiver
+/// that knows either accepts them), and a message signed with any one of them is accepted.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SigningSecrets(Vec<SigningSecret>);
+
+impl std::fmt::Debug for SigningSecrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SigningSecrets([{} redacted])", self.0.len())
+    }
+}
+
+impl SigningSecrets {
+    /// More would only be forgotten old ones: each one costs every message an HMAC.
+    pub const MAX: usize = 4;
+
+    pub fn new(secrets: Vec<SigningSecret>) -> Result<Self, String> {
+        match secrets.len() {
+            0 => Err("give at least one secret".into()),
+            n if n > Self::MAX => Err(format!("at most {} secrets at once (rotation needs two), not {n}", Self::MAX)),
+            _ => Ok(Self(secrets)),
+        }
+    }
+
+    pub fn one(secret: SigningSecret) -> Self {
+        Self(vec![secret])
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The `webhook-signature` value: one signature per secret, space-separated.
+    pub fn sign(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
+        self.0.iter().map(|secret| sign(secret, id, timestamp, body)).collect::<Vec<_>>().join(" ")
+    }
+
+    /// Checks a message as [`verify`] does, accepting a signature made with any of these secrets.
+    pub fn verify(
+        &self,
+        id: &str,
+        timestamp: &str,
+        header: &str,
+        body: &[u8],
+        now_secs: i64,
+        tolerance_secs: i64,
+    ) -> Result<(), SignatureError> {
+        let mut last = SignatureError::NoMatch;
+        for secret in &self.0 {
+            match verify(secret, id, timestamp, header, body, now_secs, tolerance_secs) {
+                Ok(()) => return Ok(()),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for SigningSecrets {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct OneOrMany;
+        impl<'de> serde::de::Visitor<'de> for OneOrMany {
+            type Value = SigningSecrets;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a secret \"whsec_…\", or a list of them while rotating")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Self::Value, E> {
+                SigningSecret::parse(text).map(SigningSecrets::one).map_err(E::custom)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut secrets = Vec::new();
+                while let Some(secret) = seq.next_element::<SigningSecret>()? {
+                    secrets.push(secret);
+                }
+                SigningSecrets::new(secrets).map_err(serde::de::Error::custom)
+            }
+        }
+        d.deserialize_any(OneOrMany)
+    }
+}
+
+impl serde::Serialize for SigningSecrets {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0.as_slice() {
+            [one] => one.serialize(s),
+            many => s.collect_seq(many),
+        }
+    }
+}
+
 /// The `webhook-signature` value for a message.
 pub fn sign(secret: &SigningSecret, id: &str, timestamp: i64, body: &[u8]) -> String {
     format!("v1,{}", STANDARD.encode(secret.mac(id, timestamp, body).finalize().into_bytes()))
@@ -124,6 +219,26 @@ mod tests {
         assert_eq!(err(SIGNATURE, BODY, TS + 301), Err(SignatureError::Stale));
         assert_eq!(err(SIGNATURE, BODY, TS - 301), Err(SignatureError::Stale));
         assert_eq!(verify(&secret, ID, "soon", SIGNATURE, BODY, TS, 300), Err(SignatureError::BadTimestamp));
+    }
+
+    #[test]
+    fn rotating_secrets_sign_with_each_and_accept_either() {
+        let old = SigningSecret::parse(SECRET).expect("valid secret");
+        let new = SigningSecret::parse("whsec_bmV3LXNlY3JldC1mb3Itcm90YXRpb24tMDEyMzQ1").expect("valid secret");
+        let both = SigningSecrets::new(vec![new.clone(), old.clone()]).expect("two");
+        let header = both.sign(ID, TS, BODY);
+        assert_eq!(header, format!("{} {SIGNATURE}", sign(&new, ID, TS, BODY)), "new first, then the old one");
+        let ts = TS.to_string();
+        for alone in [&old, &new] {
+            assert!(verify(alone, ID, &ts, &header, BODY, TS, 300).is_ok(), "a receiver with either accepts");
+            let by_one = sign(alone, ID, TS, BODY);
+            assert!(both.verify(ID, &ts, &by_one, BODY, TS, 300).is_ok(), "a sender with either is accepted");
+        }
+        let other = SigningSecret::parse("whsec_b3RoZXItc2VjcmV0LW5vdC1yb3RhdGVkLTAxMjM0").expect("valid secret");
+        assert_eq!(both.verify(ID, &ts, &sign(&other, ID, TS, BODY), BODY, TS, 300), Err(SignatureError::NoMatch));
+        assert_eq!(both.verify(ID, &ts, &header, BODY, TS + 301, 300), Err(SignatureError::Stale));
+        assert!(SigningSecrets::new(Vec::new()).is_err() && SigningSecrets::new(vec![old.clone(); 5]).is_err());
+        assert!(!format!("{both:?}").contains("MfKQ"), "{both:?}");
     }
 
     #[test]

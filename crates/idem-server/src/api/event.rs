@@ -7,7 +7,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use idem_core::event::{Accept, NewEvent, SigningSecret, verify};
+use idem_core::event::{Accept, NewEvent, SigningSecrets};
 use serde::Serialize;
 
 use crate::config::Can;
@@ -117,12 +117,12 @@ async fn accept(
     }
 }
 
-fn check_signature(secret: &SigningSecret, headers: &HeaderMap, body: &[u8], now_secs: i64) -> Result<(), ApiError> {
+fn check_signature(secrets: &SigningSecrets, headers: &HeaderMap, body: &[u8], now_secs: i64) -> Result<(), ApiError> {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let (Some(id), Some(ts), Some(sig)) =
         (header("webhook-id"), header("webhook-timestamp"), header("webhook-signature"))
     else {
         return Err(ApiError::BadSignature("webhook-id, webhook-timestamp and webhook-signature are required".into()));
     };
-    verify(secret, id, ts, sig, body, now_secs, TOLERANCE_SECS).map_err(|e| ApiError::BadSignature(e.to_string()))
+    secrets.verify(id, ts, sig, body, now_secs, TOLERANCE_SECS).map_err(|e| ApiError::BadSignature(e.to_string()))
 }

@@ -668,6 +668,33 @@ mod tests {
     }
 
     #[test]
+    fn a_source_takes_a_list_of_secrets_while_rotating() {
+        let file =
+            "[[sources]]\nname = \"partner\"\nhandler_url = \"http://127.0.0.1:9000/handle\"\nevent_id = \"/id\"\n";
+        let (new, old) = ("whsec_bmV3LXNlY3JldC1mb3Itcm90YXRpb24tMDEyMzQ1", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+        let rotating =
+            format!("{file}signing_secret = [\"{new}\", \"{old}\"]\nverify_secret = [\"{old}\", \"{new}\"]\n");
+        let c = load(&rotating, &[], &Overrides::default()).expect("load");
+        assert_eq!(c.sources[0].signing_secret.len(), 2);
+        assert_eq!(c.sources[0].verify_secret.as_ref().map(|s| s.len()), Some(2));
+        let shown = c.to_redacted_toml();
+        assert!(shown.contains("[redacted]") && !shown.contains("MfKQ9r8") && !shown.contains("bmV3"), "{shown}");
+        for (bad, says) in [
+            (format!("{file}signing_secret = []\n"), "at least one"),
+            (format!("{file}signing_secret = [\"{old}\", \"MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\n"), "whsec_"),
+            (
+                format!(
+                    "{file}signing_secret = \"{old}\"\nverify_secret = [\"{old}\", \"{old}\", \"{old}\", \"{old}\", \"{old}\"]\n"
+                ),
+                "at most 4",
+            ),
+        ] {
+            let e = load(&bad, &[], &Overrides::default()).expect_err(says).to_string();
+            assert!(e.contains("sources[0]") && e.contains(says) && !e.contains("MfKQ9r8"), "{e}");
+        }
+    }
+
+    #[test]
     fn the_printed_config_is_the_effective_one_and_loads_again() {
         let file = "[gateway]\nlisten = \"127.0.0.1:8080\"\nupstream = \"http://127.0.0.1:3000/api/\"\n\n[[gateway.routes]]\npath = \"/orders/{id}\"\nmethods = [\"post\"]\nscope = [\"header:X-Tenant\"]\n\n[[sources]]\nname = \"partner\"\nhandler_url = \"http://127.0.0.1:9000/handle\"\nevent_id = \"header:Idempotency-Key\"\nsigning_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n";
         let c = load(file, &[], &Overrides::default()).expect("load");

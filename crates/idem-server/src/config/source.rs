@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use idem_core::Namespace;
-use idem_core::event::{DeliveryPolicy, EventIdRule, SigningSecret};
+use idem_core::event::{DeliveryPolicy, EventIdRule, SigningSecrets};
 use serde::{Deserialize, Serialize};
 
 use super::value::{ConfigDuration, HttpUrl};
@@ -25,11 +25,13 @@ pub struct SourceConfig {
     /// Waits before attempts 2, 3, …; the last one repeats.
     #[serde(default = "defaults::backoff")]
     pub backoff: Vec<ConfigDuration>,
-    /// `whsec_` + base64 of 24-64 bytes: signs deliveries and result webhooks.
-    pub signing_secret: SigningSecret,
-    /// When set, intake requires the sender's Standard Webhooks signature made with it.
+    /// `whsec_` + base64 of 24-64 bytes: signs deliveries and result webhooks. A list while
+    /// rotating: every message carries one signature per secret.
+    pub signing_secret: SigningSecrets,
+    /// When set, intake requires the sender's Standard Webhooks signature made with it (with any
+    /// of them, for a list while rotating).
     #[serde(default)]
-    pub verify_secret: Option<SigningSecret>,
+    pub verify_secret: Option<SigningSecrets>,
     /// Receives `receipt.completed` / `receipt.dead` when a receipt ends.
     #[serde(default)]
     pub result_webhook_url: Option<HttpUrl>,

@@ -21,7 +21,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use idem_core::event::{
-    AttemptRecord, Change, DeliveryPolicy, Job, JobKind, ReceiptStatus, SigningSecret, Transition, after_attempt, sign,
+    AttemptRecord, Change, DeliveryPolicy, Job, JobKind, ReceiptStatus, SigningSecrets, Transition, after_attempt,
 };
 use idem_core::{Clock, EventStore, Timestamp};
 use sha2::{Digest, Sha256};
@@ -62,7 +62,7 @@ struct SourceRuntime {
     fresh: HttpClient,
     malformed: std::sync::atomic::AtomicBool,
     policy: DeliveryPolicy,
-    secret: SigningSecret,
+    secret: SigningSecrets,
     handler: Uri,
     result: Option<Uri>,
     timeout: Duration,
@@ -270,7 +270,7 @@ impl Delivery {
             .header(header::USER_AGENT, "idem")
             .header("webhook-id", webhook_id)
             .header("webhook-timestamp", timestamp.to_string())
-            .header("webhook-signature", sign(secret, webhook_id, timestamp, &job.body))
+            .header("webhook-signature", secret.sign(webhook_id, timestamp, &job.body))
             .header("idem-attempt", job.attempt.to_string())
             .body(Full::new(Bytes::from(job.body.clone())));
         let request = match request {
