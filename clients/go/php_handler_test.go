@@ -105,7 +105,13 @@ func stats(t *testing.T, url string) phpStats {
 // post sends a request straight to the handler, as a forger would.
 func post(t *testing.T, url string, h http.Header, body []byte) int {
 	t.Helper()
-	req, _ := http.NewRequest("POST", url+"/handle", bytes.NewReader(body))
+	return postTo(t, url+"/handle", h, body)
+}
+
+// postTo sends body with headers h to target and answers the status.
+func postTo(t *testing.T, target string, h http.Header, body []byte) int {
+	t.Helper()
+	req, _ := http.NewRequest("POST", target, bytes.NewReader(body))
 	req.Header = h
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -277,15 +283,7 @@ func TestSecretRotation(t *testing.T) {
 
 	intake := func(secret, id string) int {
 		body := []byte(`{"external_event_id":"` + id + `"}`)
-		req, _ := http.NewRequest("POST", server.URL+"/v1/sources/partner/events", bytes.NewReader(body))
-		req.Header = signed(t, secret, "msg_"+id, time.Now(), body)
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-		return res.StatusCode
+		return postTo(t, server.URL+"/v1/sources/partner/events", signed(t, secret, "msg_"+id, time.Now(), body), body)
 	}
 	for secret, want := range map[string]int{signingSecret: 202, newSecret: 202, otherSecret: 401} {
 		if got := intake(secret, "evt-"+secret[6:14]); got != want {
