@@ -46,6 +46,20 @@ impl<S: ?Sized> IntoHarness<S> for Option<Harness<S>> {
     }
 }
 
+/// Says loudly that a test did not run and why, and counts it: when `IDEM_TEST_SKIPS` names a
+/// file (scripts/test.sh sets one), a line is added to it, so that the closing count of the test
+/// command reports the test as skipped rather than passed.
+pub fn skipped(why: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "!!! SKIPPED: {why} !!!");
+    if let Ok(path) = std::env::var("IDEM_TEST_SKIPS")
+        && let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(path)
+    {
+        // One write of the whole line: O_APPEND keeps lines from tests running at once apart.
+        let _ = file.write_all(format!("{}\n", why.replace('\n', " ")).as_bytes());
+    }
+}
+
 /// The instant every harness clock starts at: 2026-01-01T00:00:00Z.
 pub const START: Timestamp = Timestamp(1_767_225_600_000);
 

@@ -64,11 +64,9 @@ idem_conformance::suite!(postgres);
 
 /// Written straight to stderr, past the test harness's output capture, so that it shows.
 fn announce_skip() {
-    use std::io::Write;
-    let _ = writeln!(
-        std::io::stderr(),
-        "!!! SKIPPED: {URL_VAR} is not set: this PostgreSQL conformance test did not run (e.g. {URL_VAR}=postgres://postgres@127.0.0.1:5432/postgres) !!!"
-    );
+    idem_conformance::skipped(&format!(
+        "{URL_VAR} is not set: this PostgreSQL conformance test did not run (e.g. {URL_VAR}=postgres://postgres@127.0.0.1:5432/postgres)"
+    ));
 }
 
 /// A node whose own clock runs an hour fast still stamps and expires claims by the database's
