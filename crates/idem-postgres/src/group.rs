@@ -3,11 +3,12 @@
 //! round trip and a commit. A batch that already holds many claims goes straight to the database.
 //!
 //! Time limits: a claim waits at most `call_timeout` for its answer. One whose time has passed
-//! before its group is sent is not sent (its caller has been told the store is unavailable, or
-//! will be); one whose answer does not come in time may have been stored: its outcome is unknown.
+//! before its group is sent is not sent, and its caller is told the store is unavailable; one sent
+//! whose answer does not come in time may have been stored: its outcome is unknown.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use idem_core::{ClaimOutcome, Clock, Namespace, NewClaim, StoreError};
@@ -20,11 +21,17 @@ use crate::pool::{Db, with_conn};
 /// Claims gathered into one transaction at most.
 const MAX_GROUP: usize = 512;
 
+const QUEUED: u8 = 0;
+const SENT: u8 = 1;
+const GIVEN_UP: u8 = 2;
+
 pub struct Queued {
     ns: Namespace,
     claim: NewClaim,
-    /// When its caller stops waiting.
-    deadline: Instant,
+    /// [`QUEUED`], then [`SENT`] (by the dispatcher) or [`GIVEN_UP`] (by its caller, at its
+    /// deadline), whichever comes first: a claim given up is never sent, and one sent cannot be
+    /// given up as "nothing changed".
+    state: Arc<AtomicU8>,
     reply: oneshot::Sender<Result<ClaimOutcome, StoreError>>,
 }
 
@@ -37,7 +44,8 @@ pub async fn claim_one(
 ) -> Result<ClaimOutcome, StoreError> {
     let deadline = Instant::now() + call_timeout;
     let (reply, answer) = oneshot::channel();
-    let queued = Queued { ns: ns.clone(), claim, deadline, reply };
+    let state = Arc::new(AtomicU8::new(QUEUED));
+    let queued = Queued { ns: ns.clone(), claim, state: Arc::clone(&state), reply };
     match tokio::time::timeout_at(deadline, queue.send(queued)).await {
         Ok(Ok(())) => {}
         Ok(Err(_)) => return Err(StoreError::Closed),
@@ -45,7 +53,10 @@ pub async fn claim_one(
     }
     match tokio::time::timeout_at(deadline, answer).await {
         Ok(answer) => answer.map_err(|_| StoreError::Closed)?,
-        Err(_) => Err(StoreError::OutcomeUnknown(format!("no answer within call_timeout ({call_timeout:?})"))),
+        Err(_) => match state.compare_exchange(QUEUED, GIVEN_UP, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => Err(StoreError::Unavailable(format!("no connection within call_timeout ({call_timeout:?})"))),
+            Err(_) => Err(StoreError::OutcomeUnknown(format!("no answer within call_timeout ({call_timeout:?})"))),
+        },
     }
 }
 
@@ -63,14 +74,11 @@ pub fn spawn(db: Arc<Db>, clock: Arc<dyn Clock>, in_flight: usize) -> mpsc::Send
                 group.push(next);
             }
             let mut by_ns: HashMap<Namespace, Vec<Queued>> = HashMap::new();
-            let now = Instant::now();
             for q in group {
-                if q.deadline <= now {
-                    // Its caller has given up: never sent, so nothing was changed.
-                    drop(q.reply.send(Err(StoreError::Unavailable("waited call_timeout for a connection".into()))));
-                    continue;
+                // One its caller has given up on is not sent: it was told nothing was changed.
+                if q.state.compare_exchange(QUEUED, SENT, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                    by_ns.entry(q.ns.clone()).or_default().push(q);
                 }
-                by_ns.entry(q.ns.clone()).or_default().push(q);
             }
             let (db, clock) = (Arc::clone(&db), Arc::clone(&clock));
             tokio::spawn(async move {

@@ -78,7 +78,8 @@ async fn a_black_holed_database_is_answered_503_within_call_timeout_and_recovere
 
     s.proxy.black_hole();
     for i in 0..3 {
-        let (reply, took) = send(client, Method::POST, "/v1/claims/faults", Some(json!({"key": format!("k{i}")}))).await;
+        let (reply, took) =
+            send(client, Method::POST, "/v1/claims/faults", Some(json!({"key": format!("k{i}")}))).await;
         assert_unavailable(&reply, took, &format!("claim {i} in the black hole"));
     }
     let (reply, took) = send(client, Method::GET, "/v1/claims/faults/lookup", None).await;
@@ -88,7 +89,8 @@ async fn a_black_holed_database_is_answered_503_within_call_timeout_and_recovere
     assert!(took < CALL_TIMEOUT + Duration::from_secs(1), "/readyz answered after {took:?}");
 
     s.proxy.heal();
-    let (reply, took) = until_recovered(client, "/v1/claims/faults", json!({"key": "after"}), Duration::from_secs(10)).await;
+    let (reply, took) =
+        until_recovered(client, "/v1/claims/faults", json!({"key": "after"}), Duration::from_secs(10)).await;
     assert_eq!(reply.status.as_u16(), 201, "{}", String::from_utf8_lossy(&reply.body));
     eprintln!("recovered {took:?} after the path came back");
     let (ready, _) = send(client, Method::GET, "/readyz", None).await;
@@ -181,7 +183,8 @@ async fn a_read_only_database_is_503_never_500_and_recovered_from() {
     );
     db.batch_execute(&demote).await.expect("demote");
     for i in 0..20 {
-        let (reply, took) = send(client, Method::POST, "/v1/claims/faults", Some(json!({"key": format!("k{i}")}))).await;
+        let (reply, took) =
+            send(client, Method::POST, "/v1/claims/faults", Some(json!({"key": format!("k{i}")}))).await;
         let kind = assert_unavailable(&reply, took, &format!("claim {i} on a read-only server"));
         assert_eq!(kind, "urn:idem:problem:store-unavailable", "refused: nothing was changed");
         let (reply, took) = send(client, Method::POST, "/v1/operations/pay/begin", Some(json!({"key": "k"}))).await;
@@ -194,7 +197,8 @@ async fn a_read_only_database_is_503_never_500_and_recovered_from() {
     db.batch_execute(&format!("DROP TRIGGER demoted ON {name}.claims; DROP TRIGGER demoted ON {name}.requests; DROP TRIGGER demoted ON {name}.meta"))
         .await
         .expect("promote");
-    let (reply, took) = until_recovered(client, "/v1/claims/faults", json!({"key": "after"}), Duration::from_secs(10)).await;
+    let (reply, took) =
+        until_recovered(client, "/v1/claims/faults", json!({"key": "after"}), Duration::from_secs(10)).await;
     assert_eq!(reply.status.as_u16(), 201);
     eprintln!("recovered {took:?} after the server took writes again");
 }
@@ -245,10 +249,12 @@ async fn a_response_the_store_could_not_take_is_kept_stored_and_replayed() {
         let key = key.to_owned();
         async move {
             client
-                .send_with(Method::POST, "/orders", Some(bytes::Bytes::from_static(b"{\"item\":\"book\"}")), &[
-                    ("idempotency-key", key.as_str()),
-                    ("content-type", "application/json"),
-                ])
+                .send_with(
+                    Method::POST,
+                    "/orders",
+                    Some(bytes::Bytes::from_static(b"{\"item\":\"book\"}")),
+                    &[("idempotency-key", key.as_str()), ("content-type", "application/json")],
+                )
                 .await
                 .expect("an answer")
         }
@@ -256,7 +262,12 @@ async fn a_response_the_store_could_not_take_is_kept_stored_and_replayed() {
 
     // The upstream answers, and the path to the database is gone as it does.
     let first = order("\"order-1\"").await;
-    assert_eq!(first.status.as_u16(), 201, "the client gets the upstream's answer: {}", String::from_utf8_lossy(&first.body));
+    assert_eq!(
+        first.status.as_u16(),
+        201,
+        "the client gets the upstream's answer: {}",
+        String::from_utf8_lossy(&first.body)
+    );
     let fence: u64 = seen.lock().expect("lock")[0].parse().expect("a numeric Idem-Fencing-Token");
     assert!(fence > 0);
     // A retry on this node meanwhile: replayed from memory, the store still away.
@@ -281,10 +292,12 @@ async fn a_response_the_store_could_not_take_is_kept_stored_and_replayed() {
     let other = TestServer::start_postgres(&url, &options(), gateway(&upstream)).await;
     let other_gw = ApiClient::new(other.gateway_url.as_deref().expect("gateway"), None).expect("client");
     let replay = other_gw
-        .send_with(Method::POST, "/orders", Some(bytes::Bytes::from_static(b"{\"item\":\"book\"}")), &[
-            ("idempotency-key", "\"order-1\""),
-            ("content-type", "application/json"),
-        ])
+        .send_with(
+            Method::POST,
+            "/orders",
+            Some(bytes::Bytes::from_static(b"{\"item\":\"book\"}")),
+            &[("idempotency-key", "\"order-1\""), ("content-type", "application/json")],
+        )
         .await
         .expect("an answer");
     assert_eq!(replay.status.as_u16(), 201);
