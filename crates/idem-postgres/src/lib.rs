@@ -168,7 +168,12 @@ impl PgStore {
     ) -> Result<Self, OpenError> {
         let db = Arc::new(Db::new(&config, options).map_err(OpenError::Url)?);
         // The first connection says, host by host, why none will do.
-        let first = db.pool.get().await.map_err(|e| OpenError::Connect(e.to_string()))?;
+        let first = db.pool.get().await.map_err(|e| {
+            OpenError::Connect(match e {
+                deadpool::managed::PoolError::Backend(e) => e.to_string(),
+                other => other.to_string(),
+            })
+        })?;
         drop(first);
         let clock: Arc<dyn Clock> = match time {
             TimeSource::Given(clock) => clock,
