@@ -14,6 +14,14 @@ namespace Idem\Http;
  */
 final class StreamTransport implements Transport
 {
+    /**
+     * @param array<string, mixed> $ssl PHP's ssl context options for https://, e.g.
+     *                                  ['cafile' => '/etc/idem/ca.pem'] for a private CA
+     */
+    public function __construct(private readonly array $ssl = [])
+    {
+    }
+
     public function send(
         string $method,
         string $url,
@@ -38,28 +46,30 @@ final class StreamTransport implements Transport
         if ($body !== null) {
             $http['content'] = $body;
         }
-        $context = stream_context_create(['http' => $http]);
+        $context = stream_context_create(['http' => $http, 'ssl' => $this->ssl]);
 
-        $warning = null;
-        set_error_handler(static function (int $no, string $message) use (&$warning): bool {
-            $warning = $message;
+        // PHP reports a refused connection or a reset as a warning; frameworks (Laravel) turn
+        // warnings into exceptions of their own. Catch them here and say what happened once.
+        $warnings = [];
+        set_error_handler(static function (int $no, string $message) use (&$warnings): bool {
+            $warnings[] = $message;
             return true;
         });
         try {
             $stream = fopen($url, 'rb', false, $context);
+            if ($stream === false) {
+                $elapsed = (hrtime(true) - $started) / 1e9;
+                throw new TransportException(self::cause($warnings), $elapsed >= $timeout * 0.95);
+            }
+            try {
+                $meta = stream_get_meta_data($stream);
+                [$status, $reason, $responseHeaders] = self::parseHead($meta['wrapper_data'] ?? []);
+                $content = self::readBody($stream, $started, $timeout);
+            } finally {
+                fclose($stream);
+            }
         } finally {
             restore_error_handler();
-        }
-        if ($stream === false) {
-            $elapsed = (hrtime(true) - $started) / 1e9;
-            throw new TransportException(self::cause($warning), $elapsed >= $timeout * 0.95);
-        }
-        try {
-            $meta = stream_get_meta_data($stream);
-            [$status, $reason, $responseHeaders] = self::parseHead($meta['wrapper_data'] ?? []);
-            $content = self::readBody($stream, $started, $timeout);
-        } finally {
-            fclose($stream);
         }
         return new Response($status, $responseHeaders, $content, $reason);
     }
@@ -117,13 +127,14 @@ final class StreamTransport implements Transport
         return [$status, $reason, $headers];
     }
 
-    private static function cause(?string $warning): string
+    /** @param list<string> $warnings what PHP said, e.g. "fopen(http://…): Failed to open stream: Connection refused" */
+    private static function cause(array $warnings): string
     {
-        if ($warning === null) {
-            return 'no answer';
+        $causes = [];
+        foreach ($warnings as $warning) {
+            $cause = preg_replace(['/^\w+\(.*?\):\s*/', '/^failed to open stream:\s*/i'], '', $warning) ?? $warning;
+            $causes[$cause] = true;
         }
-        // "fopen(http://…): Failed to open stream: Connection refused" → "Connection refused"
-        $cause = preg_replace('/^.*?failed to open stream:\s*/i', '', $warning) ?? $warning;
-        return $cause !== '' ? $cause : $warning;
+        return $causes === [] ? 'no answer' : implode('; ', array_keys($causes));
     }
 }

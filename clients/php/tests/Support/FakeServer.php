@@ -62,6 +62,7 @@ final class FakeServer
         if (is_resource($this->process)) {
             proc_terminate($this->process);
             proc_close($this->process);
+            IdemServer::removeTree($this->dir);
         }
     }
 
