@@ -160,7 +160,9 @@ final class Operations
         try {
             $stored = self::roundtrip(self::invoke($fn, $lease));
         } catch (\Throwable $e) {
-            $this->releaseQuietly($ns, $begun->id, $token);
+            if (!$e instanceof LeaseLostException) { // a lost lease has nothing left to release
+                $this->releaseQuietly($ns, $begun->id, $token);
+            }
             throw $e;
         }
         $this->complete($ns, $begun->id, $token, $stored);

@@ -19,12 +19,12 @@ final class Webhook
     private const PREFIX = 'whsec_';
 
     /**
-     * @param iterable<string, string|list<string>>|object $headers
+     * @param array<string, string|list<string>>|iterable<string, string|list<string>>|object $headers
      * @return mixed the body parsed as JSON (objects as associative arrays), or the raw body when $parse is false
      */
     public static function verify(
         #[\SensitiveParameter] string $secret,
-        iterable|object $headers,
+        array|object $headers,
         string $body,
         int|\DateTimeInterface|null $now = null,
         int $tolerance = self::TOLERANCE,
@@ -106,7 +106,7 @@ final class Webhook
      * @param list<string> $wanted lowercase names
      * @return array<string, list<string>>
      */
-    private static function headers(iterable|object $headers, array $wanted): array
+    private static function headers(array|object $headers, array $wanted): array
     {
         $found = [];
         if (!is_iterable($headers)) {

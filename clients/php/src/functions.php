@@ -42,7 +42,7 @@ function claimId(string|array $parts, string ...$more): string
  */
 function verifyWebhook(
     #[\SensitiveParameter] string $secret,
-    iterable|object $headers,
+    array|object $headers,
     string $body,
     int|\DateTimeInterface|null $now = null,
     int $tolerance = Webhook::TOLERANCE,

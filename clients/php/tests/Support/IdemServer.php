@@ -112,6 +112,7 @@ final class IdemServer
             $log = (string) @file_get_contents($logFile);
             $this->stop();
         }
+        self::removeTree($this->dir);
         throw new \RuntimeException("idem serve did not become healthy:\n" . substr($log, -2000));
     }
 
