@@ -20,6 +20,13 @@ class IdemException extends \RuntimeException
     public const LEASE_LOST = 'urn:idem:problem:lease-lost';
     public const FINGERPRINT_MISMATCH = 'urn:idem:problem:fingerprint-mismatch';
     public const FORBIDDEN = 'urn:idem:problem:forbidden';
+    /** A 503: the store could not be used; nothing was changed. */
+    public const STORE_UNAVAILABLE = 'urn:idem:problem:store-unavailable';
+    /**
+     * A 503: the store's answer was lost after a write was sent; it may or may not have been made.
+     * The client retries it with the call's own client token, which tells which; this type
+     * reaches the caller only once the retries ran out.
+     */
     public const OUTCOME_UNKNOWN = 'urn:idem:problem:outcome-unknown';
     /** idem's "no such record": the only 404 that get() and delete() read as absent. */
     public const NOT_FOUND = 'urn:idem:problem:not-found';

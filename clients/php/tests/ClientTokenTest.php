@@ -6,6 +6,7 @@ namespace Idem\Tests;
 
 use Idem\Client;
 use Idem\InProgressException;
+use Idem\IdemException;
 use Idem\Tests\Support\FakeServer;
 use Idem\Tests\Support\IdemTestCase;
 use Idem\UnavailableException;
@@ -144,7 +145,7 @@ final class ClientTokenTest extends IdemTestCase
             self::proxied()->withOptions(retries: 1)->claims->claim('ns', key: 'k');
             self::fail('no exception');
         } catch (UnavailableException $e) {
-            self::assertSame('urn:idem:problem:outcome-unknown', $e->type);
+            self::assertSame(IdemException::OUTCOME_UNKNOWN, $e->type);
             self::assertSame(0.0, $e->retryAfter);
         }
     }

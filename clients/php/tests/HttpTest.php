@@ -271,7 +271,7 @@ final class HttpTest extends TestCase
             self::fail('no exception');
         } catch (UnavailableException $e) {
             self::assertSame(503, $e->status);
-            self::assertSame('urn:idem:problem:store-unavailable', $e->type);
+            self::assertSame(IdemException::STORE_UNAVAILABLE, $e->type);
         }
         self::assertCount(3, $t->sent);
     }
