@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -24,6 +25,20 @@ DEFAULT_LEASE_SECONDS = 60
 
 #: How long operations.run waits for another holder before raising InProgressError.
 DEFAULT_WAIT_TIMEOUT = 90.0
+
+
+#: Where the client looks for idem when neither ``url`` nor ``IDEM_URL`` says.
+DEFAULT_URL = "http://127.0.0.1:7070"
+
+
+def resolve_url(url: Optional[str]) -> str:
+    """``url``, else the ``IDEM_URL`` environment variable, else :data:`DEFAULT_URL`."""
+    return url if url is not None else (os.environ.get("IDEM_URL") or DEFAULT_URL)
+
+
+def resolve_token(token: Optional[str]) -> Optional[str]:
+    """``token``, else the ``IDEM_TOKEN`` environment variable; ``""`` means none at all."""
+    return token if token is not None else (os.environ.get("IDEM_TOKEN") or None)
 
 
 def base_headers(token: Optional[str], extra: Optional[Dict[str, str]]) -> Dict[str, str]:
@@ -76,7 +91,7 @@ def request_kwargs(options: Options, call: Call[Any]) -> Dict[str, Any]:
         kwargs["content"] = call.body
         kwargs["headers"] = {"Content-Type": "application/json"}
     if call.params:
-        kwargs["params"] = call.params
+        kwargs["params"] = list(call.params)
     return kwargs
 
 
