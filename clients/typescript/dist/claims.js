@@ -1,5 +1,6 @@
 /** `idem.claims`: the Claims API (docs/reference/api.md#claims). */
 import { clientTokenOf } from "./client-token.js";
+import { IdemError } from "./errors.js";
 import { idOf, keyBody, segment } from "./keys.js";
 function claimBody(item) {
     const body = keyBody(item);
@@ -14,6 +15,10 @@ function splitClaim(raw) {
     return { claimed, record };
 }
 const base = (ns) => `/v1/claims/${segment(ns, "namespace")}`;
+/** An answer of the wrong shape (a server that answers 200 to anything, say). */
+function invalid(res, expected) {
+    return new IdemError({ status: res?.status ?? 0, title: "Invalid response", detail: expected });
+}
 /** A prefix as the query takes it: at least one part (the server checks each part). */
 function prefixOf(prefix) {
     if (!Array.isArray(prefix) || prefix.length === 0) {
@@ -75,7 +80,9 @@ export class Claims {
             query: { prefix: prefixOf(options.prefix), limit: options.limit, after: options.after ?? undefined },
         });
         const page = res?.body;
-        return { items: page.items, next: page.next ?? null };
+        if (!Array.isArray(page?.items))
+            throw invalid(res, "expected { items, next }");
+        return { items: page.items, next: typeof page.next === "string" && page.next ? page.next : null };
     }
     /** Every live claim whose parts begin with `prefix`, in the order of their parts, page after page. */
     async *iterate(ns, options) {
@@ -98,6 +105,8 @@ export class Claims {
         for (;;) {
             const res = await this.#http.call("DELETE", base(ns), { query });
             const step = res?.body;
+            if (typeof step?.deleted !== "number")
+                throw invalid(res, "expected { deleted, more }");
             deleted += step.deleted;
             // A call that deleted nothing cannot have more to delete: never loop on a confused answer.
             if (step.more !== true || step.deleted === 0)

@@ -1,7 +1,8 @@
 /** `idem.claims`: the Claims API (docs/reference/api.md#claims). */
 
 import { clientTokenOf } from "./client-token.js";
-import type { Transport } from "./http.js";
+import { IdemError } from "./errors.js";
+import type { CallResult, Transport } from "./http.js";
 import { idOf, keyBody, segment, type KeyRef } from "./keys.js";
 
 /** A stored claim, with the fields as the API names them. */
@@ -96,6 +97,11 @@ function splitClaim<D>(raw: unknown): ClaimResult<D> {
 
 const base = (ns: string): string => `/v1/claims/${segment(ns, "namespace")}`;
 
+/** An answer of the wrong shape (a server that answers 200 to anything, say). */
+function invalid(res: CallResult | null, expected: string): IdemError {
+  return new IdemError({ status: res?.status ?? 0, title: "Invalid response", detail: expected });
+}
+
 /** A prefix as the query takes it: at least one part (the server checks each part). */
 function prefixOf(prefix: readonly string[]): readonly string[] {
   if (!Array.isArray(prefix) || prefix.length === 0) {
@@ -167,8 +173,9 @@ export class Claims {
     const res = await this.#http.call("GET", base(ns), {
       query: { prefix: prefixOf(options.prefix), limit: options.limit, after: options.after ?? undefined },
     });
-    const page = res?.body as { items: ClaimRecord<D>[]; next?: string | null };
-    return { items: page.items, next: page.next ?? null };
+    const page = res?.body as { items?: unknown; next?: unknown } | undefined;
+    if (!Array.isArray(page?.items)) throw invalid(res, "expected { items, next }");
+    return { items: page.items as ClaimRecord<D>[], next: typeof page.next === "string" && page.next ? page.next : null };
   }
 
   /** Every live claim whose parts begin with `prefix`, in the order of their parts, page after page. */
@@ -191,7 +198,8 @@ export class Claims {
     let deleted = 0;
     for (;;) {
       const res = await this.#http.call("DELETE", base(ns), { query });
-      const step = res?.body as { deleted: number; more?: boolean };
+      const step = res?.body as { deleted?: unknown; more?: unknown } | undefined;
+      if (typeof step?.deleted !== "number") throw invalid(res, "expected { deleted, more }");
       deleted += step.deleted;
       // A call that deleted nothing cannot have more to delete: never loop on a confused answer.
       if (step.more !== true || step.deleted === 0) return deleted;

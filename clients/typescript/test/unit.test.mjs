@@ -376,6 +376,9 @@ describe("claims", () => {
     assert.equal(stuck.calls.length, 1, "an answer that deleted nothing ends the loop");
     await assert.rejects(stuck.idem.claims.deletePrefix("survey", { prefix: [] }), TypeError);
     assert.equal(stuck.calls.length, 1, "nothing sent for an empty prefix");
+    const html = client(() => new Response("<html>an app that answers 200 to anything</html>", { status: 200, headers: { "content-type": "text/html" } }));
+    await assert.rejects(html.idem.claims.deletePrefix("survey", { prefix: ["x"] }), (e) => e instanceof IdemError && e.status === 200 && /expected \{ deleted, more \}/.test(e.message));
+    await assert.rejects(html.idem.claims.list("survey", { prefix: ["x"] }), (e) => e instanceof IdemError && /expected \{ items, next \}/.test(e.message));
   });
 
   test("namespaces and ids are URL-encoded", async () => {
