@@ -75,7 +75,8 @@ final class Client
         ?callable $clock = null,
         ?callable $rand = null,
     ) {
-        $this->url = self::checkUrl($url ?? (getenv('IDEM_URL') ?: self::DEFAULT_URL));
+        $fromEnv = $url === null ? getenv('IDEM_URL') : false;
+        $this->url = self::checkUrl($url ?? ($fromEnv ?: self::DEFAULT_URL), $fromEnv ? 'IDEM_URL' : 'the URL');
         if ($token === null && !array_key_exists('authorization', array_change_key_case($headers))) {
             $token = getenv('IDEM_TOKEN') ?: null;
         }
@@ -288,11 +289,11 @@ final class Client
         );
     }
 
-    private static function checkUrl(string $url): string
+    private static function checkUrl(string $url, string $name = 'the URL'): string
     {
         $parts = parse_url($url);
         if ($parts === false || !in_array($parts['scheme'] ?? '', ['http', 'https'], true) || ($parts['host'] ?? '') === '') {
-            throw new \InvalidArgumentException('the URL must be http:// or https://, such as http://127.0.0.1:7070');
+            throw new \InvalidArgumentException("$name must be http:// or https://, such as http://127.0.0.1:7070");
         }
         if (isset($parts['user']) || isset($parts['pass'])) {
             // Credentials belong in token:, never in a URL that may be logged.

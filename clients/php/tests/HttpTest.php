@@ -435,6 +435,13 @@ final class HttpTest extends TestCase
         try {
             putenv('IDEM_URL=http://from-env:9999');
             self::assertSame('http://from-env:9999', (new Client())->url);
+            putenv('IDEM_URL=localhost:7070');
+            try {
+                new Client();
+                self::fail('a bad IDEM_URL was accepted');
+            } catch (\InvalidArgumentException $e) {
+                self::assertStringStartsWith('IDEM_URL must be http:// or https://', $e->getMessage());
+            }
             putenv('IDEM_URL');
             self::assertSame(Client::DEFAULT_URL, (new Client())->url);
         } finally {

@@ -321,7 +321,7 @@ def test_no_url_is_idem_url_else_the_default_and_no_token_is_idem_token(monkeypa
     assert "authorization" not in rec.requests[-1].headers, 'token="" sends none'
     assert repr(AsyncIdem()) == "AsyncIdem(url='http://from-env.test:9999/')"
     monkeypatch.setenv("IDEM_URL", "127.0.0.1:7070")
-    with pytest.raises(ValueError, match="http:// or https://"):
+    with pytest.raises(ValueError, match="^IDEM_URL must be an http:// or https:// URL"):
         Idem()
     monkeypatch.delenv("IDEM_URL")
     monkeypatch.delenv("IDEM_TOKEN")

@@ -31,7 +31,6 @@ from ._base import (
     DEFAULT_WAIT_TIMEOUT,
     Options,
     base_headers,
-    check_url,
     resolve_token,
     resolve_url,
     client_repr,
@@ -77,7 +76,7 @@ class AsyncIdem:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        url = check_url(resolve_url(url))
+        url = resolve_url(url)
         token = resolve_token(token)
         self._options = Options(
             url=url,

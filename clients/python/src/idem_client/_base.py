@@ -32,8 +32,11 @@ DEFAULT_URL = "http://127.0.0.1:7070"
 
 
 def resolve_url(url: Optional[str]) -> str:
-    """``url``, else the ``IDEM_URL`` environment variable, else :data:`DEFAULT_URL`."""
-    return url if url is not None else (os.environ.get("IDEM_URL") or DEFAULT_URL)
+    """``url``, else the ``IDEM_URL`` environment variable, else :data:`DEFAULT_URL`; checked."""
+    if url is not None:
+        return check_url(url)
+    from_env = os.environ.get("IDEM_URL")
+    return check_url(from_env, "IDEM_URL") if from_env else DEFAULT_URL
 
 
 def resolve_token(token: Optional[str]) -> Optional[str]:
@@ -50,10 +53,10 @@ def base_headers(token: Optional[str], extra: Optional[Dict[str, str]]) -> Dict[
     return headers
 
 
-def check_url(url: str) -> str:
+def check_url(url: str, name: str = "url") -> str:
     parsed = httpx.URL(url)
     if parsed.scheme not in ("http", "https") or not parsed.host:
-        raise ValueError("url must be an http:// or https:// URL such as http://127.0.0.1:7070")
+        raise ValueError(f"{name} must be an http:// or https:// URL such as http://127.0.0.1:7070")
     if parsed.userinfo:
         # Credentials belong in token=, never in a URL that may be logged.
         raise ValueError("put credentials in token=, not in the URL")

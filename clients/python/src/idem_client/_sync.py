@@ -18,7 +18,6 @@ from ._base import (
     DEFAULT_WAIT_TIMEOUT,
     Options,
     base_headers,
-    check_url,
     resolve_token,
     resolve_url,
     client_repr,
@@ -67,7 +66,7 @@ class Idem:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        url = check_url(resolve_url(url))
+        url = resolve_url(url)
         token = resolve_token(token)
         self._options = Options(
             url=url,
