@@ -176,11 +176,11 @@ impl Engine {
             engine.cache.insert(*id, Cached { fingerprint, response: Arc::new(stored), expires_at });
         };
         match self.store.complete_request(id, held.token, &encoded, route.ttl).await {
-            Ok(true) => {
+            Ok(Some(_)) => {
                 cached(self);
                 "forwarded"
             }
-            Ok(false) => {
+            Ok(None) => {
                 tracing::warn!(
                     route = route.path.as_str(),
                     "lease ran out before the response came back; it was not stored"
