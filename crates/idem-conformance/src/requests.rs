@@ -71,7 +71,7 @@ pub async fn completed_response_is_replayed_until_its_ttl<S: RequestStore + ?Siz
         Begin::Completed { same_fingerprint: false, .. }
     ));
     assert!(
-        !h.store.complete_request(&r.id, token, &response("again"), TTL).await.expect("complete").is_some(),
+        h.store.complete_request(&r.id, token, &response("again"), TTL).await.expect("complete").is_none(),
         "completes once"
     );
     h.clock.advance(TTL);
@@ -83,12 +83,12 @@ pub async fn only_the_lease_holder_completes_or_releases<S: RequestStore + ?Size
     let r = request("k", 1);
     let token = start(h, &r).await;
     let stranger = LeaseToken::generate();
-    assert!(!h.store.complete_request(&r.id, stranger, &response("x"), TTL).await.expect("complete").is_some());
+    assert!(h.store.complete_request(&r.id, stranger, &response("x"), TTL).await.expect("complete").is_none());
     assert!(!h.store.release_request(&r.id, stranger).await.expect("release"));
     assert!(h.store.release_request(&r.id, token).await.expect("release"));
     assert!(h.store.peek_request(&r.id).await.expect("peek").is_none(), "released is absent");
     assert!(
-        !h.store.complete_request(&r.id, token, &response("x"), TTL).await.expect("complete").is_some(),
+        h.store.complete_request(&r.id, token, &response("x"), TTL).await.expect("complete").is_none(),
         "a released lease is gone"
     );
     start(h, &r).await;
@@ -105,7 +105,7 @@ pub async fn an_expired_lease_frees_the_key_and_voids_the_old_token<S: RequestSt
         other => panic!("an expired lease frees the key: {other:?}"),
     };
     assert!(
-        !h.store.complete_request(&r.id, old, &response("late"), TTL).await.expect("complete").is_some(),
+        h.store.complete_request(&r.id, old, &response("late"), TTL).await.expect("complete").is_none(),
         "the late holder cannot overwrite"
     );
     assert!(!h.store.release_request(&r.id, old).await.expect("release"), "nor release its successor's key");
@@ -121,7 +121,7 @@ pub async fn a_lease_that_ran_out_cannot_complete<S: RequestStore + ?Sized>(h: &
     let token = start(h, &r).await;
     h.clock.advance(LEASE);
     assert!(
-        !h.store.complete_request(&r.id, token, &response("late"), TTL).await.expect("complete").is_some(),
+        h.store.complete_request(&r.id, token, &response("late"), TTL).await.expect("complete").is_none(),
         "too late to complete"
     );
 }
