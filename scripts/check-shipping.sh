@@ -27,8 +27,7 @@
 # temporary directory (the vfs driver, runc, cgroupfs: what works on the machine idem is developed
 # on; see docs/install.md), removed at the end with every container and image made here.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-ROOT=$(pwd)
+cd "$(dirname "$0")/.." || exit 1
 
 BIN=$(realpath "${IDEM_TEST_BIN:-target/debug/idem}")
 WORK=$(mktemp -d)

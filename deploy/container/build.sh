@@ -67,7 +67,7 @@ mv "$WORK/ca-certificates.crt" "$ROOTFS/etc/ssl/certs/ca-certificates.crt"
 printf 'root:x:0:0:root:/root:/sbin/nologin\nidem:x:10001:10001:idem:/data:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\n' > "$ROOTFS/etc/passwd"
 printf 'root:x:0:\nidem:x:10001:\nnogroup:x:65534:\n' > "$ROOTFS/etc/group"
 printf 'passwd: files\ngroup: files\nhosts: files dns\n' > "$ROOTFS/etc/nsswitch.conf"
-mkdir -p -m 1777 "$ROOTFS/tmp"
+mkdir "$ROOTFS/tmp" && chmod 1777 "$ROOTFS/tmp"
 # Manuals, translations and lintian overrides: no use without a shell. Copyright files stay.
 rm -rf "$ROOTFS/usr/share/man" "$ROOTFS/usr/share/locale" "$ROOTFS/usr/share/lintian" "$ROOTFS/usr/share/bug"
 
