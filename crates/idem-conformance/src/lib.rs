@@ -101,6 +101,8 @@ macro_rules! claim_suite {
             claims_are_counted_per_namespace,
             a_retry_with_its_client_token_is_told_it_won,
             a_race_with_client_tokens_tells_one_caller_it_won,
+            list_pages_a_prefix_in_parts_order,
+            delete_prefix_removes_only_that_prefix,
         );
     };
 }

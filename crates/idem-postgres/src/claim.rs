@@ -137,3 +137,55 @@ pub async fn lookup(
     }
     Ok(ids.iter().map(|id| found.get(id).cloned()).collect())
 }
+
+/// Live claims under `prefix` in parts order after `after`: a range of the `(ns, parts)` index.
+pub async fn list(
+    client: &Object,
+    ns: &Namespace,
+    prefix: &Parts,
+    after: Option<&[u8]>,
+    limit: usize,
+    now: Timestamp,
+) -> Result<Vec<ClaimRecord>, StoreError> {
+    let statement = client
+        .prepare_cached(
+            "SELECT parts, data, created_at, expires_at, false, id FROM claims
+             WHERE ns = $1 AND parts >= $2 AND parts < $3 AND parts > $4
+             AND (expires_at IS NULL OR expires_at > $5) ORDER BY parts LIMIT $6",
+        )
+        .await
+        .map_err(store_error)?;
+    let after: &[u8] = after.unwrap_or(&[]);
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+        [&ns.as_str(), &prefix.encode(), &prefix.prefix_upper_bound(), &after, &now.millis(), &(limit as i64)];
+    let rows = client.query(&statement, &params).await.map_err(store_error)?;
+    rows.iter()
+        .map(|row| {
+            let id_bytes: Vec<u8> = row.get(5);
+            let id = ClaimId::from_slice(&id_bytes).ok_or_else(|| StoreError::Internal("bad claim id".into()))?;
+            record(ns, id, row).map(|o| o.record)
+        })
+        .collect()
+}
+
+/// Deletes up to `limit` live claims under `prefix`; says how many went. (Expired ones are the
+/// sweeper's.)
+pub async fn delete_prefix(
+    client: &Object,
+    ns: &Namespace,
+    prefix: &Parts,
+    limit: usize,
+    now: Timestamp,
+) -> Result<usize, StoreError> {
+    let statement = client
+        .prepare_cached(
+            "DELETE FROM claims WHERE (ns, id) IN (SELECT ns, id FROM claims
+                 WHERE ns = $1 AND parts >= $2 AND parts < $3 AND (expires_at IS NULL OR expires_at > $5)
+                 ORDER BY parts LIMIT $4)",
+        )
+        .await
+        .map_err(store_error)?;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+        [&ns.as_str(), &prefix.encode(), &prefix.prefix_upper_bound(), &(limit as i64), &now.millis()];
+    Ok(client.execute(&statement, &params).await.map_err(commit_error)? as usize)
+}

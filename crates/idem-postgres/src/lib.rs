@@ -168,7 +168,12 @@ impl PgStore {
     ) -> Result<Self, OpenError> {
         let db = Arc::new(Db::new(&config, options).map_err(OpenError::Url)?);
         // The first connection says, host by host, why none will do.
-        let first = db.pool.get().await.map_err(|e| OpenError::Connect(e.to_string()))?;
+        let first = db.pool.get().await.map_err(|e| {
+            OpenError::Connect(match e {
+                deadpool::managed::PoolError::Backend(e) => e.to_string(),
+                other => other.to_string(),
+            })
+        })?;
         drop(first);
         let clock: Arc<dyn Clock> = match time {
             TimeSource::Given(clock) => clock,
@@ -255,6 +260,22 @@ impl ClaimStore for PgStore {
                 .map_err(commit_error)?;
             Ok(row.is_some_and(|r| r.get::<_, Option<i64>>(0).is_none_or(|at| at > now)))
         })
+    }
+
+    async fn list(
+        &self,
+        ns: &Namespace,
+        prefix: &Parts,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<ClaimRecord>, StoreError> {
+        let now = self.now();
+        with_conn!(self.db, false, |client| claim::list(&client, ns, prefix, after, limit, now).await)
+    }
+
+    async fn delete_prefix(&self, ns: &Namespace, prefix: &Parts, limit: usize) -> Result<usize, StoreError> {
+        let now = self.now();
+        with_conn!(self.db, true, |client| claim::delete_prefix(&client, ns, prefix, limit, now).await)
     }
 
     async fn count_claims(&self) -> Result<Vec<(String, u64)>, StoreError> {

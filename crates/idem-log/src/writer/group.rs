@@ -179,6 +179,11 @@ impl<'a> Group<'a> {
                 ran(reply, result)
             }
             Command::Delete { ns, id, reply } => ran(reply, self.delete(&Rc::from(ns.as_str()), &id)),
+            Command::DeleteMany { ns, ids, reply } => {
+                let ns: Rc<str> = Rc::from(ns.as_str());
+                let deleted = ids.iter().try_fold(0, |n, id| self.delete(&ns, id).map(|gone| n + usize::from(gone)));
+                ran(reply, deleted)
+            }
             Command::SweepClaims { limit, reply } => ran(reply, self.sweep_claims(limit, sweep_cursor)),
             Command::Begin { request, reply } => ran(reply, self.begin(request)),
             Command::Complete { id, token, result, ttl, reply } => ran(reply, self.complete(&id, token, result, ttl)),

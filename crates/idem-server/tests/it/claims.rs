@@ -135,9 +135,9 @@ async fn ttl_from_request_or_namespace_default_and_exact_expiry() {
     )
     .await;
     let by_default = s.post("/v1/claims/notified_articles", json!({"key": "u"}), 201).await;
-    assert_eq!(by_default["expires_at"], "2026-04-01T00:00:00Z", "90 days after 2026-01-01");
+    assert_eq!(by_default["expires_at"], "2026-04-01T00:00:00.000000Z", "90 days after 2026-01-01");
     let own = s.post("/v1/claims/notified_articles", json!({"key": "v", "ttl_seconds": 60}), 201).await;
-    assert_eq!(own["expires_at"], "2026-01-01T00:01:00Z", "the request's ttl_seconds wins");
+    assert_eq!(own["expires_at"], "2026-01-01T00:01:00.000000Z", "the request's ttl_seconds wins");
     let never = s.post("/v1/claims/other", json!({"key": "w"}), 201).await;
     assert_eq!(never["expires_at"], json!(null));
 
