@@ -3,8 +3,9 @@
 # from the artefact rather than from the repository's folders.
 #
 #   versions              one version in every file scripts/versions.txt lists
-#   release-tarball       scripts/release.sh's tarball and SHA256SUMS (sha256sum -c), its contents,
-#                         its idem --version; an idem from it serves the checks below
+#   release-tarball       scripts/release.sh's tarball and SHA256SUMS (sha256sum -c), the same bytes
+#                         when packed twice, its contents, its idem --version; an idem from it
+#                         serves the checks below
 #   typescript-package    `npm pack`, installed into an empty project, claims against that idem
 #   python-wheel          `pip wheel`, installed into a fresh venv, claims against that idem
 #   go-module             the module as a tag clients/go/vX.Y.Z would serve it (a file GOPROXY made
@@ -90,6 +91,10 @@ UNPACKED=$WORK/unpacked
 release-tarball() {
     IDEM_BIN=$BIN DIST=$WORK/dist scripts/release.sh || return 1
     (cd "$WORK/dist" && sha256sum -c SHA256SUMS) || return 1
+    IDEM_BIN=$BIN DIST=$WORK/dist-again scripts/release.sh 2>/dev/null || return 1
+    cmp -s "$WORK/dist/SHA256SUMS" "$WORK/dist-again/SHA256SUMS" ||
+        { say "packing the same binary twice gave different bytes"; return 1; }
+    say "packed twice: the same bytes"
     local name
     name=$(cd "$WORK/dist" && ls idem-*.tar.gz)
     [ "$name" = "idem-$VERSION-$(uname -m)-unknown-linux-gnu.tar.gz" ] || { say "unexpected name $name"; return 1; }
