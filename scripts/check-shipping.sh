@@ -12,8 +12,9 @@
 #                         from the tracked files), required by an empty module that claims
 #   container-image       deploy/container/build.sh, then the image run: healthy, 401 without a
 #                         token, 201 with one, uid 10001, data in /data, a read-only root, a clean
-#                         stop on SIGTERM, the data kept across a restart; PostgreSQL mode when the
-#                         test command has a database
+#                         stop on SIGTERM, the data kept across a restart
+#   container-on-postgres the image with IDEM_STORE__TYPE=postgres, on a database of its own in the
+#                         test command's PostgreSQL (IDEM_TEST_DATABASE_URL; skipped without)
 #   compose-file          deploy/container/compose.yaml against the compose schema (docker-compose
 #                         config); validated, not run: no registry here to pull postgres from
 #   kubernetes-manifests  scripts/check-manifests.py
@@ -305,16 +306,17 @@ container-image() {
     http 200 POST "$url/v1/claims/shipping" "$TOKEN" "$body" || return 1
     say "after a restart the claim is still there (200, a duplicate)"
     podman rm -f -t 0 "$ctr" >/dev/null
-
-    container_on_postgres "$image"
 }
 
 # The image in PostgreSQL mode, as compose.yaml and the Kubernetes Deployment run it, on a database
 # of its own in the test command's PostgreSQL (skipped without one).
-container_on_postgres() {
-    local image=$1 url=${IDEM_TEST_DATABASE_URL:-}
-    if [ -z "$url" ] || ! command -v psql >/dev/null; then
-        say "SKIPPED: the image on PostgreSQL (no IDEM_TEST_DATABASE_URL, or no psql)"
+container-on-postgres() {
+    local image=localhost/idem:$VERSION url=${IDEM_TEST_DATABASE_URL:-}
+    if ! podman image exists "$image" 2>/dev/null; then
+        echo "--- SKIP: container-on-postgres (no image: see container-image)"
+        return 0
+    elif [ -z "$url" ] || ! command -v psql >/dev/null; then
+        echo "--- SKIP: container-on-postgres (no IDEM_TEST_DATABASE_URL, or no psql)"
         return 0
     fi
     local db=idem_ship_$$ port
@@ -357,6 +359,7 @@ if start_idem; then
 fi
 command -v podman >/dev/null && podman_setup
 run_check container-image
+run_check container-on-postgres
 run_check compose-file
 python3 scripts/check-manifests.py || FAILED=1
 echo "check-shipping.sh: $((SECONDS - STARTED)) s"
