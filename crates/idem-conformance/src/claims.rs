@@ -32,7 +32,7 @@ pub async fn claim_new_then_existing<S: ClaimStore + ?Sized>(h: &Harness<S>) {
 pub async fn key_and_one_part_forms_are_one_key<S: ClaimStore + ?Sized>(h: &Harness<S>) {
     let n = ns("articles");
     let single = Parts::single("https://example.com/a".into()).expect("valid key");
-    let claim = idem_core::NewClaim { parts: single, data: None, ttl: None, client: None };
+    let claim = idem_core::NewClaim { parts: single, data: None, ttl: None, client: None, created_at: None };
     assert!(h.store.claim(&n, vec![claim]).await.expect("claim")[0].claimed);
     let again = h.store.claim(&n, vec![new_claim(&["https://example.com/a"], None, None)]).await.expect("claim");
     assert!(!again[0].claimed, "`key` is the one-part form of `parts`");
@@ -370,4 +370,25 @@ pub async fn delete_prefix_removes_only_that_prefix<S: ClaimStore + ?Sized>(h: &
     assert!(!store.prefix_exists(&n, &parts(&["s1"])).await.expect("prefix"));
     assert!(store.claim(&n, vec![new_claim(&["s1", "u3"], None, None)]).await.expect("claim")[0].claimed);
     assert_eq!(store.delete_prefix(&n, &parts(&["nothing"]), 10).await.expect("delete"), 0);
+}
+
+/// A record imported from another store keeps when it was made, and its TTL counts from then:
+/// one made 80 days ago with 90 days to live expires in 10; one whose time ran out is absent.
+pub async fn an_imported_claim_keeps_when_it_was_made<S: ClaimStore + ?Sized>(h: &Harness<S>) {
+    let (store, n) = (&h.store, ns("notified_articles"));
+    let day = Duration::from_secs(86_400);
+    let ago = |d: u64| idem_core::Timestamp(crate::START.millis() - (day * d as u32).as_millis() as i64);
+    let import = |key: &str, made| idem_core::NewClaim {
+        created_at: Some(made),
+        ..new_claim(&[key], Some(r#"{"legacy":true}"#), Some(day * 90))
+    };
+    let out = store.claim(&n, vec![import("https://a", ago(80)), import("https://b", ago(100))]).await.expect("claim");
+    assert_eq!(out[0].record.created_at, ago(80));
+    assert_eq!(out[0].record.expires_at, Some(crate::START.plus(day * 10)), "90 days from when it was made");
+    let got = store.get(&n, &id(&["https://a"])).await.expect("get").expect("live");
+    assert_eq!(got.created_at, ago(80));
+    assert!(store.get(&n, &id(&["https://b"])).await.expect("get").is_none(), "its 90 days ended 10 days ago");
+    let future = idem_core::Timestamp(crate::START.millis() + 3_600_000);
+    let out = store.claim(&n, vec![import("https://c", future)]).await.expect("claim");
+    assert_eq!(out[0].record.created_at, crate::START, "never later than now");
 }
