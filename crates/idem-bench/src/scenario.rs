@@ -186,13 +186,16 @@ pub async fn claims_batch(ctx: &Context) -> Result<Table, String> {
     Ok(Table::new("claims-batch", vec![row], anchors).skipped(skipped).memory(memory))
 }
 
+/// The gateway scenarios' route scope: one load generator, no callers to tell apart.
+const ONE_CALLER: &str = "scope = []\n";
+
 /// The gateway's replay and first-execution paths, beside the upstream called directly.
 pub async fn gateway(ctx: &Context) -> Result<Table, String> {
     let upstream_process = Upstream::start().await?;
     let upstream = upstream_process.url.clone();
     let gateway_port = target::free_port();
     let config = format!(
-        "[gateway]\nlisten = \"127.0.0.1:{gateway_port}\"\nupstream = \"{upstream}\"\n\n[[gateway.routes]]\npath = \"/orders\"\nmethods = [\"POST\"]\nkey = \"required\"\n"
+        "[gateway]\nlisten = \"127.0.0.1:{gateway_port}\"\nupstream = \"{upstream}\"\n\n[[gateway.routes]]\npath = \"/orders\"\nmethods = [\"POST\"]\nkey = \"required\"\n{ONE_CALLER}"
     );
     let idem = Idem::start(&ctx.backend, &config).await?;
     let gateway = format!("http://127.0.0.1:{gateway_port}");
@@ -245,7 +248,7 @@ pub async fn gateway_latency(ctx: &Context) -> Result<Table, String> {
     }
     let gateway_port = target::free_port();
     let config = format!(
-        "[gateway]\nlisten = \"127.0.0.1:{gateway_port}\"\nupstream = \"{upstream}\"\n\n[[gateway.routes]]\npath = \"/orders\"\nmethods = [\"POST\"]\nkey = \"required\"\n"
+        "[gateway]\nlisten = \"127.0.0.1:{gateway_port}\"\nupstream = \"{upstream}\"\n\n[[gateway.routes]]\npath = \"/orders\"\nmethods = [\"POST\"]\nkey = \"required\"\n{ONE_CALLER}"
     );
     let idem = Idem::start(&ctx.backend, &config).await?;
     let gateway = format!("http://127.0.0.1:{gateway_port}");
