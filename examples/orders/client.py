@@ -7,7 +7,9 @@ Run (with upstream.py and `idem serve --config examples/orders/idem.toml` runnin
     python3 examples/orders/client.py
 It can run again against the same gateway and upstream: each run uses a new key and counts only the
 orders created during the run.
-Environment: GATEWAY_URL (default http://127.0.0.1:8080), UPSTREAM_URL (default http://127.0.0.1:3000).
+Environment: GATEWAY_URL (default http://127.0.0.1:8080), UPSTREAM_URL (default http://127.0.0.1:3000),
+USER_TOKEN (the user's bearer token, default demo-user-token: the gateway keeps each user's keys apart
+by it, and refuses a keyed request that has none).
 """
 
 import json
@@ -20,6 +22,7 @@ import uuid
 
 GATEWAY = os.environ.get("GATEWAY_URL", "http://127.0.0.1:8080")
 UPSTREAM = os.environ.get("UPSTREAM_URL", "http://127.0.0.1:3000")
+TOKEN = os.environ.get("USER_TOKEN", "demo-user-token")
 
 
 def create_order(key, body, timeout):
@@ -27,7 +30,11 @@ def create_order(key, body, timeout):
         GATEWAY + "/orders",
         data=json.dumps(body).encode(),
         method="POST",
-        headers={"Content-Type": "application/json", "Idempotency-Key": f'"{key}"'},
+        headers={
+            "Content-Type": "application/json",
+            "Idempotency-Key": f'"{key}"',
+            "Authorization": f"Bearer {TOKEN}",
+        },
     )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:

@@ -8,6 +8,7 @@
 //! ```
 
 mod expiry;
+mod jwt;
 mod load;
 mod pin;
 mod replay;
@@ -80,6 +81,9 @@ enum Which {
     /// Gateway first executions at a quarter of the upstream's capacity (open loop): the latency
     /// idem adds over the upstream called directly at the same rate, p50 and p99.
     GatewayLatency,
+    /// What a `jwt:` scope costs: one token verification in process (HS256, RS256, ES256, EdDSA),
+    /// and gateway replays scoped by `jwt:sub` beside the same scoped by the header.
+    Jwt,
     /// Event intake and end-to-end delivery beside single claims of the same build.
     Events,
     /// 500-key batch lookups among a million stored claims, beside PostgreSQL and Redis.
@@ -207,6 +211,7 @@ fn scenarios(which: &Which) -> Vec<Which> {
             Which::Lookup,
             Which::Gateway,
             Which::GatewayLatency,
+            Which::Jwt,
             Which::Events,
             Which::Replay { dead: None },
             Which::Scale { stages: Vec::new() },
@@ -222,6 +227,7 @@ async fn run(w: &Which, ctx: &scenario::Context) -> Result<Table, String> {
         Which::ClaimsBatch => scenario::claims_batch(ctx).await,
         Which::Gateway => scenario::gateway(ctx).await,
         Which::GatewayLatency => scenario::gateway_latency(ctx).await,
+        Which::Jwt => jwt::jwt(ctx).await,
         Which::Events => scenario::events(ctx).await,
         Which::Replay { dead } => replay::replay(ctx, dead.unwrap_or(if ctx.quick { 2_000 } else { 10_000 })).await,
         Which::Lookup => stored::lookup(ctx).await,

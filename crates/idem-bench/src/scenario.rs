@@ -33,15 +33,21 @@ pub fn mix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-/// A request of a measurement: its body, and the Idempotency-Key to send with it, if any.
+/// A request of a measurement: its body, and the Idempotency-Key and `Authorization` to send with
+/// it, if any.
 pub struct Post {
     pub body: String,
     pub key: Option<String>,
+    pub authorization: Option<Arc<str>>,
 }
 
 impl Post {
     pub fn body(body: String) -> Self {
-        Self { body, key: None }
+        Self { body, key: None, authorization: None }
+    }
+
+    pub fn keyed(body: String, key: String) -> Self {
+        Self { body, key: Some(key), authorization: None }
     }
 }
 
@@ -67,7 +73,8 @@ where
     load::run(name, per_op, ctx.plan, move |c, n| {
         let (conns, path, post) = (Arc::clone(&conns), Arc::clone(&path), make(c, n));
         async move {
-            let headers: Vec<(&str, &str)> = post.key.iter().map(|k| ("idempotency-key", k.as_str())).collect();
+            let mut headers: Vec<(&str, &str)> = post.key.iter().map(|k| ("idempotency-key", k.as_str())).collect();
+            headers.extend(post.authorization.as_deref().map(|a| ("authorization", a)));
             check(&conns.post(c, &path, post.body, &headers).await?)
         }
     })
@@ -186,13 +193,17 @@ pub async fn claims_batch(ctx: &Context) -> Result<Table, String> {
     Ok(Table::new("claims-batch", vec![row], anchors).skipped(skipped).memory(memory))
 }
 
+/// The gateway scenarios' route scope: one load generator, no callers to tell apart (the `jwt`
+/// scenario measures what telling them apart costs).
+const ONE_CALLER: &str = "scope = []\n";
+
 /// The gateway's replay and first-execution paths, beside the upstream called directly.
 pub async fn gateway(ctx: &Context) -> Result<Table, String> {
     let upstream_process = Upstream::start().await?;
     let upstream = upstream_process.url.clone();
     let gateway_port = target::free_port();
     let config = format!(
-        "[gateway]\nlisten = \"127.0.0.1:{gateway_port}\"\nupstream = \"{upstream}\"\n\n[[gateway.routes]]\npath = \"/orders\"\nmethods = [\"POST\"]\nkey = \"required\"\n"
+        "[gateway]\nlisten = \"127.0.0.1:{gateway_port}\"\nupstream = \"{upstream}\"\n\n[[gateway.routes]]\npath = \"/orders\"\nmethods = [\"POST\"]\nkey = \"required\"\n{ONE_CALLER}"
     );
     let idem = Idem::start(&ctx.backend, &config).await?;
     let gateway = format!("http://127.0.0.1:{gateway_port}");
@@ -202,12 +213,9 @@ pub async fn gateway(ctx: &Context) -> Result<Table, String> {
     for k in 0..1000 {
         setup.post("/orders", order(), &[("idempotency-key", &format!("\"replay-{k}\""))]).await?;
     }
-    let replay = move |c: usize, n: u64| Post {
-        body: order(),
-        key: Some(format!("\"replay-{}\"", (c as u64 * 7919 + n) % 1000)),
-    };
+    let replay = move |c: usize, n: u64| Post::keyed(order(), format!("\"replay-{}\"", (c as u64 * 7919 + n) % 1000));
     let run = unique("g");
-    let first = move |c, n| Post { body: order(), key: Some(format!("\"{run}-{c}-{n}\"")) };
+    let first = move |c, n| Post::keyed(order(), format!("\"{run}-{c}-{n}\""));
     let rows = vec![
         measure_posts(ctx, "idem gateway replays", 1, (&gateway, "/orders"), replay, any_answer).await,
         measure_posts(ctx, "idem gateway first executions", 1, (&gateway, "/orders"), first, any_answer).await,
@@ -245,7 +253,7 @@ pub async fn gateway_latency(ctx: &Context) -> Result<Table, String> {
     }
     let gateway_port = target::free_port();
     let config = format!(
-        "[gateway]\nlisten = \"127.0.0.1:{gateway_port}\"\nupstream = \"{upstream}\"\n\n[[gateway.routes]]\npath = \"/orders\"\nmethods = [\"POST\"]\nkey = \"required\"\n"
+        "[gateway]\nlisten = \"127.0.0.1:{gateway_port}\"\nupstream = \"{upstream}\"\n\n[[gateway.routes]]\npath = \"/orders\"\nmethods = [\"POST\"]\nkey = \"required\"\n{ONE_CALLER}"
     );
     let idem = Idem::start(&ctx.backend, &config).await?;
     let gateway = format!("http://127.0.0.1:{gateway_port}");

@@ -1,7 +1,9 @@
 //! The engine: one request on a guarded route, from its `Idempotency-Key` to its answer.
 //!
 //! 1. No key: 400 on a `required` route, else forwarded without idempotency. A bad key: 400.
-//! 2. The key's id is (route, scope, key); the request's fingerprint is method, path, query, body.
+//! 2. The key's id is (route, scope, key) ([`crate::scope`]: a keyed request that says nothing of
+//!    who is calling is 400, one whose bearer JWT does not verify 401); the request's fingerprint
+//!    is method, path, query, body.
 //! 3. A completed response in the replay cache or the store is replayed (or 422 on another
 //!    fingerprint); the upstream is not called.
 //! 4. Otherwise `begin_request` atomically takes the key (the engine needs only a
@@ -41,7 +43,7 @@ use idem_core::{ClaimId, ClientToken, Clock, RequestStore, StoreError};
 
 use crate::background::Background;
 use crate::cache::{Cached, ReplayCache};
-use crate::policy::{RoutePolicy, ScopePart};
+use crate::policy::RoutePolicy;
 use crate::problem::{in_flight, problem};
 use crate::unstored::Unstored;
 use crate::waiters::{Wait, Waiters};
@@ -159,7 +161,11 @@ impl Engine {
             }
             Err(problem) => return problem.answer(route),
         };
-        let identity = identify(route, &request, &key);
+        let scope = match crate::scope::scope_of(route, &request).await {
+            Ok(scope) => scope,
+            Err(refusal) => return refusal.answer(route),
+        };
+        let identity = identify(route, &request, &scope, &key);
         if let Some(hit) = self.cache.get(&identity.id, self.clock.now()) {
             return answer_completed(route, hit.fingerprint == identity.fingerprint, &hit.response);
         }
@@ -316,20 +322,17 @@ fn key_of(route: &RoutePolicy, request: &Request<Bytes>) -> Result<Option<Idempo
         .map_err(KeyProblem::Invalid)
 }
 
-/// The key's id is (route, scope, key); the fingerprint is method, normalised path, query and body.
-fn identify(route: &RoutePolicy, request: &Request<Bytes>, key: &IdempotencyKey) -> Identity {
-    let scope: Vec<&[u8]> = route
-        .scope
-        .iter()
-        .map(|ScopePart::Header(name)| request.headers().get(name).map_or(&b""[..], HeaderValue::as_bytes))
-        .collect();
+/// The key's id is (route, scope, key); the fingerprint is method, normalised path (lower-cased on
+/// a route that ignores case), query and body.
+fn identify(route: &RoutePolicy, request: &Request<Bytes>, scope: &[Vec<u8>], key: &IdempotencyKey) -> Identity {
+    let scope: Vec<&[u8]> = scope.iter().map(Vec::as_slice).collect();
     let uri = request.uri();
     let json = request
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(idem_core::media::is_json);
-    let path = normalize_path(uri.path());
+    let path = route.path_case.fold(normalize_path(uri.path()));
     let fingerprint = fingerprint(request.method().as_str(), &path, uri.query().unwrap_or(""), request.body(), json);
     Identity { id: request_id(route.path.as_str(), &scope, key), fingerprint }
 }

@@ -6,6 +6,12 @@
 //! let app = Router::new().route("/orders", post(create_order)).layer(IdempotencyLayer::new(engine, routes));
 //! ```
 //!
+//! As behind the proxy, a key belongs to one caller: a route's `scope` names what says who is
+//! calling (`ScopePart::Header`, `Cookie`, `Jwt`), and a keyed request carrying none of it is
+//! `400`. A route with `Jwt` parts needs a verifier the application builds
+//! ([`crate::JwtVerifier`]: an HS256 secret, a PEM public key, or a JWKS fetched by a
+//! [`crate::JwksSource`] over its own HTTP client), given with `RoutePolicy::with_jwt`.
+//!
 //! As behind the proxy, a handler slower than its route's `upstream_timeout` gets its client a
 //! `504` and goes on running in the background, its key held (the lease extended) until its
 //! response is stored for the retry. The handler is not cancelled. At shutdown, call

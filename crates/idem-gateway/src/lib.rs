@@ -12,14 +12,17 @@ mod call;
 pub mod engine;
 pub mod headers;
 mod held;
+pub mod jwt;
 pub mod layer;
 pub mod policy;
 pub mod problem;
+pub mod scope;
 mod unstored;
 pub mod waiters;
 
 pub use body::{BodyError, declared_too_large, read_limited};
 pub use engine::{DEFAULT_MAX_BODY_BYTES, Engine, EngineConfig, FENCING_TOKEN, ForwardError};
+pub use jwt::{JwksSource, JwtFailure, JwtVerifier};
 pub use layer::{Idempotency, IdempotencyLayer};
 pub use policy::{RoutePolicy, Routes, ScopePart};
 

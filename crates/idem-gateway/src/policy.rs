@@ -7,26 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::Method;
-use idem_core::gateway::{InFlightPolicy, KeyPolicy, PathPattern};
+use idem_core::gateway::{InFlightPolicy, KeyPolicy, PathCase, PathPattern};
 
-/// One part of the request that separates one caller's keys from another's.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ScopePart {
-    /// The value of a request header (absent counts as empty).
-    Header(http::HeaderName),
-}
-
-impl ScopePart {
-    /// Parses `header:NAME`.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        match text.split_once(':') {
-            Some(("header", name)) => http::HeaderName::from_bytes(name.trim().as_bytes())
-                .map(ScopePart::Header)
-                .map_err(|_| format!("scope {text:?}: {name:?} is not a header name")),
-            _ => Err(format!("scope {text:?}: expected \"header:NAME\"")),
-        }
-    }
-}
+use crate::jwt::JwtVerifier;
+pub use crate::scope::ScopePart;
 
 /// The upstream timeout of a route that sets neither it nor its lease.
 pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
@@ -38,7 +22,13 @@ pub struct RoutePolicy {
     pub key: KeyPolicy,
     /// How long a completed response is replayed.
     pub ttl: Duration,
+    /// Who is calling ([`crate::scope`]): a keyed request must carry one of these parts, unless
+    /// the list is empty (the route has no callers to tell apart).
     pub scope: Vec<ScopePart>,
+    /// Verifies the bearer JWT that `jwt:` parts read; a route with such parts needs one.
+    pub jwt: Option<Arc<JwtVerifier>>,
+    /// Whether the path matches with regard to ASCII case (and is fingerprinted lower-cased).
+    pub path_case: PathCase,
     pub in_flight: InFlightPolicy,
     /// How long a duplicate waits for the first request (with `in_flight = wait`).
     pub wait_timeout: Duration,
@@ -64,6 +54,8 @@ impl RoutePolicy {
             key: KeyPolicy::Optional,
             ttl: Duration::from_secs(24 * 3600),
             scope: vec![ScopePart::Header(http::header::AUTHORIZATION)],
+            jwt: None,
+            path_case: PathCase::Sensitive,
             in_flight: InFlightPolicy::Reject,
             wait_timeout: Duration::from_secs(10),
             upstream_timeout: DEFAULT_UPSTREAM_TIMEOUT,
@@ -79,6 +71,12 @@ impl RoutePolicy {
         self.upstream_timeout = DEFAULT_UPSTREAM_TIMEOUT.min(lease / 2);
         self
     }
+
+    /// The verifier of the bearer JWTs this route's `jwt:` scope parts read.
+    pub fn with_jwt(mut self, verifier: Arc<JwtVerifier>) -> Self {
+        self.jwt = Some(verifier);
+        self
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -92,7 +90,7 @@ impl Routes {
     /// The route of a request, by its method and its path as the client sent it.
     pub fn find(&self, method: &Method, path: &str) -> Option<&Arc<RoutePolicy>> {
         let path = idem_core::gateway::normalize_path(path);
-        self.0.iter().find(|r| r.methods.contains(method) && r.path.matches_normal(&path))
+        self.0.iter().find(|r| r.methods.contains(method) && r.path.matches_normal_in(&path, r.path_case))
     }
 }
 
@@ -125,12 +123,14 @@ mod tests {
     }
 
     #[test]
-    fn scope_parts_parse() {
-        assert_eq!(
-            ScopePart::parse("header:X-Tenant"),
-            Ok(ScopePart::Header(http::HeaderName::from_static("x-tenant")))
-        );
-        assert!(ScopePart::parse("cookie:a").is_err());
-        assert!(ScopePart::parse("header:bad name").is_err());
+    fn an_insensitive_route_takes_every_case_of_its_path() {
+        let mut orders = RoutePolicy::new(PathPattern::parse("/orders").expect("valid"));
+        orders.path_case = PathCase::Insensitive;
+        let exact = RoutePolicy::new(PathPattern::parse("/refunds").expect("valid"));
+        let routes = Routes::new([orders, exact]);
+        for spelling in ["/Orders", "/ORDERS/", "/%4Frders"] {
+            assert_eq!(routes.find(&Method::POST, spelling).map(|r| r.path.as_str()), Some("/orders"), "{spelling}");
+        }
+        assert!(routes.find(&Method::POST, "/Refunds").is_none(), "sensitive by default");
     }
 }

@@ -1,5 +1,6 @@
 //! The engine as a tower layer around an axum router, over a real the log engine (idem-log) store: the handler runs
-//! once however many identical requests race, and unguarded routes are untouched.
+//! once however many identical requests race, unguarded routes are untouched, and a key belongs to
+//! one caller (a session cookie, or a JWT claim verified by a verifier the application builds).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,7 +14,7 @@ use axum::routing::{get, post};
 use http_body_util::BodyExt;
 use idem_core::SystemClock;
 use idem_core::gateway::{InFlightPolicy, KeyPolicy, PathPattern};
-use idem_gateway::{Engine, EngineConfig, IdempotencyLayer, RoutePolicy, Routes};
+use idem_gateway::{Engine, EngineConfig, IdempotencyLayer, JwtVerifier, RoutePolicy, Routes, ScopePart};
 use idem_log::{LogOptions, LogStore};
 use tower::ServiceExt;
 
@@ -46,7 +47,8 @@ async fn create_order(State(calls): State<Arc<AtomicUsize>>, body: String) -> (S
 }
 
 fn order(key: Option<&str>) -> Request<Body> {
-    let mut builder = Request::post("/orders").header("content-type", "application/json");
+    let mut builder =
+        Request::post("/orders").header("content-type", "application/json").header("authorization", "Bearer alice");
     if let Some(key) = key {
         builder = builder.header("idempotency-key", key);
     }
@@ -85,6 +87,7 @@ async fn replays_mismatches_and_missing_keys_behave_as_behind_the_proxy() {
     assert_eq!(again.headers().get("idempotent-replayed").map(|v| v.as_bytes()), Some(&b"true"[..]));
     let other = Request::post("/orders")
         .header("content-type", "application/json")
+        .header("authorization", "Bearer alice")
         .header("idempotency-key", "k-2")
         .body(Body::from("{\"item\":\"pen\"}"))
         .expect("request");
@@ -104,4 +107,64 @@ async fn a_key_with_bytes_outside_ascii_is_400_and_nothing_runs() {
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
     assert_eq!(response.headers().get("content-type").map(|v| v.as_bytes()), Some(&b"application/problem+json"[..]));
     assert_eq!(app.calls.load(Ordering::SeqCst), 0);
+}
+
+/// `/orders` scoped by a session cookie, `/payments` by the `sub` of an HS256 JWT whose verifier
+/// the application built.
+fn scoped_app() -> App {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = Arc::new(LogStore::open(dir.path(), Arc::new(SystemClock), LogOptions::default()).expect("open"));
+    let engine = Arc::new(Engine::new(store, Arc::new(SystemClock), EngineConfig::default()));
+    let mut orders = RoutePolicy::new(PathPattern::parse("/orders").expect("valid"));
+    orders.scope = vec![ScopePart::Cookie("session".into())];
+    let verifier = JwtVerifier::hs256(SECRET).expect("secret").issuer(["https://login.example".to_owned()]);
+    let mut payments = RoutePolicy::new(PathPattern::parse("/payments").expect("valid")).with_jwt(Arc::new(verifier));
+    payments.scope = vec![ScopePart::Jwt("sub".into())];
+    let calls = Arc::new(AtomicUsize::new(0));
+    let router = Router::new()
+        .route("/orders", post(create_order))
+        .route("/payments", post(create_order))
+        .with_state(Arc::clone(&calls))
+        .layer(IdempotencyLayer::new(engine, Routes::new([orders, payments])));
+    App { router, calls, _dir: dir }
+}
+
+const SECRET: &[u8] = b"the-layer-test-secret-of-32-bytes!!";
+
+fn token(sub: &str, issued: u64) -> String {
+    idem_gateway::jwt::ring::install();
+    let now = jsonwebtoken::get_current_timestamp();
+    let claims = serde_json::json!({"sub": sub, "iss": "https://login.example", "exp": now + 600, "iat": issued});
+    let key = jsonwebtoken::EncodingKey::from_secret(SECRET);
+    jsonwebtoken::encode(&jsonwebtoken::Header::default(), &claims, &key).expect("signs")
+}
+
+/// (status, replayed) of a keyed POST with these headers.
+async fn send(app: &App, path: &str, headers: &[(&str, String)]) -> (StatusCode, bool) {
+    let mut builder = Request::post(path).header("content-type", "application/json").header("idempotency-key", "k");
+    for (name, value) in headers {
+        builder = builder.header(*name, value);
+    }
+    let response = app.router.clone().oneshot(builder.body(Body::from("{}")).expect("request")).await;
+    let response = response.expect("infallible");
+    (response.status(), response.headers().contains_key("idempotent-replayed"))
+}
+
+#[tokio::test]
+async fn the_layer_scopes_keys_by_a_session_cookie_or_a_verified_jwt_claim() {
+    let app = scoped_app();
+    let cookie = |c: &str| vec![("cookie", c.to_owned())];
+    assert_eq!(send(&app, "/orders", &cookie("session=alice; theme=dark")).await, (StatusCode::CREATED, false));
+    assert_eq!(send(&app, "/orders", &cookie("theme=light; session=alice")).await, (StatusCode::CREATED, true));
+    assert_eq!(send(&app, "/orders", &cookie("session=bob")).await, (StatusCode::CREATED, false), "bob's own key");
+    assert_eq!(send(&app, "/orders", &cookie("theme=dark")).await.0, StatusCode::BAD_REQUEST, "no session");
+    assert_eq!(app.calls.load(Ordering::SeqCst), 2);
+    let bearer = |t: String| vec![("authorization", format!("Bearer {t}"))];
+    assert_eq!(send(&app, "/payments", &bearer(token("alice", 1))).await, (StatusCode::CREATED, false));
+    assert_eq!(send(&app, "/payments", &bearer(token("alice", 2))).await, (StatusCode::CREATED, true), "refreshed");
+    assert_eq!(send(&app, "/payments", &bearer(token("bob", 1))).await, (StatusCode::CREATED, false));
+    let forged = token("alice", 3).replace('.', ".x");
+    assert_eq!(send(&app, "/payments", &bearer(forged)).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(send(&app, "/payments", &[]).await.0, StatusCode::BAD_REQUEST, "no token, no scope");
+    assert_eq!(app.calls.load(Ordering::SeqCst), 4, "nothing ran for the refusals");
 }

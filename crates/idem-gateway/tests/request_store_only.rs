@@ -215,6 +215,7 @@ async fn the_layer_runs_on_a_store_that_has_only_request_keys() {
     let engine = Arc::new(Engine::new(store, Arc::new(SystemClock), EngineConfig::default()));
     let mut orders = RoutePolicy::new(PathPattern::parse("/orders").expect("valid"));
     orders.key = KeyPolicy::Required;
+    orders.scope = Vec::new(); // one caller
     let calls = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&calls);
     let router = Router::new()
@@ -267,6 +268,7 @@ fn slow_orders_with_lease(config: EngineConfig, lease: Duration) -> Slow {
     let mut orders = RoutePolicy::new(PathPattern::parse("/orders").expect("valid")).with_lease(lease);
     orders.upstream_timeout = Duration::from_secs(1);
     orders.key = KeyPolicy::Required;
+    orders.scope = Vec::new(); // one caller
     let calls = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&calls);
     let handler = move |headers: axum::http::HeaderMap| async move {

@@ -19,6 +19,7 @@ pub mod cli;
 pub mod config;
 pub mod conn;
 pub mod embedded;
+pub mod jwks;
 pub mod proxy;
 pub mod router;
 pub mod telemetry;
@@ -94,8 +95,14 @@ pub async fn run(
     let (engine, gateway) = match (&config.gateway, listeners.gateway) {
         (Some(gateway), Some(listener)) => {
             let requests = Arc::clone(&stores.requests);
-            let proxy =
-                proxy::Proxy::new(gateway, config.limits.max_body_bytes, requests, Arc::clone(&clock), &tls.client);
+            let proxy = proxy::Proxy::new(
+                gateway,
+                config.limits.max_body_bytes,
+                requests,
+                Arc::clone(&clock),
+                &tls.client,
+                tls.jwt.clone(),
+            );
             let engine = proxy.engine();
             (Some(engine), Some(tokio::spawn(proxy.serve(listener, limits, tls.gateway, stopped.clone()))))
         }
@@ -202,12 +209,15 @@ fn log_listening(l: &Listening, api: std::net::SocketAddr, gateway: Option<std::
 }
 
 /// The TLS a server runs with: its listeners' acceptors (none without `[tls]`), the certificates to
-/// watch for renewal, and the outbound client's roots.
+/// watch for renewal, and the outbound client's roots; and the gateway's JWT verifier, whose key
+/// file is read at start-up as the certificates are (and whose JWKS is fetched over that client).
 struct Tls {
     api: Option<tokio_rustls::TlsAcceptor>,
     gateway: Option<tokio_rustls::TlsAcceptor>,
     certificates: Vec<Arc<tls::Certificate>>,
     client: Arc<rustls::ClientConfig>,
+    /// `[gateway.jwt]`'s verifier: its key file read, its JWKS client built on `client`.
+    jwt: Option<Arc<idem_gateway::JwtVerifier>>,
 }
 
 impl Tls {
@@ -220,7 +230,9 @@ impl Tls {
         let api = acceptor(&certs.api).map_err(std::io::Error::other)?;
         let gateway = acceptor(&certs.gateway).map_err(std::io::Error::other)?;
         let certificates = [certs.api, certs.gateway].into_iter().flatten().collect();
-        Ok(Self { api, gateway, certificates, client })
+        let jwt = config.gateway.as_ref().and_then(|g| g.jwt.as_ref());
+        let jwt = jwt.map(|j| jwks::verifier(j, &client).map(Arc::new)).transpose().map_err(std::io::Error::other)?;
+        Ok(Self { api, gateway, certificates, client, jwt })
     }
 }
 

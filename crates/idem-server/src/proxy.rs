@@ -60,6 +60,7 @@ impl Proxy {
         store: Arc<dyn RequestStore>,
         clock: Arc<dyn Clock>,
         tls: &Arc<rustls::ClientConfig>,
+        jwt: Option<Arc<idem_gateway::JwtVerifier>>,
     ) -> Self {
         let upstream = &config.upstream;
         let mut connector = HttpConnector::new();
@@ -69,7 +70,7 @@ impl Proxy {
         let client = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector);
         Self {
             engine: Arc::new(Engine::new(store, clock, config.engine_config(max_body_bytes))),
-            routes: config.routes(),
+            routes: config.routes(jwt.as_ref()),
             upstream: Upstream {
                 client,
                 scheme: upstream.scheme.clone(),

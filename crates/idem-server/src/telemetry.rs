@@ -64,6 +64,16 @@ const FAMILIES: &[(Kind, &str, &str)] = &[
     ),
     (Kind::Counter, "idem_gateway_requests_total", "Gateway requests on guarded routes, by route and outcome."),
     (
+        Kind::Counter,
+        "idem_gateway_jwt_failures_total",
+        "Bearer JWTs refused on routes whose scope reads jwt: claims, by route and reason (malformed, wrong_algorithm, bad_signature, expired, not_yet_valid, wrong_issuer, wrong_audience, missing_claim, unknown_key, keys_unavailable).",
+    ),
+    (
+        Kind::Counter,
+        "idem_gateway_jwks_fetches_total",
+        "Fetches of [gateway.jwt] jwks_url, by outcome (fetched, failed): on first use, for an unknown kid, hourly.",
+    ),
+    (
         Kind::Histogram,
         "idem_gateway_upstream_duration_seconds",
         "Time the upstream took for a request the gateway forwarded, by route.",
@@ -200,6 +210,7 @@ pub fn register_configured(config: &crate::config::Config) {
             metrics::counter!("idem_gateway_requests_total", "route" => path.clone(), "outcome" => outcome)
                 .increment(0);
         }
+        register_scope(route, &path);
         metrics::gauge!("idem_gateway_background_calls", "route" => path.clone()).set(0.0);
         for outcome in ["forwarded", "over_limit"] {
             metrics::counter!("idem_gateway_background_calls_total", "route" => path.clone(), "outcome" => outcome)
@@ -213,6 +224,11 @@ pub fn register_configured(config: &crate::config::Config) {
     if config.gateway.is_some() {
         metrics::gauge!("idem_gateway_unstored_responses").set(0.0);
     }
+    if config.gateway.as_ref().and_then(|g| g.jwt.as_ref()).is_some_and(|j| j.jwks_url.is_some()) {
+        for outcome in ["fetched", "failed"] {
+            metrics::counter!("idem_gateway_jwks_fetches_total", "outcome" => outcome).increment(0);
+        }
+    }
     metrics::counter!("idem_receipt_replays_total").increment(0);
     metrics::counter!("idem_receipt_discards_total").increment(0);
     metrics::counter!("idem_receipts_deleted_total").increment(0);
@@ -224,6 +240,24 @@ pub fn register_configured(config: &crate::config::Config) {
     metrics::counter!("idem_sweeper_deleted_total").increment(0);
     metrics::gauge!("idem_jobs_due").set(0.0);
     metrics::gauge!("idem_jobs_oldest_due_age_seconds").set(0.0);
+}
+
+/// A route's scope refusals at zero: `scope_missing` wherever it asks who is calling, and each JWT
+/// failure reason where its scope reads `jwt:` claims.
+fn register_scope(route: &crate::config::Route, path: &str) {
+    if route.0.scope.is_empty() {
+        return;
+    }
+    metrics::counter!("idem_gateway_requests_total", "route" => path.to_owned(), "outcome" => "scope_missing")
+        .increment(0);
+    if route.0.scope.iter().any(|p| matches!(p, idem_gateway::ScopePart::Jwt(_))) {
+        metrics::counter!("idem_gateway_requests_total", "route" => path.to_owned(), "outcome" => "invalid_token")
+            .increment(0);
+        for failure in idem_gateway::JwtFailure::ALL {
+            metrics::counter!("idem_gateway_jwt_failures_total", "route" => path.to_owned(), "reason" => failure.label())
+                .increment(0);
+        }
+    }
 }
 
 /// Starts structured logging to stderr. Safe to call more than once (later calls do nothing). Text

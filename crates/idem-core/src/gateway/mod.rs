@@ -11,7 +11,7 @@ pub use fingerprint::{Fingerprint, fingerprint};
 pub use idempotency_key::{IdempotencyKey, parse_idempotency_key};
 pub use path::normalize as normalize_path;
 pub use response::StoredResponse;
-pub use route::{InFlightPolicy, KeyPolicy, PathPattern};
+pub use route::{InFlightPolicy, KeyPolicy, PathCase, PathPattern};
 
 use sha2::{Digest, Sha256};
 

@@ -1,7 +1,9 @@
 //! Which requests the gateway guards: a route is a path pattern, a set of methods and a policy.
 //! A pattern is exact (`/orders`) or has wildcard segments: `*` or `{name}` match exactly one
 //! non-empty segment (`/orders/{id}/refund`). Patterns and paths are compared in normal form
-//! ([`super::path`]): `/orders/`, `//orders` and `/%6Frders` match `/orders`.
+//! ([`super::path`]): `/orders/`, `//orders` and `/%6Frders` match `/orders`. A route whose upstream
+//! routes without regard to case (ASP.NET Core, IIS) matches ignoring ASCII case
+//! ([`PathCase::Insensitive`]), so that `/Orders` cannot slip past it either.
 
 /// Whether a matching request must carry an `Idempotency-Key`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -21,6 +23,29 @@ pub enum InFlightPolicy {
     Reject,
     /// Wait for the first request's response (up to `wait_timeout`, then 409).
     Wait,
+}
+
+/// Whether a route's path matches with regard to ASCII case: as the upstream's router does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PathCase {
+    /// `/Orders` is another path than `/orders` (most routers: Express, Go, Rails, axum).
+    #[default]
+    Sensitive,
+    /// `/Orders` is `/orders` (ASP.NET Core, IIS); the fingerprint takes the path lower-cased.
+    Insensitive,
+}
+
+impl PathCase {
+    /// The path as this route fingerprints it: lower-cased when the route ignores case.
+    pub fn fold<'a>(self, path: std::borrow::Cow<'a, str>) -> std::borrow::Cow<'a, str> {
+        match self {
+            PathCase::Insensitive if path.bytes().any(|b| b.is_ascii_uppercase()) => {
+                std::borrow::Cow::Owned(path.to_ascii_lowercase())
+            }
+            _ => path,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -95,16 +120,34 @@ impl PathPattern {
     /// Whether a path already in normal form ([`super::path::normalize`]) matches: for a caller
     /// that normalises once and tries several patterns.
     pub fn matches_normal(&self, path: &str) -> bool {
+        self.matches_normal_in(path, PathCase::Sensitive)
+    }
+
+    /// [`Self::matches_normal`], ignoring ASCII case when `case` says so.
+    pub fn matches_normal_in(&self, path: &str, case: PathCase) -> bool {
         let Some(rest) = path.strip_prefix('/') else { return false };
+        let same = |lit: &str, part: &str| match case {
+            PathCase::Sensitive => lit == part,
+            PathCase::Insensitive => lit.eq_ignore_ascii_case(part),
+        };
         let mut parts = rest.split('/');
         for segment in &self.segments {
             match (segment, parts.next()) {
-                (Segment::Literal(lit), Some(part)) if lit == part => {}
+                (Segment::Literal(lit), Some(part)) if same(lit, part) => {}
                 (Segment::Any, Some(part)) if !part.is_empty() => {}
                 _ => return false,
             }
         }
         parts.next().is_none()
+    }
+
+    /// Whether the two patterns match the same paths once ASCII case is ignored.
+    pub fn eq_ignoring_case(&self, other: &Self) -> bool {
+        self.segments.len() == other.segments.len()
+            && self.segments.iter().zip(&other.segments).all(|pair| match pair {
+                (Segment::Literal(a), Segment::Literal(b)) => a.eq_ignore_ascii_case(b),
+                (a, b) => a == b,
+            })
     }
 }
 
@@ -136,6 +179,20 @@ mod tests {
         assert!(written.matches("/orders/42") && written.matches("/orders/%34%32/"));
         assert_eq!(written.as_str(), "/orders//{id}/", "shown (and named in key ids) as written");
         assert_eq!(written, PathPattern::parse("/orders/*").expect("valid"), "equal: they match the same paths");
+    }
+
+    #[test]
+    fn an_insensitive_route_matches_every_case_and_folds_its_fingerprint_path() {
+        let orders = PathPattern::parse("/case-orders/{id}").expect("valid");
+        for spelling in ["/CASE-orders/A1", "/Case-Orders/a1", "/case-orders/a1"] {
+            assert!(orders.matches_normal_in(spelling, PathCase::Insensitive), "{spelling}");
+        }
+        assert!(!orders.matches_normal_in("/CASE-orders/a1", PathCase::Sensitive));
+        assert!(!orders.matches_normal_in("/CASE-order/a1", PathCase::Insensitive));
+        assert_eq!(PathCase::Insensitive.fold("/CASE-orders/A%2F".into()), "/case-orders/a%2f");
+        assert_eq!(PathCase::Sensitive.fold("/CASE".into()), "/CASE");
+        assert!(orders.eq_ignoring_case(&PathPattern::parse("/Case-Orders/*").expect("valid")));
+        assert!(!orders.eq_ignoring_case(&PathPattern::parse("/case-orders").expect("valid")));
     }
 
     #[test]

@@ -1,15 +1,18 @@
 //! `[gateway]`: the `Idempotency-Key` proxy's listener, its upstream and its routes. Routes are
 //! parsed into the engine's own [`RoutePolicy`] as the config is read; a route's defaults are
-//! `RoutePolicy::new`'s and written nowhere else.
+//! `RoutePolicy::new`'s and written nowhere else. `path_case` in `[gateway]` is every route's that
+//! does not set its own; `[gateway.jwt]` verifies the tokens `jwt:` scope parts read.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use http::HeaderValue;
 use http::uri::{Authority, Scheme};
-use idem_core::gateway::{InFlightPolicy, KeyPolicy, PathPattern};
-use idem_gateway::{EngineConfig, RoutePolicy, Routes, ScopePart};
+use idem_core::gateway::{InFlightPolicy, KeyPolicy, PathCase, PathPattern};
+use idem_gateway::{EngineConfig, JwtVerifier, RoutePolicy, Routes, ScopePart};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::jwt::JwtConfig;
 use super::value::ConfigDuration;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -33,8 +36,15 @@ pub struct GatewayConfig {
     /// upstream answered), at once.
     #[serde(default = "defaults::max_unstored_bytes")]
     pub max_unstored_bytes: usize,
+    /// `insensitive`: every route that does not say otherwise matches its path ignoring ASCII case
+    /// (for upstreams that route so: ASP.NET Core, IIS).
+    #[serde(default)]
+    pub path_case: PathCase,
     #[serde(default)]
     pub routes: Vec<Route>,
+    /// How the bearer JWTs that `jwt:` scope parts read are verified.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jwt: Option<JwtConfig>,
     /// TLS on the gateway's listener: `cert` and `key` files, re-read on SIGHUP and on change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<super::ListenerTls>,
@@ -57,21 +67,64 @@ mod defaults {
 }
 
 impl GatewayConfig {
-    pub fn routes(&self) -> Routes {
-        Routes::new(self.routes.iter().map(|r| r.0.clone()))
+    /// The routes as the engine runs them: each with its path case (its own or the gateway's) and,
+    /// when its scope reads `jwt:` claims, the verifier.
+    pub fn routes(&self, jwt: Option<&Arc<JwtVerifier>>) -> Routes {
+        Routes::new(self.routes.iter().map(|route| {
+            let mut policy = route.0.clone();
+            policy.path_case = route.path_case(self.path_case);
+            if policy.scope.iter().any(|p| matches!(p, ScopePart::Jwt(_))) {
+                policy.jwt = jwt.cloned();
+            }
+            policy
+        }))
     }
 
     /// A route that can never match, because an earlier one takes the same requests (the same path
-    /// pattern and a common method): `(index, index of the earlier route)`.
+    /// pattern, in any case when the earlier one ignores case, and a common method): `(index,
+    /// index of the earlier route)`.
     pub fn duplicate_route(&self) -> Option<(usize, usize)> {
         self.routes.iter().enumerate().find_map(|(i, route)| {
             self.routes[..i]
                 .iter()
                 .position(|earlier| {
-                    earlier.0.path == route.0.path && earlier.0.methods.iter().any(|m| route.0.methods.contains(m))
+                    let same_path = match earlier.path_case(self.path_case) {
+                        PathCase::Sensitive => earlier.0.path == route.0.path,
+                        PathCase::Insensitive => earlier.0.path.eq_ignoring_case(&route.0.path),
+                    };
+                    same_path && earlier.0.methods.iter().any(|m| route.0.methods.contains(m))
                 })
                 .map(|other| (i, other))
         })
+    }
+
+    /// Where a route's `jwt:` part has no `[gateway.jwt]` to verify its token: `(route, part)`.
+    pub fn unverified_jwt_part(&self) -> Option<(usize, usize)> {
+        if self.jwt.is_some() {
+            return None;
+        }
+        self.routes
+            .iter()
+            .enumerate()
+            .find_map(|(i, route)| route.0.scope.iter().position(|p| matches!(p, ScopePart::Jwt(_))).map(|j| (i, j)))
+    }
+
+    /// What `idem config check` and `idem serve` warn about: routes whose `scope = []` lets every
+    /// caller share one key space.
+    pub fn warnings(&self) -> Vec<String> {
+        self.routes
+            .iter()
+            .enumerate()
+            .filter(|(_, route)| route.0.scope.is_empty())
+            .map(|(i, route)| {
+                format!(
+                    "gateway.routes[{i}] ({}): scope = [] lets every caller share one key space, so one caller's \
+                     retry can replay another caller's response. Keep it only if the route has a single caller; \
+                     otherwise say who is calling: \"header:authorization\", \"cookie:NAME\" or \"jwt:sub\"",
+                    route.0.path.as_str()
+                )
+            })
+            .collect()
     }
 
     /// What the engine runs with, given the server's request-body limit.
@@ -127,13 +180,38 @@ impl Serialize for Upstream {
     }
 }
 
-/// One `[[gateway.routes]]` entry, parsed.
+/// One `[[gateway.routes]]` entry, parsed, and the `path_case` it sets (none: the gateway's).
 #[derive(Debug, Clone)]
-pub struct Route(pub RoutePolicy);
+pub struct Route(pub RoutePolicy, pub Option<PathCase>);
+
+impl Route {
+    fn path_case(&self, gateway: PathCase) -> PathCase {
+        self.1.unwrap_or(gateway)
+    }
+}
 
 impl From<RoutePolicy> for Route {
+    /// A route with its own path case: the policy's.
     fn from(policy: RoutePolicy) -> Self {
-        Self(policy)
+        let case = policy.path_case;
+        Self(policy, Some(case))
+    }
+}
+
+/// A scope part as written: `header:NAME`, `cookie:NAME` or `jwt:CLAIM`; read one by one, so that
+/// a mistake names its place (`gateway.routes[0].scope[1]`).
+struct ScopeSpec(ScopePart);
+
+impl<'de> Deserialize<'de> for ScopeSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        ScopePart::parse(&text).map(ScopeSpec).map_err(serde::de::Error::custom)
+    }
+}
+
+impl Serialize for ScopeSpec {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&self.0)
     }
 }
 
@@ -148,8 +226,12 @@ struct RouteSpec {
     key: Option<KeyPolicy>,
     /// How long a completed response is replayed.
     ttl: Option<ConfigDuration>,
-    /// Request parts that separate one caller's keys from another's: `header:NAME`.
-    scope: Option<Vec<String>>,
+    /// Request parts that separate one caller's keys from another's: `header:NAME`,
+    /// `cookie:NAME`, `jwt:CLAIM`; `[]` when the route has no callers to tell apart.
+    scope: Option<Vec<ScopeSpec>>,
+    /// `sensitive` or `insensitive`; absent: `[gateway] path_case`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    path_case: Option<PathCase>,
     /// `reject` (409 + Retry-After) or `wait` (for the first request's response).
     in_flight: Option<InFlightPolicy>,
     wait_timeout: Option<ConfigDuration>,
@@ -172,8 +254,9 @@ impl TryFrom<RouteSpec> for Route {
                 .collect::<Result<_, _>>()?;
         }
         if let Some(scope) = spec.scope {
-            policy.scope = scope.iter().map(|s| ScopePart::parse(s)).collect::<Result<_, _>>()?;
+            policy.scope = scope.into_iter().map(|part| part.0).collect();
         }
+        policy.path_case = spec.path_case.unwrap_or_default();
         policy.key = spec.key.unwrap_or(policy.key);
         policy.ttl = spec.ttl.map_or(policy.ttl, |d| d.0);
         policy.in_flight = spec.in_flight.unwrap_or(policy.in_flight);
@@ -194,7 +277,7 @@ impl TryFrom<RouteSpec> for Route {
                 idem_core::format_duration(policy.upstream_timeout)
             ));
         }
-        Ok(Self(policy))
+        Ok(Self(policy, spec.path_case))
     }
 }
 
@@ -207,7 +290,8 @@ impl From<&Route> for RouteSpec {
             methods: Some(p.methods.iter().map(|m| m.to_string()).collect()),
             key: Some(p.key),
             ttl: Some(ConfigDuration(p.ttl)),
-            scope: Some(p.scope.iter().map(|ScopePart::Header(h)| format!("header:{h}")).collect()),
+            scope: Some(p.scope.iter().cloned().map(ScopeSpec).collect()),
+            path_case: route.1,
             in_flight: Some(p.in_flight),
             wait_timeout: Some(ConfigDuration(p.wait_timeout)),
             upstream_timeout: Some(ConfigDuration(p.upstream_timeout)),

@@ -10,6 +10,7 @@ mod access;
 mod collect;
 mod env;
 mod gateway;
+mod jwt;
 mod locate;
 mod source;
 mod value;
@@ -27,6 +28,7 @@ pub use access::{AuthConfig, Can, HttpConfig, ListenerTls, TlsConfig, TokenConfi
 pub use env::TOP_LEVEL_KEYS;
 use env::set_path;
 pub use gateway::{GatewayConfig, Route, Upstream};
+pub use jwt::JwtConfig;
 pub use source::SourceConfig;
 pub use value::{ConfigDuration, HttpUrl, Secret};
 
@@ -368,7 +370,10 @@ impl Config {
             errors = errors.into_iter().map(|e| e.placed(path, text)).collect();
         }
         match (ConfigError::gather(errors), read.config) {
-            (None, Some(config)) => Ok(Config { warnings, origin, ..config }),
+            (None, Some(config)) => {
+                warnings.extend(config.gateway.iter().flat_map(GatewayConfig::warnings));
+                Ok(Config { warnings, origin, ..config })
+            }
             (Some(error), _) => Err(error),
             (None, None) => Err(ConfigError::Key { key: String::new(), message: "cannot be read".into() }),
         }
@@ -417,6 +422,15 @@ impl Config {
             if let Some((i, other)) = gateway.duplicate_route() {
                 let message = format!("matches the same requests as gateway.routes[{other}] (same path and method)");
                 errors.push(key_error(format!("gateway.routes[{i}]"), &message));
+            }
+            for (field, message) in gateway.jwt.iter().flat_map(JwtConfig::validate) {
+                let key = if field.is_empty() { "gateway.jwt".to_owned() } else { format!("gateway.jwt.{field}") };
+                errors.push(key_error(key, &message));
+            }
+            if let Some((i, j)) = gateway.unverified_jwt_part() {
+                let message = "reads a claim of the bearer JWT, which must verify first: configure [gateway.jwt] \
+                               (jwks_url, public_key_file or secret)";
+                errors.push(key_error(format!("gateway.routes[{i}].scope[{j}]"), message));
             }
         }
         for (i, source) in self.sources.iter().enumerate() {

@@ -94,7 +94,7 @@ fn unknown_keys_and_bad_values_are_named() {
 fn gateway_routes_take_the_contract_defaults() {
     let file = "[gateway]\nlisten = \"127.0.0.1:8080\"\nupstream = \"http://127.0.0.1:3000\"\n\n[[gateway.routes]]\npath = \"/orders\"\nkey = \"required\"\nttl = \"48h\"\n";
     let c = load(file, &[], &Overrides::default()).expect("load");
-    let routes = c.gateway.as_ref().expect("gateway").routes();
+    let routes = c.gateway.as_ref().expect("gateway").routes(None);
     let orders = &routes.0[0];
     assert_eq!(orders.methods, vec![http::Method::POST, http::Method::PATCH]);
     assert_eq!(orders.key, KeyPolicy::Required);
@@ -109,6 +109,49 @@ fn gateway_routes_take_the_contract_defaults() {
     assert!(bad.to_string().contains("gateway.upstream"), "{bad}");
     let bad = load(&file.replace("key = \"required\"", "key = \"sometimes\""), &[], &Overrides::default()).unwrap_err();
     assert!(bad.to_string().contains("gateway.routes[0].key"), "{bad}");
+}
+
+#[test]
+fn gateway_scopes_jwt_and_path_case_are_read_and_their_mistakes_named() {
+    let gateway =
+        "[gateway]\nlisten = \"127.0.0.1:8080\"\nupstream = \"http://127.0.0.1:3000\"\npath_case = \"insensitive\"\n";
+    let jwt = "[gateway.jwt]\nsecret = \"s3cret-s3cret-s3cret-s3cret-s3cret\"\nissuer = \"https://login.example\"\n";
+    let routes = "[[gateway.routes]]\npath = \"/orders\"\nscope = [\"cookie:session\", \"jwt:sub\"]\n\
+                  [[gateway.routes]]\npath = \"/refunds\"\npath_case = \"sensitive\"\nscope = []\n";
+    let c = load(&format!("{gateway}{routes}{jwt}"), &[], &Overrides::default()).expect("load");
+    let g = c.gateway.as_ref().expect("gateway");
+    let verifier = Arc::new(idem_gateway::JwtVerifier::hs256(&[7; 32]).expect("secret"));
+    let live = g.routes(Some(&verifier));
+    use idem_core::gateway::PathCase;
+    assert_eq!((live.0[0].path_case, live.0[1].path_case), (PathCase::Insensitive, PathCase::Sensitive));
+    assert!(live.0[0].jwt.is_some() && live.0[1].jwt.is_none(), "the verifier goes to routes that read jwt:");
+    let shown: Vec<String> = live.0[0].scope.iter().map(ToString::to_string).collect();
+    assert_eq!(shown, ["cookie:session", "jwt:sub"]);
+    assert!(c.warnings.iter().any(|w| w.starts_with("gateway.routes[1] (/refunds): scope = []")), "{:?}", c.warnings);
+    let printed = c.to_redacted_toml();
+    assert!(
+        printed.contains("path_case = \"insensitive\"") && printed.contains("secret = \"[redacted]\""),
+        "{printed}"
+    );
+    assert!(!printed.contains("s3cret"), "{printed}");
+
+    let err = |text: String| load(&text, &[], &Overrides::default()).expect_err("refused").to_string();
+    let bad_part = err(format!("{gateway}{}{jwt}", routes.replace("jwt:sub", "query:user")));
+    assert!(bad_part.contains("gateway.routes[0].scope[1]") && bad_part.contains("\"cookie:NAME\""), "{bad_part}");
+    let unverified = err(format!("{gateway}{routes}"));
+    assert!(unverified.contains("gateway.routes[0].scope[1]") && unverified.contains("[gateway.jwt]"), "{unverified}");
+    let short = err(format!("{gateway}{routes}{}", jwt.replace("s3cret-s3cret-s3cret-s3cret-s3cret", "s3cret")));
+    assert!(short.contains("gateway.jwt.secret") && !short.contains("s3cret"), "{short}");
+    let empty = err(format!("{gateway}{routes}{}", jwt.replace("https://login.example", "")));
+    assert!(empty.contains("gateway.jwt.issuer"), "{empty}");
+    let two = err(format!("{gateway}{routes}{jwt}public_key_file = \"/k.pem\"\n"));
+    assert!(two.contains("`gateway.jwt`") && two.contains("exactly one"), "{two}");
+    let case =
+        err(format!("{gateway}{}", "[[gateway.routes]]\npath = \"/orders\"\n[[gateway.routes]]\npath = \"/ORDERS\"\n"));
+    assert!(
+        case.contains("gateway.routes[1]") && case.contains("gateway.routes[0]"),
+        "an insensitive route takes every case: {case}"
+    );
 }
 
 #[test]

@@ -36,6 +36,33 @@ fn config_check_prints_the_effective_config_with_secrets_redacted() {
     assert!(stdout.contains("[redacted]") && !stdout.contains("s3cret"), "{stdout}");
 }
 
+/// `scope = []` is allowed, said out loud; a `[gateway.jwt]` key file that holds no key, and a
+/// secret too short, are named by key (the secret never printed).
+#[test]
+fn config_check_warns_of_a_route_with_no_callers_and_checks_the_jwt_key() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let check = |text: &str| {
+        let file = dir.path().join("idem.toml");
+        std::fs::write(&file, text).expect("write");
+        run(&["config", "check", "--config", file.to_str().expect("utf-8")], &[])
+    };
+    let gateway = "[gateway]\nlisten = \"127.0.0.1:8080\"\nupstream = \"http://127.0.0.1:3000\"\n";
+    let (code, stdout, stderr) = check(&format!("{gateway}[[gateway.routes]]\npath = \"/jobs\"\nscope = []\n"));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("warning: gateway.routes[0] (/jobs): scope = [] lets every caller share"), "{stderr}");
+    assert!(stdout.contains("scope = []"), "{stdout}");
+    let not_a_key = dir.path().join("not-a-key.pem");
+    std::fs::write(&not_a_key, "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n").expect("write");
+    let jwt_route = "[[gateway.routes]]\npath = \"/orders\"\nscope = [\"jwt:sub\"]\n";
+    let pem = format!("{gateway}{jwt_route}[gateway.jwt]\npublic_key_file = {not_a_key:?}\n");
+    let (code, _, stderr) = check(&pem);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("gateway.jwt.public_key_file") && stderr.contains("no PEM public key"), "{stderr}");
+    let (code, _, stderr) = check(&format!("{gateway}{jwt_route}[gateway.jwt]\nsecret = \"hunter2-hunter2\"\n"));
+    assert_eq!(code, 2);
+    assert!(stderr.contains("gateway.jwt.secret") && !stderr.contains("hunter2"), "{stderr}");
+}
+
 #[test]
 fn config_check_refuses_what_serve_would_and_names_the_field() {
     let dir = tempfile::tempdir().expect("temp dir");

@@ -69,7 +69,8 @@ async fn every_metric_named_exists() {
     s.client.send_with(Method::POST, "/v1/sources/deploy/events", Some(event), &json_header).await.expect("intake");
     let gateway =
         idem_server::cli::client::ApiClient::new(s.gateway_url.as_deref().expect("gateway"), None).expect("client");
-    let headers = [("content-type", "application/json"), ("idempotency-key", "deploy-1")];
+    let headers =
+        [("content-type", "application/json"), ("idempotency-key", "deploy-1"), ("authorization", "Bearer d")];
     gateway.send_with(Method::POST, "/orders", Some(Bytes::from_static(b"{}")), &headers).await.expect("gateway");
     let _ = s.client.send(Method::GET, "/v1/claims/deploy/nope", None).await;
     tokio::time::sleep(Duration::from_millis(1500)).await; // a sweeper pass, a queue sample

@@ -135,20 +135,12 @@ async fn orders_are_created_once_however_often_the_client_retries() {
     std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut ready).expect("upstream starts");
     assert!(ready.contains("orders upstream"), "{ready}");
     let upstream_url = format!("http://127.0.0.1:{port}");
-    let gateway = idem_server::config::GatewayConfig {
-        listen: "127.0.0.1:0".parse().expect("addr"),
-        upstream: idem_server::config::Upstream::parse(&upstream_url).expect("upstream URL"),
-        max_stored_response: 1 << 20,
-        cache_bytes: 1 << 20,
-        max_background_calls: 1000,
-        max_unstored_bytes: 1 << 20,
-        routes: vec![idem_server::config::Route(idem_gateway::RoutePolicy {
-            methods: vec![http::Method::POST],
-            key: idem_core::gateway::KeyPolicy::Required,
-            ..idem_gateway::RoutePolicy::new(idem_core::gateway::PathPattern::parse("/orders").expect("valid"))
-        })],
-        tls: None,
-    };
+    // The example's own config, its upstream the one started here.
+    let text = std::fs::read_to_string(example("orders/idem.toml")).expect("examples/orders/idem.toml");
+    let mut doc: toml::Table = text.parse().expect("toml");
+    let table = doc.get_mut("gateway").and_then(toml::Value::as_table_mut).expect("[gateway]");
+    table.insert("upstream".into(), toml::Value::String(upstream_url.clone()));
+    let gateway: idem_server::config::GatewayConfig = doc["gateway"].clone().try_into().expect("a valid [gateway]");
     let client = example("orders/client.py");
     // Without idem's gateway the client says how to start it.
     let nobody = format!("http://127.0.0.1:{}", crate::support::binary::free_port());

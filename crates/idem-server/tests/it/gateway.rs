@@ -17,6 +17,9 @@ use serde_json::json;
 use crate::support::TestServer;
 use crate::support::upstream::Upstream;
 
+/// Who the tests' requests come from, unless a test says otherwise: the default scope asks for it.
+const CALLER: &str = "Bearer test-caller";
+
 struct Gateway {
     server: TestServer,
     client: ApiClient,
@@ -44,7 +47,9 @@ async fn gateway_with(routes: impl FnOnce(&mut Vec<RoutePolicy>), more: impl FnO
         cache_bytes: 1 << 20,
         max_background_calls: 1000,
         max_unstored_bytes: 1 << 20,
+        path_case: Default::default(),
         routes: list.into_iter().map(Route::from).collect(),
+        jwt: None,
         tls: None,
     };
     more(&mut config);
@@ -58,6 +63,9 @@ impl Gateway {
         let mut headers = vec![("content-type", "application/json")];
         if let Some(key) = key {
             headers.push(("idempotency-key", key));
+        }
+        if !extra.iter().any(|(name, _)| name.eq_ignore_ascii_case("authorization")) {
+            headers.push(("authorization", CALLER));
         }
         headers.extend_from_slice(extra);
         self.client.send_with(Method::POST, path, Some(Bytes::from(body.to_owned())), &headers).await.expect("request")
@@ -196,7 +204,8 @@ async fn a_duplicate_in_flight_is_409_with_retry_after() {
     let first = {
         let client = g.client.clone();
         tokio::spawn(async move {
-            let headers = [("content-type", "application/json"), ("idempotency-key", "slow")];
+            let headers =
+                [("content-type", "application/json"), ("idempotency-key", "slow"), ("authorization", CALLER)];
             client.send_with(Method::POST, "/orders?delay_ms=700", Some(Bytes::from_static(b"{}")), &headers).await
         })
     };
@@ -220,7 +229,8 @@ async fn race_of_200_identical_requests_calls_the_upstream_once() {
         .map(|_| {
             let client = g.client.clone();
             tokio::spawn(async move {
-                let headers = [("content-type", "application/json"), ("idempotency-key", "raced")];
+                let headers =
+                    [("content-type", "application/json"), ("idempotency-key", "raced"), ("authorization", CALLER)];
                 client
                     .send_with(Method::POST, "/orders?delay_ms=200", Some(Bytes::from_static(b"{\"a\":1}")), &headers)
                     .await
@@ -247,7 +257,11 @@ async fn race_of_50_keys_interleaved_calls_the_upstream_once_per_key() {
             let client = g.client.clone();
             tokio::spawn(async move {
                 let key = format!("key-{}", i % 50);
-                let headers = [("content-type", "application/json"), ("idempotency-key", key.as_str())];
+                let headers = [
+                    ("content-type", "application/json"),
+                    ("idempotency-key", key.as_str()),
+                    ("authorization", CALLER),
+                ];
                 let reply = client
                     .send_with(Method::POST, "/orders?delay_ms=50", Some(Bytes::from_static(b"{}")), &headers)
                     .await;
@@ -350,7 +364,8 @@ async fn a_race_during_a_slow_call_reaches_the_upstream_once() {
         .map(|_| {
             let client = g.client.clone();
             tokio::spawn(async move {
-                let headers = [("content-type", "application/json"), ("idempotency-key", "raced")];
+                let headers =
+                    [("content-type", "application/json"), ("idempotency-key", "raced"), ("authorization", CALLER)];
                 client.send_with(Method::POST, "/orders", Some(Bytes::from_static(b"{}")), &headers).await
             })
         })
@@ -490,7 +505,7 @@ async fn json_bodies_are_compared_as_json_only_when_they_say_so() {
     let text = |body: &'static str| {
         let client = g.client.clone();
         async move {
-            let headers = [("content-type", "text/plain"), ("idempotency-key", "t")];
+            let headers = [("content-type", "text/plain"), ("idempotency-key", "t"), ("authorization", CALLER)];
             client
                 .send_with(Method::POST, "/orders", Some(Bytes::from_static(body.as_bytes())), &headers)
                 .await

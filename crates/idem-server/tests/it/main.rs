@@ -3,6 +3,7 @@
 
 mod auth;
 mod browser;
+mod callers;
 mod claims;
 mod cli;
 mod deploy;

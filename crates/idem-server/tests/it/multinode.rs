@@ -15,6 +15,9 @@ use crate::support::pg::TestSchema;
 use crate::support::receiver::Receiver;
 use crate::support::upstream::Upstream;
 
+/// The token every gateway request carries: the routes are scoped by `Authorization`, as by default.
+const CALLER: &str = "node-test-caller";
+
 struct Cluster {
     nodes: Vec<Idem>,
     gateways: Vec<ApiClient>,
@@ -54,7 +57,8 @@ async fn cluster(upstream: &str, handler: &str) -> Option<Cluster> {
         .expect("write config");
         let data = dir.path().join(format!("data{i}"));
         nodes.push(Idem::serve(&data, &["--config", config.to_str().expect("utf-8")]));
-        gateways.push(ApiClient::new(&format!("http://127.0.0.1:{gateway_port}"), None).expect("client"));
+        gateways
+            .push(ApiClient::new(&format!("http://127.0.0.1:{gateway_port}"), Some(CALLER.into())).expect("client"));
     }
     Some(Cluster { nodes, gateways, _dir: dir, _schema: schema })
 }
@@ -326,7 +330,8 @@ async fn gateway_nodes(
         );
         std::fs::write(&config, toml).expect("write config");
         nodes.push(Idem::serve(&dir.path().join(format!("data{i}")), &["--config", config.to_str().expect("utf-8")]));
-        gateways.push(ApiClient::new(&format!("http://127.0.0.1:{gateway_port}"), None).expect("client"));
+        gateways
+            .push(ApiClient::new(&format!("http://127.0.0.1:{gateway_port}"), Some(CALLER.into())).expect("client"));
     }
     Some((nodes, gateways, dir, schema))
 }

@@ -88,7 +88,8 @@ async fn kill_9_under_gateway_load_loses_no_completed_key() {
     let data = dir.path().join("data");
     let args = ["--config", config.to_str().expect("utf-8")];
     let mut idem = Idem::serve(&data, &args);
-    let gateway = ApiClient::new(&format!("http://127.0.0.1:{gateway_port}"), None).expect("client");
+    // One caller: the route is scoped by `Authorization`, as by default.
+    let gateway = ApiClient::new(&format!("http://127.0.0.1:{gateway_port}"), Some("load".into())).expect("client");
     let completed = Arc::new(Mutex::new(Vec::<String>::new()));
     let stop_at = Instant::now() + Duration::from_secs(10);
     let clients: Vec<_> = (0..32)
@@ -206,7 +207,12 @@ async fn a_gateway_request_killed_mid_flight_frees_its_key_after_the_lease() {
     let in_flight = {
         let gateway = gateway.clone();
         tokio::spawn(async move {
-            let headers = [("content-type", "application/json"), ("idempotency-key", "crash"), ("x-delay-ms", "10000")];
+            let headers = [
+                ("content-type", "application/json"),
+                ("idempotency-key", "crash"),
+                ("x-delay-ms", "10000"),
+                ("authorization", "Bearer crash-test"),
+            ];
             gateway.send_with(Method::POST, "/orders", Some(bytes::Bytes::from_static(b"{}")), &headers).await
         })
     };
@@ -220,7 +226,11 @@ async fn a_gateway_request_killed_mid_flight_frees_its_key_after_the_lease() {
     let retry = || {
         let gateway = gateway.clone();
         async move {
-            let headers = [("content-type", "application/json"), ("idempotency-key", "crash")];
+            let headers = [
+                ("content-type", "application/json"),
+                ("idempotency-key", "crash"),
+                ("authorization", "Bearer crash-test"),
+            ];
             gateway
                 .send_with(Method::POST, "/orders", Some(bytes::Bytes::from_static(b"{}")), &headers)
                 .await

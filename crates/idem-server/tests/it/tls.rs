@@ -307,7 +307,7 @@ async fn the_gateway_listens_with_tls_and_forwards_to_an_https_upstream() {
     .await;
     let port = s.gateway_url.as_deref().expect("gateway").rsplit(':').next().expect("port").to_owned();
     let client = ApiClient::with_ca(&format!("https://localhost:{port}"), None, Some(&ca_file)).expect("client");
-    let key = [("idempotency-key", "\"order-1\""), ("content-type", "application/json")];
+    let key = [("idempotency-key", "\"order-1\""), ("content-type", "application/json"), ("authorization", "Bearer t")];
     let mut bodies = Vec::new();
     for _ in 0..2 {
         let reply = client

@@ -1,0 +1,281 @@
+//! Who is calling: the parts of a request that separate one caller's keys from another's
+//! (docs/reference/config.md#scope). A key belongs to one caller, so no request may reach a key
+//! without saying whose it is:
+//!
+//! - `header:NAME`: the header's value, as before (absent counts as empty, so that the keys a
+//!   route already holds keep their ids);
+//! - `cookie:NAME`: that one cookie's value (every occurrence, in order); other cookies may
+//!   change freely;
+//! - `jwt:CLAIM`: a claim of the request's bearer JWT, read only once the token verifies
+//!   ([`crate::jwt`]); a token that does not verify is refused (`401`), never read.
+//!
+//! A keyed request that carries none of its route's parts is refused (`400 scope-missing`): with
+//! nothing to tell callers apart, every caller would share one key space and one caller's retry
+//! could replay another's response. A part counts as carried when it is there and not empty; a
+//! route with several parts (a bearer token or a session cookie, say) takes a request that carries
+//! any of them, the others counting as empty. `scope = []` says that a route has no callers to
+//! tell apart: then nothing is asked for.
+
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, StatusCode, header};
+
+use crate::jwt::{JwtFailure, JwtVerifier};
+use crate::policy::RoutePolicy;
+use crate::problem::problem;
+use crate::{GatewayBody, engine::count};
+
+/// One part of the request that separates one caller's keys from another's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScopePart {
+    /// The value of a request header (absent counts as empty).
+    Header(http::HeaderName),
+    /// The value of one cookie of the `Cookie` header.
+    Cookie(String),
+    /// A claim of the bearer JWT in `Authorization`, once the token verifies.
+    Jwt(String),
+}
+
+impl ScopePart {
+    /// Parses `header:NAME`, `cookie:NAME` or `jwt:CLAIM`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let expected = "expected \"header:NAME\", \"cookie:NAME\" or \"jwt:CLAIM\"";
+        let Some((kind, name)) = text.split_once(':') else { return Err(format!("{text:?}: {expected}")) };
+        let name = name.trim();
+        match kind.trim() {
+            "header" => http::HeaderName::from_bytes(name.as_bytes())
+                .map(ScopePart::Header)
+                .map_err(|_| format!("{text:?}: {name:?} is not a header name")),
+            "cookie" if is_cookie_name(name) => Ok(ScopePart::Cookie(name.to_owned())),
+            "cookie" => Err(format!("{text:?}: {name:?} is not a cookie name (letters, digits and !#$%&'*+-.^_`|~)")),
+            "jwt" if !name.is_empty() && !name.chars().any(char::is_control) => Ok(ScopePart::Jwt(name.to_owned())),
+            "jwt" => Err(format!("{text:?}: name a claim, such as \"jwt:sub\"")),
+            _ => Err(format!("{text:?}: {expected}")),
+        }
+    }
+}
+
+/// As written in a config file: `header:authorization`, `cookie:session`, `jwt:sub`.
+impl fmt::Display for ScopePart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ScopePart::Header(name) => write!(f, "header:{name}"),
+            ScopePart::Cookie(name) => write!(f, "cookie:{name}"),
+            ScopePart::Jwt(claim) => write!(f, "jwt:{claim}"),
+        }
+    }
+}
+
+/// An RFC 6265 cookie name: an HTTP token.
+fn is_cookie_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// Why a keyed request has no scope to file its key under.
+pub(crate) enum ScopeRefusal {
+    /// It carries none of the route's parts.
+    Missing,
+    /// Its bearer token did not verify.
+    Token(JwtFailure),
+    /// The route reads `jwt:` claims but was given no verifier (a tower-layer route built without
+    /// [`RoutePolicy::with_jwt`]).
+    NoVerifier,
+}
+
+impl ScopeRefusal {
+    pub(crate) fn answer(self, route: &RoutePolicy) -> http::Response<GatewayBody> {
+        match self {
+            ScopeRefusal::Missing => {
+                count(route, "scope_missing");
+                problem(StatusCode::BAD_REQUEST, "scope-missing", &missing_detail(&route.scope))
+            }
+            ScopeRefusal::Token(JwtFailure::KeysUnavailable) => {
+                count(route, "jwks_unavailable");
+                JwtFailure::KeysUnavailable.count(route);
+                let detail = "the keys that verify bearer tokens (the JWKS) could not be fetched; nothing was \
+                              forwarded, retry shortly";
+                let mut response = problem(StatusCode::SERVICE_UNAVAILABLE, "jwks-unavailable", detail);
+                let retry = crate::jwt::RETRY_AFTER_FAILURE.as_secs().to_string();
+                if let Ok(value) = http::HeaderValue::from_str(&retry) {
+                    response.headers_mut().insert(header::RETRY_AFTER, value);
+                }
+                response
+            }
+            ScopeRefusal::Token(failure) => {
+                count(route, "invalid_token");
+                failure.count(route);
+                let mut response = problem(
+                    StatusCode::UNAUTHORIZED,
+                    "invalid-token",
+                    &format!("the bearer token did not verify ({}); nothing was forwarded", failure.describe()),
+                );
+                response
+                    .headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Bearer error=\"invalid_token\""));
+                response
+            }
+            ScopeRefusal::NoVerifier => {
+                tracing::error!(route = route.path.as_str(), "the route's scope reads jwt: claims but has no verifier");
+                count(route, "invalid_token");
+                problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the route's JWT verifier is not configured")
+            }
+        }
+    }
+}
+
+fn missing_detail(scope: &[ScopePart]) -> String {
+    let parts: Vec<String> = scope.iter().map(ToString::to_string).collect();
+    format!(
+        "this route tells callers' keys apart by {}, and the request carries none of them; nothing was forwarded. \
+         Send one, or change the route's scope in idem's config (scope = [] if the route has no callers to tell apart)",
+        parts.join(", ")
+    )
+}
+
+/// The values of the route's scope parts for this request, in the route's order: what its key id
+/// hashes. `Err` when it carries none of them, or its bearer token does not verify.
+pub(crate) async fn scope_of(route: &RoutePolicy, request: &Request<Bytes>) -> Result<Vec<Vec<u8>>, ScopeRefusal> {
+    let headers = request.headers();
+    let claims = match route.scope.iter().any(|p| matches!(p, ScopePart::Jwt(_))) {
+        true => verified_claims(route.jwt.as_ref(), headers).await?,
+        false => None,
+    };
+    let values: Vec<Vec<u8>> = route.scope.iter().map(|part| value_of(part, headers, claims.as_ref())).collect();
+    if !route.scope.is_empty() && values.iter().all(Vec::is_empty) {
+        return Err(ScopeRefusal::Missing);
+    }
+    Ok(values)
+}
+
+/// The claims of the request's bearer token, verified; `None` when it has no bearer token.
+async fn verified_claims(
+    verifier: Option<&Arc<JwtVerifier>>,
+    headers: &HeaderMap,
+) -> Result<Option<serde_json::Map<String, serde_json::Value>>, ScopeRefusal> {
+    let Some(token) = bearer_token(headers) else { return Ok(None) };
+    let verifier = verifier.ok_or(ScopeRefusal::NoVerifier)?;
+    verifier.verify(token).await.map(Some).map_err(ScopeRefusal::Token)
+}
+
+/// The token of `Authorization: Bearer <token>` (the scheme in any case).
+fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// One part's value; empty when the request does not carry it. A header is its bytes, as before
+/// cookies and JWTs (so that existing keys keep their ids); a cookie is each of its values, `;`
+/// between (a cookie value cannot hold one); a claim is its JSON text (`"alice"`, `42`), so that
+/// no two claims of different types read the same.
+fn value_of(
+    part: &ScopePart,
+    headers: &HeaderMap,
+    claims: Option<&serde_json::Map<String, serde_json::Value>>,
+) -> Vec<u8> {
+    match part {
+        ScopePart::Header(name) => headers.get(name).map_or_else(Vec::new, |v| v.as_bytes().to_vec()),
+        ScopePart::Cookie(name) => cookie_values(headers, name),
+        ScopePart::Jwt(claim) => match claims.and_then(|c| c.get(claim)) {
+            None | Some(serde_json::Value::Null) => Vec::new(),
+            Some(value) => value.to_string().into_bytes(),
+        },
+    }
+}
+
+/// Every value of cookie `name` in the request's `Cookie` headers, in order, `;` between: one
+/// session cookie sent twice (two paths, say) is scoped by both, so that no choice between them
+/// can differ from the upstream's.
+fn cookie_values(headers: &HeaderMap, name: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    let pairs = headers.get_all(header::COOKIE).iter().flat_map(|v| v.as_bytes().split(|b| *b == b';'));
+    for pair in pairs {
+        let pair = pair.trim_ascii();
+        let Some(at) = pair.iter().position(|b| *b == b'=') else { continue };
+        let (key, value) = (pair[..at].trim_ascii(), pair[at + 1..].trim_ascii());
+        if key == name.as_bytes() && !value.is_empty() {
+            if !out.is_empty() {
+                out.push(b';');
+            }
+            out.extend_from_slice(value);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(http::HeaderName::from_bytes(name.as_bytes()).expect("name"), value.parse().expect("value"));
+        }
+        map
+    }
+
+    #[test]
+    fn parts_parse_and_print_as_written() {
+        for text in ["header:x-tenant", "cookie:.AspNetCore.Cookies", "jwt:sub", "jwt:tenant_id"] {
+            assert_eq!(ScopePart::parse(text).map(|p| p.to_string()).as_deref(), Ok(text));
+        }
+        assert_eq!(
+            ScopePart::parse("header:X-Tenant"),
+            Ok(ScopePart::Header(http::HeaderName::from_static("x-tenant")))
+        );
+        for bad in ["cookie:", "cookie:a b", "cookie:a=b", "jwt:", "header:bad name", "query:x", "sub"] {
+            assert!(ScopePart::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn one_cookie_is_read_and_the_others_are_not() {
+        let part = ScopePart::Cookie("session".into());
+        let alice = headers(&[("cookie", "theme=dark; session=alice; _ga=1")]);
+        let alice_later = headers(&[("cookie", "_ga=2;session=alice"), ("cookie", "theme=light")]);
+        assert_eq!(value_of(&part, &alice, None), b"alice");
+        assert_eq!(value_of(&part, &alice_later, None), b"alice", "other cookies may change");
+        assert_eq!(value_of(&part, &headers(&[("cookie", "sessionx=alice; session=")]), None), b"");
+        assert_eq!(value_of(&part, &headers(&[("cookie", "session=a"), ("cookie", "session=b")]), None), b"a;b");
+        assert_eq!(value_of(&part, &headers(&[]), None), b"");
+    }
+
+    #[test]
+    fn claims_read_as_json_text() {
+        let claims: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(r#"{"sub":"42","uid":42,"none":null}"#).expect("json");
+        let read = |claim: &str| value_of(&ScopePart::Jwt(claim.into()), &HeaderMap::new(), Some(&claims));
+        assert_eq!(read("sub"), br#""42""#);
+        assert_eq!(read("uid"), b"42", "a number is not the string of its digits");
+        assert!(read("none").is_empty() && read("absent").is_empty());
+    }
+
+    #[test]
+    fn bearer_tokens_are_read_in_any_case_of_the_scheme() {
+        assert_eq!(bearer_token(&headers(&[("authorization", "Bearer a.b.c")])), Some("a.b.c"));
+        assert_eq!(bearer_token(&headers(&[("authorization", "bearer  a.b.c ")])), Some("a.b.c"));
+        assert_eq!(bearer_token(&headers(&[("authorization", "Basic YTpi")])), None);
+        assert_eq!(bearer_token(&headers(&[("authorization", "Bearer ")])), None);
+    }
+
+    #[tokio::test]
+    async fn a_keyed_request_must_carry_one_of_its_parts() {
+        let mut route = RoutePolicy::new(idem_core::gateway::PathPattern::parse("/o").expect("valid"));
+        route.scope = vec![ScopePart::Header(header::AUTHORIZATION), ScopePart::Cookie("session".into())];
+        let request = |pairs: &[(&str, &str)]| {
+            let mut request = Request::new(Bytes::new());
+            *request.headers_mut() = headers(pairs);
+            request
+        };
+        assert!(matches!(scope_of(&route, &request(&[])).await, Err(ScopeRefusal::Missing)));
+        assert!(matches!(scope_of(&route, &request(&[("authorization", "")])).await, Err(ScopeRefusal::Missing)));
+        let cookie = scope_of(&route, &request(&[("cookie", "session=bob")])).await.ok();
+        assert_eq!(cookie, Some(vec![Vec::new(), b"bob".to_vec()]), "either part will do");
+        route.scope.clear();
+        assert_eq!(scope_of(&route, &request(&[])).await.ok(), Some(Vec::new()), "scope = [] asks for nothing");
+    }
+}
