@@ -228,7 +228,7 @@ fn gateway(upstream: &str) -> impl FnOnce(&mut idem_server::Config) {
     let upstream = upstream.to_owned();
     move |c| {
         let text = format!(
-            "[gateway]\nlisten = \"127.0.0.1:0\"\nupstream = \"{upstream}\"\n[[gateway.routes]]\npath = \"/orders\"\nkey = \"required\"\nlease = \"20s\"\n"
+            "[gateway]\nlisten = \"127.0.0.1:0\"\nupstream = \"{upstream}\"\n[[gateway.routes]]\npath = \"/orders\"\nkey = \"required\"\nlease = \"20s\"\nscope = [\"header:authorization\"]\n"
         );
         let parsed: idem_server::Config = toml::from_str(&text).expect("gateway config");
         c.gateway = parsed.gateway;
@@ -253,7 +253,11 @@ async fn a_response_the_store_could_not_take_is_kept_stored_and_replayed() {
                     Method::POST,
                     "/orders",
                     Some(bytes::Bytes::from_static(b"{\"item\":\"book\"}")),
-                    &[("idempotency-key", key.as_str()), ("content-type", "application/json")],
+                    &[
+                        ("idempotency-key", key.as_str()),
+                        ("content-type", "application/json"),
+                        ("authorization", "Bearer alice"),
+                    ],
                 )
                 .await
                 .expect("an answer")
@@ -296,7 +300,11 @@ async fn a_response_the_store_could_not_take_is_kept_stored_and_replayed() {
             Method::POST,
             "/orders",
             Some(bytes::Bytes::from_static(b"{\"item\":\"book\"}")),
-            &[("idempotency-key", "\"order-1\""), ("content-type", "application/json")],
+            &[
+                ("idempotency-key", "\"order-1\""),
+                ("content-type", "application/json"),
+                ("authorization", "Bearer alice"),
+            ],
         )
         .await
         .expect("an answer");
