@@ -98,8 +98,9 @@ pub enum ForwardError {
 
 pub type ForwardFuture = Pin<Box<dyn Future<Output = Result<Response<GatewayBody>, ForwardError>> + Send>>;
 
-/// How long a begin whose answer was lost may take to be asked again.
-const ASK_AGAIN_WITHIN: Duration = Duration::from_secs(1);
+/// How long a begin whose answer was lost may take to be asked again: short, so that a request
+/// is still answered within the store's call_timeout and a moment.
+const ASK_AGAIN_WITHIN: Duration = Duration::from_millis(500);
 
 pub struct Engine {
     pub(crate) store: Arc<dyn RequestStore>,
@@ -201,8 +202,8 @@ impl Engine {
                 client,
             };
             let begun = match self.store.begin_request(new.clone()).await {
-                // Asked again once, within a second: a store back from a failover answers with the
-                // lease this request may have taken; one still away is answered 503.
+                // Asked again once, within half a second: a store back from a failover answers with
+                // the lease this request may have taken; one still away is answered 503.
                 Err(StoreError::OutcomeUnknown(_)) if !asked_again => {
                     asked_again = true;
                     let again = async {

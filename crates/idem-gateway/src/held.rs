@@ -54,6 +54,9 @@ async fn until(at: Option<Instant>) {
     }
 }
 
+/// How soon a heartbeat that failed (the store unavailable) is tried again.
+const RETRY_BEAT: Duration = Duration::from_millis(250);
+
 /// The heartbeat after the first: a third of the lease, so that one failed extension still
 /// leaves time for another.
 fn beat_every(lease: Duration) -> Duration {
@@ -130,8 +133,10 @@ impl Engine {
                 held.beat_at = None;
             }
             Err(e) => {
-                tracing::warn!(error = %e, "could not extend a running request's lease; trying again");
-                held.beat_at = Some(next);
+                // Soon: once the store is back, the lease may have little left (it was not extended
+                // while the store was away), and the next regular beat may come too late.
+                tracing::debug!(error = %e, "could not extend a running request's lease; trying again shortly");
+                held.beat_at = Some(Instant::now() + RETRY_BEAT);
             }
         }
     }

@@ -5,8 +5,10 @@
 //! replayed (contract §10).
 //!
 //! Who holds the key meanwhile: this node, under the lease it took. The task tries to store the
-//! response (or release the key) at once and then every 100 ms, backing off to 2 s, and extends
-//! the lease at every third of it, as a running call does. This node's retries are replayed from
+//! response (or release the key) at once and then every 50 ms, backing off to 250 ms — no
+//! further: the lease was not extended while the store was away, and once the store is back what
+//! is left of it may be short — and extends the lease at every third of it, as a running call
+//! does. This node's retries are replayed from
 //! memory at once (the replay cache has the response); other nodes' get `409` (in flight), or
 //! `503` while the store is away.
 //!
@@ -38,8 +40,11 @@ use crate::policy::RoutePolicy;
 
 /// Tasks at most; far more than memory allows of responses (each at least a few hundred bytes).
 const MAX_TASKS: usize = 1 << 20;
-const FIRST_WAIT: Duration = Duration::from_millis(100);
-const LONGEST_WAIT: Duration = Duration::from_secs(2);
+const FIRST_WAIT: Duration = Duration::from_millis(50);
+const LONGEST_WAIT: Duration = Duration::from_millis(250);
+/// How long past the lease's end (as this node knows it) the task still tries: the store decides
+/// whether the lease holds, by its own clock.
+const PAST_THE_LEASE: Duration = Duration::from_secs(2);
 
 /// What is left to do with a held key.
 pub(crate) enum Settle {
@@ -170,7 +175,7 @@ impl Engine {
                 beat_at = Instant::now() + lease / 3;
             }
             // Past the lease (and a little for clocks), the store will not take it any more.
-            if Instant::now() >= p.lease_ends + LONGEST_WAIT {
+            if Instant::now() >= p.lease_ends + PAST_THE_LEASE {
                 return self.not_held(&p).await;
             }
         }
