@@ -120,7 +120,8 @@ class Node:
 class LoadConfig:
     ns: str                     # the run's namespace (claims and operations)
     prefix: str                 # the run's key prefix
-    workers: int = 4            # per kind
+    workers: int = 4            # per kind (claims, operations)
+    gw_workers: int = 10        # the gateway's calls wait for the upstream: more of them
     pair_share: float = 0.35    # share of keys called from every node at once
     request_timeout: float = 30.0
     call_deadline: float = 60.0
@@ -311,7 +312,8 @@ class Load:
             await asyncio.sleep(self.cfg.pause * (0.5 + self.rng.random()))
 
     async def run(self) -> None:
-        tasks = [asyncio.ensure_future(self.worker(k)) for k in self.cfg.kinds for _ in range(self.cfg.workers)]
+        tasks = [asyncio.ensure_future(self.worker(k)) for k in self.cfg.kinds
+                 for _ in range(self.cfg.gw_workers if k == "gw" else self.cfg.workers)]
 
         async def flusher() -> None:
             while not self.stopping.is_set():

@@ -62,7 +62,7 @@ async def one_run(h: Harness, i: int, fault: str, args, out: Path, seed: int) ->
     (run_dir / "meta.json").write_text(json.dumps(meta, indent=1))
     rec = Recorder(str(run_dir / "attempts.jsonl"))
     rng = random.Random(f"{seed}-{i}-load")
-    cfg = LoadConfig(ns=ns, prefix=run_id, workers=args.workers, request_timeout=args.request_timeout,
+    cfg = LoadConfig(ns=ns, prefix=run_id, workers=args.workers, gw_workers=args.gw_workers, request_timeout=args.request_timeout,
                      call_deadline=args.call_deadline, op_lease=OP_LEASE, client_token=h.client_token)
     load = Load(h.load_nodes(), cfg, rec, rng)
     h.events("run_start", run=run_id, fault=fault)
@@ -167,6 +167,7 @@ def parse(argv=None):
     ap.add_argument("--call-deadline", type=float, default=60.0, help="a logical call gives up after (s)")
     ap.add_argument("--workers", type=int, default=3, help="workers per kind of call")
     ap.add_argument("--upstream-delay", type=float, default=0.1, help="the upstream's work per execution: up to (s)")
+    ap.add_argument("--gw-workers", type=int, default=10, help="workers making gateway calls")
     ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument("--cooldown", type=float, default=10.0)
     ap.add_argument("--keep", action="store_true", help="leave everything running at the end (debugging)")
