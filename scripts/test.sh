@@ -4,20 +4,38 @@
 # (the Go suite also runs the Go example and the PHP handler under `php -S`), then the dashboard in
 # a real headless Chromium, then the OpenAPI document against an independent validator and
 # Schemathesis, then the deploy/ pack.
-# Ends with one line summing every runner's counts: `tests: N passed, M failed`.
 #
 # Needs: a Rust toolchain, Node 18+ with npm, Python 3.11+ with pip (the Python client supports
 # 3.9+; openapi-python-client, which the OpenAPI check generates a client with, needs 3.11), Go 1.19+ and PHP 8.2's CLI
 # (Debian's golang-go and php-cli: skipped loudly when missing; .ci/run installs them), and
 # Debian's chromium and chromium-driver (installed here when missing and run as root; .ci/run does
-# the same). Tests that need PostgreSQL run
-# when IDEM_TEST_DATABASE_URL is set and say loudly that they skipped otherwise.
+# the same). Tests that need PostgreSQL run on IDEM_TEST_DATABASE_URL, or, when it is not set, on
+# the PostgreSQL of this machine if one answers at 127.0.0.1:5432 (user postgres, database
+# postgres: what Debian's package sets up, and what .ci/run uses); with neither they say loudly that
+# they skipped, and are counted as skipped, not passed.
+# Ends with one line summing every runner's counts: `tests: N passed, M failed, K skipped`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 LOG=$(mktemp)
-trap 'rm -f "$LOG"' EXIT
+# Each skipped Rust test adds a line here (idem_conformance::skipped).
+export IDEM_TEST_SKIPS
+IDEM_TEST_SKIPS=$(mktemp)
+trap 'rm -f "$LOG" "$IDEM_TEST_SKIPS"' EXIT
 say() { printf '\n==> %s\n' "$*"; }
+
+LOCAL_POSTGRES=postgres://postgres@127.0.0.1:5432/postgres
+if [ -z "${IDEM_TEST_DATABASE_URL:-}" ]; then
+    if python3 -c 'import socket; socket.create_connection(("127.0.0.1", 5432), 1).close()' 2>/dev/null &&
+        { ! command -v psql >/dev/null 2>&1 || psql "$LOCAL_POSTGRES" -qtAc 'SELECT 1' >/dev/null 2>&1; }; then
+        export IDEM_TEST_DATABASE_URL=$LOCAL_POSTGRES
+        say "PostgreSQL answers at 127.0.0.1:5432: its tests run there (IDEM_TEST_DATABASE_URL=$LOCAL_POSTGRES; set the variable to use another)"
+    else
+        say "WARNING: no IDEM_TEST_DATABASE_URL and no PostgreSQL at 127.0.0.1:5432: the PostgreSQL tests will be SKIPPED (and counted so)"
+    fi
+else
+    say "PostgreSQL tests run on IDEM_TEST_DATABASE_URL"
+fi
 
 say "Rust: cargo test --workspace"
 cargo test --workspace --locked 2>&1 | tee -a "$LOG"
@@ -72,20 +90,25 @@ else
     say "SKIPPED: promtool (Debian package prometheus) or systemd-analyze (systemd) is not installed; .ci/run installs them"
 fi
 
-# cargo: "test result: ok. N passed; M failed"; node --test: "# pass N" / "# fail M";
-# pytest: "N passed[, M failed]"; go test -v: one "--- PASS: Name" / "--- FAIL: Name" line per
-# top-level test (subtests are indented and not counted).
-awk '
+# cargo: "test result: ok. N passed; M failed" (a Rust test that skipped reports as passed: the
+# lines in $IDEM_TEST_SKIPS move it to skipped); node --test: "# pass N" / "# fail M" / "# skipped N";
+# pytest: "N passed[, M failed][, K skipped]"; go test -v: one "--- PASS: Name" / "--- FAIL: Name" /
+# "--- SKIP: Name" line per top-level test (subtests are indented and not counted).
+rust_skipped=$(wc -l < "$IDEM_TEST_SKIPS")
+awk -v rs="$rust_skipped" '
     /^test result:/ { p += $4; f += $6 }
     /^--- PASS: / { p += 1 }
     /^--- FAIL: / { f += 1 }
+    /^--- SKIP: / { s += 1 }
     /^# pass / { p += $3 }
     /^# fail / { f += $3 }
-    /^[0-9]+ passed/ || /^[0-9]+ failed/ {
+    /^# skipped / { s += $3 }
+    /^[0-9]+ passed/ || /^[0-9]+ failed/ || /^[0-9]+ skipped/ {
         for (i = 1; i < NF; i++) {
             if ($(i + 1) ~ /^passed/) p += $i
             if ($(i + 1) ~ /^failed/) f += $i
+            if ($(i + 1) ~ /^skipped/) s += $i
         }
     }
-    END { printf "\ntests: %d passed, %d failed\n", p, f }
+    END { printf "\ntests: %d passed, %d failed, %d skipped\n", p - rs, f, s + rs }
 ' "$LOG"

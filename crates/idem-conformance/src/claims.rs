@@ -32,7 +32,7 @@ pub async fn claim_new_then_existing<S: ClaimStore + ?Sized>(h: &Harness<S>) {
 pub async fn key_and_one_part_forms_are_one_key<S: ClaimStore + ?Sized>(h: &Harness<S>) {
     let n = ns("articles");
     let single = Parts::single("https://example.com/a".into()).expect("valid key");
-    let claim = idem_core::NewClaim { parts: single, data: None, ttl: None };
+    let claim = idem_core::NewClaim { parts: single, data: None, ttl: None, client: None };
     assert!(h.store.claim(&n, vec![claim]).await.expect("claim")[0].claimed);
     let again = h.store.claim(&n, vec![new_claim(&["https://example.com/a"], None, None)]).await.expect("claim");
     assert!(!again[0].claimed, "`key` is the one-part form of `parts`");
@@ -231,4 +231,65 @@ pub async fn claims_are_counted_per_namespace<S: ClaimStore + ?Sized>(h: &Harnes
     let mut counts = h.store.count_claims().await.expect("count");
     counts.sort();
     assert_eq!(counts, vec![("alpha".to_owned(), 3), ("beta".to_owned(), 1)]);
+}
+
+fn with_token(p: &[&str], token: &str) -> idem_core::NewClaim {
+    idem_core::NewClaim {
+        client: Some(idem_core::ClientToken::parse(token).expect("valid token")),
+        ..new_claim(p, None, None)
+    }
+}
+
+/// A retry whose first answer was lost (the claim was stored) carries the same client token and
+/// is told `claimed: true` again; another token, or none, is told `false`. On a batch and after
+/// the key's TTL has run out as well.
+pub async fn a_retry_with_its_client_token_is_told_it_won<S: ClaimStore + ?Sized>(h: &Harness<S>) {
+    let (store, n) = (&h.store, ns("survey"));
+    assert!(store.claim(&n, vec![with_token(&["s1", "u1"], "call-1")]).await.expect("claim")[0].claimed);
+    h.clock.advance(Duration::from_secs(1));
+    let retry = store.claim(&n, vec![with_token(&["s1", "u1"], "call-1")]).await.expect("claim");
+    assert!(retry[0].claimed, "the same client token is the same caller");
+    assert_eq!(retry[0].record.created_at, crate::START, "and the record is the one stored first");
+    assert!(!store.claim(&n, vec![with_token(&["s1", "u1"], "call-2")]).await.expect("claim")[0].claimed);
+    assert!(!store.claim(&n, vec![new_claim(&["s1", "u1"], None, None)]).await.expect("claim")[0].claimed);
+
+    let batch = vec![with_token(&["b", "1"], "batch-7/0"), with_token(&["b", "2"], "batch-7/1")];
+    store.claim(&n, vec![new_claim(&["b", "2"], None, None)]).await.expect("someone else claims b/2 first");
+    let first = store.claim(&n, batch.clone()).await.expect("batch");
+    assert_eq!(first.iter().map(|o| o.claimed).collect::<Vec<_>>(), [true, false]);
+    let again = store.claim(&n, batch).await.expect("batch retried");
+    assert_eq!(again.iter().map(|o| o.claimed).collect::<Vec<_>>(), [true, false], "each item as it was");
+
+    let ttl = Some(TEN_SECONDS);
+    let expiring = idem_core::NewClaim { ttl, ..with_token(&["t"], "call-3") };
+    assert!(store.claim(&n, vec![expiring.clone()]).await.expect("claim")[0].claimed);
+    h.clock.advance(TEN_SECONDS);
+    let other = idem_core::NewClaim { ttl, ..with_token(&["t"], "call-4") };
+    assert!(store.claim(&n, vec![other]).await.expect("claim")[0].claimed, "expired: a new claim");
+    assert!(!store.claim(&n, vec![expiring]).await.expect("claim")[0].claimed, "the old caller lost it since");
+}
+
+/// Of 200 concurrent claims of one key, each with its own client token and each sent twice, the
+/// winner's two are told `claimed: true` and no other.
+pub async fn a_race_with_client_tokens_tells_one_caller_it_won<S: ClaimStore + ?Sized>(h: &Harness<S>) {
+    let tasks: Vec<_> = (0..200)
+        .map(|i| {
+            let store = Arc::clone(&h.store);
+            tokio::spawn(async move {
+                let claim = with_token(&["contended"], &format!("caller-{i}"));
+                let first = store.claim(&ns("race"), vec![claim.clone()]).await.expect("claim")[0].claimed;
+                let retry = store.claim(&ns("race"), vec![claim]).await.expect("claim")[0].claimed;
+                (i, first, retry)
+            })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    for task in tasks {
+        let (i, first, retry) = task.await.expect("task");
+        assert_eq!(first, retry, "caller {i}: its retry is told what it was told first");
+        if first {
+            winners.push(i);
+        }
+    }
+    assert_eq!(winners.len(), 1, "one caller won: {winners:?}");
 }

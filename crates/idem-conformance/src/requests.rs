@@ -13,7 +13,13 @@ const LEASE: Duration = Duration::from_secs(60);
 const TTL: Duration = Duration::from_secs(24 * 3600);
 
 fn request(key: &str, fingerprint: u8) -> NewRequest {
-    NewRequest { id: crate::id(&["gateway", key]), fingerprint: [fingerprint; 32], lease: LEASE, held: Vec::new() }
+    NewRequest {
+        id: crate::id(&["gateway", key]),
+        fingerprint: [fingerprint; 32],
+        lease: LEASE,
+        held: Vec::new(),
+        client: None,
+    }
 }
 
 /// A stored result: opaque bytes to the store.
@@ -199,4 +205,73 @@ pub async fn held_bytes_are_kept_while_held_and_forget_frees_only_results<S: Req
     assert!(h.store.peek_request(&r.id).await.expect("peek").is_none());
     assert_eq!(h.store.forget_request(&r.id).await.expect("forget"), Forget::Absent);
     assert!(matches!(h.store.begin_request(r).await.expect("begin"), Begin::Started { lease_expired: false, .. }));
+}
+
+/// A begin whose answer was lost (it took the key) is sent again with the same client token: it
+/// gets the same lease (token, end, fence), not `InFlight`. Another token, or another request,
+/// does not; once the lease has run out the retry takes the key afresh.
+pub async fn a_begin_retried_with_its_client_token_gets_its_lease_back<S: RequestStore + ?Sized>(h: &Harness<S>) {
+    let token_of = |t: &str| Some(idem_core::ClientToken::parse(t).expect("valid token"));
+    let r = NewRequest { client: token_of("begin-1"), ..request("k", 1) };
+    let (token, until, fence) = match h.store.begin_request(r.clone()).await.expect("begin") {
+        Begin::Started { token, lease_until, fence, .. } => (token, lease_until, fence),
+        other => panic!("expected to start, got {other:?}"),
+    };
+    h.clock.advance(Duration::from_secs(1));
+    match h.store.begin_request(r.clone()).await.expect("begin") {
+        Begin::Started { token: again, lease_until, fence: same, lease_expired: false } => {
+            assert_eq!((again, lease_until, same), (token, until, fence), "the same lease, unchanged");
+        }
+        other => panic!("the retry gets its lease back, got {other:?}"),
+    }
+    let other = NewRequest { client: token_of("begin-2"), ..request("k", 1) };
+    assert!(matches!(h.store.begin_request(other).await.expect("begin"), Begin::InFlight { .. }));
+    let changed = NewRequest { client: token_of("begin-1"), ..request("k", 2) };
+    assert!(matches!(
+        h.store.begin_request(changed).await.expect("begin"),
+        Begin::InFlight { same_fingerprint: false, .. }
+    ));
+    assert!(h.store.complete_request(&r.id, token, &response("done"), TTL).await.expect("the lease still holds"));
+    assert!(matches!(h.store.begin_request(r.clone()).await.expect("begin"), Begin::Completed { .. }));
+
+    let late = NewRequest { client: token_of("begin-3"), ..request("late", 1) };
+    let first = start(h, &late).await;
+    h.clock.advance(LEASE);
+    match h.store.begin_request(late).await.expect("begin") {
+        Begin::Started { token, lease_expired: true, .. } => assert_ne!(token, first, "a new lease"),
+        other => panic!("an ended lease is taken afresh, got {other:?}"),
+    }
+}
+
+/// Every take of a key gets a fencing number greater than the previous holder's: after a lease
+/// runs out, after a release, and after a result is forgotten or swept.
+pub async fn fences_grow_with_each_take_of_a_key<S: RequestStore + ?Sized>(h: &Harness<S>) {
+    let r = request("fenced", 1);
+    let take = |h: &Harness<S>| {
+        let store = Arc::clone(&h.store);
+        let r = r.clone();
+        async move {
+            match store.begin_request(r).await.expect("begin") {
+                Begin::Started { token, fence, .. } => (token, fence),
+                other => panic!("expected to start, got {other:?}"),
+            }
+        }
+    };
+    let (_, first) = take(h).await;
+    h.clock.advance(LEASE);
+    let (token, second) = take(h).await;
+    assert!(second > first, "taken over after its lease: {second} > {first}");
+    assert!(h.store.release_request(&r.id, token).await.expect("release"));
+    let (token, third) = take(h).await;
+    assert!(third > second, "taken after a release: {third} > {second}");
+    assert!(h.store.complete_request(&r.id, token, &response("x"), Duration::from_secs(1)).await.expect("complete"));
+    h.clock.advance(Duration::from_secs(1));
+    h.store.sweep_requests(100).await.expect("sweep");
+    let (_, fourth) = take(h).await;
+    assert!(fourth > third, "taken after its result was swept: {fourth} > {third}");
+    let (_, other) = match h.store.begin_request(request("another key", 1)).await.expect("begin") {
+        Begin::Started { token, fence, .. } => (token, fence),
+        o => panic!("{o:?}"),
+    };
+    assert!(other > 0, "every take has a fence");
 }

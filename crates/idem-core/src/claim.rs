@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::value::RawValue;
 
-use crate::{ClaimId, Namespace, Parts, Timestamp};
+use crate::{ClaimId, ClientToken, Namespace, Parts, Timestamp};
 
 /// Largest serialized `data` a claim may carry.
 pub const MAX_DATA_BYTES: usize = 64 * 1024;
@@ -15,6 +15,9 @@ pub struct NewClaim {
     pub parts: Parts,
     pub data: Option<Box<RawValue>>,
     pub ttl: Option<Duration>,
+    /// The caller's token for this request: a retry with the same token is told it won a claim
+    /// that its earlier attempt stored ([`ClientToken`]).
+    pub client: Option<ClientToken>,
 }
 
 /// A stored claim.
@@ -36,7 +39,8 @@ impl ClaimRecord {
 }
 
 /// The answer to one claim: `claimed` is true for exactly one of any number of concurrent claims
-/// of a key; the record is the new one, or the existing one unchanged.
+/// of a key (and again for that one's retries, when they carry its client token); the record is
+/// the new one, or the existing one unchanged.
 #[derive(Debug, Clone)]
 pub struct ClaimOutcome {
     pub claimed: bool,

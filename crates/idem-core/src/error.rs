@@ -37,6 +37,11 @@ pub enum StoreError {
     /// Nothing was changed; the operation may be retried.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// The write was sent, and then the store's answer was lost (the connection broke or a time
+    /// limit passed after the commit went out): it may or may not have been applied. A retry
+    /// carrying the same client token learns which.
+    #[error("outcome unknown: {0}")]
+    OutcomeUnknown(String),
     /// The store has been closed (the server is shutting down).
     #[error("store closed")]
     Closed,

@@ -2,6 +2,7 @@
 //! share. Nothing here does I/O; everything here can be tested without a service running.
 
 pub mod claim;
+pub mod client_token;
 pub mod clock;
 pub mod duration;
 pub mod error;
@@ -13,8 +14,10 @@ pub mod namespace;
 pub mod operation;
 pub mod request;
 pub mod store;
+pub mod throttle;
 
 pub use claim::{ClaimOutcome, ClaimRecord, NewClaim};
+pub use client_token::ClientToken;
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use duration::{format_duration, parse_duration};
 pub use error::{Invalid, StoreError};

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::gateway::Fingerprint;
-use crate::{ClaimId, Timestamp};
+use crate::{ClaimId, ClientToken, Timestamp};
 
 /// A lease token: proof of holding a key. Only its holder may complete, release or extend the
 /// key, so a request whose lease ran out cannot overwrite what its successor stored, and a client
@@ -55,6 +55,9 @@ pub struct NewRequest {
     /// Kept with the key while it is held, and replaced by the result on completion (the
     /// operations API keeps the result's TTL here; the gateway keeps nothing).
     pub held: Vec<u8>,
+    /// The caller's token for this begin: a retry with the same token (and request) that finds
+    /// the key held by this begin's lease gets that lease back instead of `InFlight`.
+    pub client: Option<ClientToken>,
 }
 
 /// What `begin_request` found.
@@ -62,7 +65,11 @@ pub struct NewRequest {
 pub enum Begin {
     /// The key was free (new, expired, or its lease ran out): this caller holds it now, until
     /// `lease_until` (as stored: what any later begin or read of the key will report).
-    Started { token: LeaseToken, lease_until: Timestamp, lease_expired: bool },
+    ///
+    /// `fence` is the lease's fencing number: it grows with each takeover of a key (a later
+    /// holder of the same key always has a greater one), so that whatever the holder acts on can
+    /// refuse a call from an older holder that was paused or cut off past its lease.
+    Started { token: LeaseToken, lease_until: Timestamp, lease_expired: bool, fence: u64 },
     /// Another caller holds the key.
     InFlight { same_fingerprint: bool, lease_until: Timestamp },
     /// The key completed earlier; its result is stored.
@@ -79,7 +86,7 @@ pub enum RequestState {
 /// A key's record as a begin finds it in the store (live or not: [`decide_begin`] judges that).
 #[derive(Debug, Clone)]
 pub enum Found {
-    Held { fingerprint: Fingerprint, until: Timestamp },
+    Held { fingerprint: Fingerprint, until: Timestamp, token: LeaseToken, client: Option<ClientToken>, fence: u64 },
     Completed { fingerprint: Fingerprint, until: Timestamp, result: Vec<u8> },
 }
 
@@ -96,9 +103,21 @@ pub enum Decision {
 /// The one rule every store follows for a begin: a record still live at `now` answers it (in
 /// flight, or completed with its result), saying whether the request's fingerprint is the same;
 /// anything else (no record, a result past its TTL, a lease that ran out) leaves the key free.
-pub fn decide_begin(found: Option<Found>, fingerprint: &Fingerprint, now: Timestamp) -> Decision {
+/// A live lease taken by this very request (the same client token and fingerprint: a retry whose
+/// first answer was lost) is given back to it as `Started`, with its token, end and fence.
+pub fn decide_begin(
+    found: Option<Found>,
+    fingerprint: &Fingerprint,
+    client: Option<ClientToken>,
+    now: Timestamp,
+) -> Decision {
     match found {
-        Some(Found::Held { fingerprint: held, until }) if until > now => {
+        Some(Found::Held { fingerprint: held, until, token, client: holder, fence })
+            if until > now && held == *fingerprint && ClientToken::same(holder, client) =>
+        {
+            Decision::Answer(Begin::Started { token, lease_until: until, lease_expired: false, fence })
+        }
+        Some(Found::Held { fingerprint: held, until, .. }) if until > now => {
             Decision::Answer(Begin::InFlight { same_fingerprint: held == *fingerprint, lease_until: until })
         }
         Some(Found::Completed { fingerprint: held, until, result }) if until > now => {
@@ -140,9 +159,11 @@ mod tests {
     #[test]
     fn a_begin_is_answered_by_a_live_record_and_takes_any_other() {
         let (same, other, now) = ([1; 32], [2; 32], Timestamp(1_000));
-        let held = |until| Some(Found::Held { fingerprint: same, until: Timestamp(until) });
+        let token = LeaseToken([9; 16]);
+        let held =
+            |until| Some(Found::Held { fingerprint: same, until: Timestamp(until), token, client: None, fence: 1 });
         let done = |until| Some(Found::Completed { fingerprint: same, until: Timestamp(until), result: b"r".to_vec() });
-        let answer = |found, fp: &Fingerprint| match decide_begin(found, fp, now) {
+        let answer = |found, fp: &Fingerprint| match decide_begin(found, fp, None, now) {
             Decision::Answer(Begin::InFlight { same_fingerprint, lease_until }) => {
                 format!("in flight {same_fingerprint} {}", lease_until.0)
             }
@@ -165,6 +186,36 @@ mod tests {
         for (found, fp, want) in table {
             let label = format!("{found:?}");
             assert_eq!(answer(found, fp), want, "{label}");
+        }
+    }
+
+    #[test]
+    fn a_retry_with_the_holders_client_token_gets_its_lease_back() {
+        let (same, other, now) = ([1; 32], [2; 32], Timestamp(1_000));
+        let mine = ClientToken::parse("mine").ok();
+        let theirs = ClientToken::parse("theirs").ok();
+        let token = LeaseToken([9; 16]);
+        let held = |until, fingerprint| {
+            Some(Found::Held { fingerprint, until: Timestamp(until), token, client: mine, fence: 7 })
+        };
+        let answer = |found, fp: &Fingerprint, client| match decide_begin(found, fp, client, now) {
+            Decision::Answer(Begin::Started { token: t, lease_until, lease_expired, fence }) => {
+                assert_eq!(t, token);
+                format!("started {} {lease_expired} {fence}", lease_until.0)
+            }
+            Decision::Answer(Begin::InFlight { same_fingerprint, .. }) => format!("in flight {same_fingerprint}"),
+            Decision::Answer(Begin::Completed { .. }) => "completed".into(),
+            Decision::Take { lease_expired } => format!("take {lease_expired}"),
+        };
+        let table = [
+            (held(1_001, same), &same, mine, "started 1001 false 7"),
+            (held(1_001, same), &same, theirs, "in flight true"),
+            (held(1_001, same), &same, None, "in flight true"),
+            (held(1_001, same), &other, mine, "in flight false"),
+            (held(1_000, same), &same, mine, "take true"),
+        ];
+        for (found, fp, client, want) in table {
+            assert_eq!(answer(found, fp, client), want, "{client:?}");
         }
     }
 

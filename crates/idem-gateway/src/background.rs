@@ -126,9 +126,17 @@ impl Engine {
     }
 
     /// Shutting down: starts no more background calls, waits up to `grace` for the running ones
-    /// to settle their keys, then abandons the rest (their keys stay held until their leases end)
-    /// and waits for them to stop. Answers how many were abandoned.
+    /// to settle their keys (and for responses kept for the store to be stored), then abandons
+    /// the rest (their keys stay held until their leases end) and waits for them to stop. Answers
+    /// how many were abandoned.
     pub async fn drain(&self, grace: Duration) -> usize {
+        let started = Instant::now();
+        let abandoned = self.drain_background(grace).await;
+        let left = grace.saturating_sub(started.elapsed());
+        abandoned + self.drain_unstored(left).await
+    }
+
+    async fn drain_background(&self, grace: Duration) -> usize {
         let background = &self.background;
         background.phase.send_replace(Phase::Draining);
         let all = Arc::clone(&background.slots).acquire_many_owned(background.limit);

@@ -72,6 +72,15 @@ impl ReplayCache {
         }
     }
 
+    /// Forgets a response (one that was kept for the store and then lost its lease).
+    pub fn remove(&self, id: &ClaimId) {
+        let Ok(mut inner) = self.inner.lock() else { return };
+        if let Some(gone) = inner.entries.remove(id) {
+            inner.bytes -= cost(&gone.response);
+            inner.order.retain(|kept| kept != id);
+        }
+    }
+
     pub fn bytes(&self) -> usize {
         self.inner.lock().map(|i| i.bytes).unwrap_or(0)
     }

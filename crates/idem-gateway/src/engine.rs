@@ -12,9 +12,15 @@
 //! A held request runs in its own task ([`crate::held`]): a client that hangs up does not abandon
 //! the upstream call, whose result is still stored for the retry. An upstream slower than the
 //! route's `upstream_timeout` gets its client a 504, and its call goes on in the background
-//! ([`crate::background`]), the key held and its lease extended until the answer is stored. Only
-//! if idem dies does the lease decide: the key stays held until it ends, then a retry executes
-//! again.
+//! ([`crate::background`]), the key held and its lease extended until the answer is stored. A
+//! response the store could not take (it was down, or its answer was lost) is kept in memory
+//! and stored as soon as the store answers again ([`crate::unstored`]). Only if idem dies (or is
+//! cut off from the store for longer than the lease) does the lease decide: the key stays held
+//! until it ends, then a retry executes again.
+//!
+//! Each first execution is forwarded with `Idem-Fencing-Token: <n>`, the lease's fencing number:
+//! it grows with each take of the key, so an upstream that records it can refuse a call from an
+//! older holder (one paused or cut off past its lease). The header a client sends is removed.
 //!
 //! Routes are matched, and requests fingerprinted, on the normalised path
 //! ([`idem_core::gateway::normalize_path`]); the request forwarded is the client's own.
@@ -31,17 +37,20 @@ use idem_core::gateway::{
     parse_idempotency_key, request_id,
 };
 use idem_core::request::{Begin, LeaseToken, NewRequest};
-use idem_core::{ClaimId, Clock, RequestStore};
+use idem_core::{ClaimId, ClientToken, Clock, RequestStore, StoreError};
 
 use crate::background::Background;
 use crate::cache::{Cached, ReplayCache};
 use crate::policy::{RoutePolicy, ScopePart};
 use crate::problem::{in_flight, problem};
+use crate::unstored::Unstored;
 use crate::waiters::{Wait, Waiters};
 use crate::{GatewayBody, full};
 
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
+/// The lease's fencing number, forwarded with each first execution.
+pub const FENCING_TOKEN: &str = "idem-fencing-token";
 
 /// The request-body limit when nothing else is configured: 1 MiB, as `limits.max_body_bytes`.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
@@ -57,17 +66,21 @@ pub struct EngineConfig {
     /// Most upstream calls kept running past their `upstream_timeout` at once; past it, a slow
     /// call is dropped and its key held until its lease ends.
     pub max_background_calls: usize,
+    /// Memory for responses kept until the store takes them; past it, a response the store
+    /// could not take is dropped and its key held until its lease ends.
+    pub max_unstored_bytes: usize,
 }
 
 impl Default for EngineConfig {
-    /// The defaults of `limits.max_body_bytes` and `[gateway] max_stored_response`, `cache_bytes`
-    /// and `max_background_calls`.
+    /// The defaults of `limits.max_body_bytes` and `[gateway] max_stored_response`, `cache_bytes`,
+    /// `max_background_calls` and `max_unstored_bytes`.
     fn default() -> Self {
         Self {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             max_stored_response: 1 << 20,
             cache_bytes: 64 << 20,
             max_background_calls: 1000,
+            max_unstored_bytes: 64 << 20,
         }
     }
 }
@@ -83,6 +96,9 @@ pub enum ForwardError {
 
 pub type ForwardFuture = Pin<Box<dyn Future<Output = Result<Response<GatewayBody>, ForwardError>> + Send>>;
 
+/// How long a begin whose answer was lost may take to be asked again.
+const ASK_AGAIN_WITHIN: Duration = Duration::from_secs(1);
+
 pub struct Engine {
     pub(crate) store: Arc<dyn RequestStore>,
     pub(crate) clock: Arc<dyn Clock>,
@@ -90,6 +106,7 @@ pub struct Engine {
     pub(crate) waiters: Arc<Waiters>,
     pub(crate) config: EngineConfig,
     pub(crate) background: Background,
+    pub(crate) unstored: Unstored,
 }
 
 pub(crate) fn count(route: &RoutePolicy, outcome: &'static str) {
@@ -106,7 +123,8 @@ impl Engine {
     pub fn new(store: Arc<dyn RequestStore>, clock: Arc<dyn Clock>, config: EngineConfig) -> Self {
         let cache = ReplayCache::new(config.cache_bytes);
         let background = Background::new(config.max_background_calls);
-        Self { store, clock, cache, waiters: Arc::default(), config, background }
+        let unstored = Unstored::new(config.max_unstored_bytes);
+        Self { store, clock, cache, waiters: Arc::default(), config, background, unstored }
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -122,12 +140,14 @@ impl Engine {
     pub async fn handle<F>(
         self: &Arc<Self>,
         route: &Arc<RoutePolicy>,
-        request: Request<Bytes>,
+        mut request: Request<Bytes>,
         forward: F,
     ) -> Response<GatewayBody>
     where
         F: FnOnce(Request<Bytes>) -> ForwardFuture + Send + 'static,
     {
+        // Only idem sets the fencing number an upstream may trust.
+        request.headers_mut().remove(FENCING_TOKEN);
         let key = match key_of(route, &request) {
             Ok(Some(key)) => key,
             Ok(None) => {
@@ -141,28 +161,59 @@ impl Engine {
             return answer_completed(route, hit.fingerprint == identity.fingerprint, &hit.response);
         }
         match self.take_key(route, &identity).await {
-            Ok(token) => self.execute(route, identity, token, request, forward).await,
+            Ok((token, fence)) => {
+                request.headers_mut().insert(FENCING_TOKEN, HeaderValue::from(fence));
+                self.execute(route, identity, token, request, forward).await
+            }
             Err(answer) => answer,
         }
     }
 
-    /// Takes the key for this request, or answers for it: a replay, a mismatch, a conflict (at
-    /// once, or after waiting for the holder with `in_flight = "wait"`), or an unavailable store.
-    async fn take_key(&self, route: &RoutePolicy, identity: &Identity) -> Result<LeaseToken, Response<GatewayBody>> {
+    /// Takes the key for this request (its lease token and fence), or answers for it: a replay, a
+    /// mismatch, a conflict (at once, or after waiting for the holder with `in_flight = "wait"`),
+    /// or an unavailable store. A begin whose answer was lost is asked again with the same client
+    /// token, so that a key it took is not left held by a lease nobody knows.
+    async fn take_key(
+        &self,
+        route: &RoutePolicy,
+        identity: &Identity,
+    ) -> Result<(LeaseToken, u64), Response<GatewayBody>> {
         let wait = if route.in_flight == InFlightPolicy::Wait { route.wait_timeout } else { Duration::ZERO };
         let wait = Wait::new(&self.waiters, identity.id, wait);
+        let client = Some(ClientToken::generate());
+        let mut asked_again = false;
         loop {
             let armed = wait.arm();
-            let new =
-                NewRequest { id: identity.id, fingerprint: identity.fingerprint, lease: route.lease, held: Vec::new() };
-            match self.store.begin_request(new).await {
+            let new = NewRequest {
+                id: identity.id,
+                fingerprint: identity.fingerprint,
+                lease: route.lease,
+                held: Vec::new(),
+                client,
+            };
+            let begun = match self.store.begin_request(new.clone()).await {
+                // Asked again once, within a second: a store back from a failover answers with the
+                // lease this request may have taken; one still away is answered 503.
+                Err(StoreError::OutcomeUnknown(_)) if !asked_again => {
+                    asked_again = true;
+                    let again = async {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        self.store.begin_request(new).await
+                    };
+                    tokio::time::timeout(ASK_AGAIN_WITHIN, again)
+                        .await
+                        .unwrap_or_else(|_| Err(StoreError::OutcomeUnknown("no answer when asked again".into())))
+                }
+                other => other,
+            };
+            match begun {
                 Err(e) => return Err(store_unavailable(route, &e)),
-                Ok(Begin::Started { token, lease_expired, .. }) => {
+                Ok(Begin::Started { token, lease_expired, fence, .. }) => {
                     if lease_expired {
                         metrics::counter!("idem_gateway_lease_expiries_total", "route" => route.path.shared())
                             .increment(1);
                     }
-                    return Ok(token);
+                    return Ok((token, fence));
                 }
                 Ok(Begin::Completed { same_fingerprint, result, expires_at }) => {
                     return Err(self.completed(route, identity, same_fingerprint, &result, expires_at));
@@ -311,14 +362,20 @@ fn mismatch(route: &RoutePolicy) -> Response<GatewayBody> {
     )
 }
 
-fn store_unavailable(route: &RoutePolicy, e: &idem_core::StoreError) -> Response<GatewayBody> {
-    tracing::warn!(error = %e, "gateway store unavailable");
+/// `503`: nothing was forwarded. The store logs its own faults; this is counted, not logged, so
+/// that an outage is not one log line per request.
+fn store_unavailable(route: &RoutePolicy, e: &StoreError) -> Response<GatewayBody> {
+    tracing::debug!(error = %e, "gateway store unavailable");
     count(route, "store_error");
-    problem(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "store-unavailable",
-        "the idempotency store is unavailable; nothing was forwarded, retry shortly",
-    )
+    let detail = match e {
+        StoreError::OutcomeUnknown(_) => {
+            "the idempotency store did not answer in time; nothing was forwarded, but this key may stay held (409) until the route's lease ends; retry shortly"
+        }
+        _ => "the idempotency store is unavailable; nothing was forwarded, retry shortly",
+    };
+    let mut response = problem(StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", detail);
+    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
 }
 
 pub(crate) fn upstream_failed(e: &ForwardError) -> Response<GatewayBody> {

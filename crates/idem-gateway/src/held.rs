@@ -9,6 +9,8 @@
 //!   one node or many, no other request can take the key while its holder is alive. A route whose
 //!   `upstream_timeout` is at most half its `lease` (every default) never extends the lease of a
 //!   request that is answered in time: no store round trip is added to that path.
+//! - **The store failing when the answer comes**: this node still holds the key. The response (or
+//!   the release) is kept and settled as soon as the store answers ([`crate::unstored`]).
 //! - **The lease itself** decides only if this node dies (or cannot reach the store for a whole
 //!   lease): then the key is free once it ends, and a retry executes again.
 
@@ -26,6 +28,7 @@ use crate::cache::Cached;
 use crate::call::{Call, Exchange};
 use crate::engine::{Engine, ForwardFuture, Identity, count, upstream_failed};
 use crate::policy::RoutePolicy;
+use crate::unstored::{Pending, Settle};
 use crate::waiters::WakeOnDrop;
 use crate::{GatewayBody, full};
 
@@ -37,6 +40,8 @@ pub(crate) struct Held {
     pub started: Instant,
     /// When the lease is extended next; `None` once it was lost.
     pub beat_at: Option<Instant>,
+    /// When the lease ends, as far as this node knows (its last extension plus the lease).
+    pub lease_ends: Instant,
     /// However the request ends (settled, abandoned), its waiters look again.
     pub _wake: WakeOnDrop,
 }
@@ -70,7 +75,8 @@ impl Engine {
         let mut call = Call::new(forward, self.config.max_stored_response, route.store_5xx);
         let answer_by = started + route.upstream_timeout;
         let beat_at = Some(started + route.lease / 2);
-        let mut held = Held { route, identity, token, started, beat_at, _wake };
+        let lease_ends = started + route.lease;
+        let mut held = Held { route, identity, token, started, beat_at, lease_ends, _wake };
         match self.drive(&mut held, &mut call, Some(answer_by)).await {
             Some(exchange) => {
                 let (outcome, answer) = self.settle(&held, exchange).await;
@@ -112,7 +118,10 @@ impl Engine {
         let lease = held.route.lease;
         let next = Instant::now() + beat_every(lease);
         match self.store.extend_request(&held.identity.id, held.token, lease).await {
-            Ok(Some(_)) => held.beat_at = Some(next),
+            Ok(Some(_)) => {
+                held.beat_at = Some(next);
+                held.lease_ends = Instant::now() + lease;
+            }
             Ok(None) => {
                 tracing::warn!(
                     route = held.route.path.as_str(),
@@ -129,7 +138,11 @@ impl Engine {
 
     /// Settles the key as the call's end decides (stored, or released so that a retry executes
     /// again) and says how, with the answer for a client still waiting.
-    pub(crate) async fn settle(&self, held: &Held, exchange: Exchange) -> (&'static str, Response<GatewayBody>) {
+    pub(crate) async fn settle(
+        self: &Arc<Self>,
+        held: &Held,
+        exchange: Exchange,
+    ) -> (&'static str, Response<GatewayBody>) {
         metrics::histogram!("idem_gateway_upstream_duration_seconds", "route" => held.route.path.shared())
             .record(held.started.elapsed().as_secs_f64());
         let (outcome, answer) = match exchange {
@@ -146,19 +159,25 @@ impl Engine {
             }
         };
         if let Err(e) = self.store.release_request(&held.identity.id, held.token).await {
-            tracing::warn!(error = %e, "could not release a key; it is held until its lease ends");
+            tracing::debug!(error = %e, "could not release a key now; trying again until the store answers");
+            self.keep_settling(pending(held, Settle::Release));
         }
         (outcome, answer)
     }
 
-    /// Stores a response under the lease token, and keeps it for replays from memory.
-    async fn store_response(&self, held: &Held, stored: StoredResponse) -> &'static str {
+    /// Stores a response under the lease token, and keeps it for replays from memory. One the
+    /// store cannot take now is kept until it can.
+    async fn store_response(self: &Arc<Self>, held: &Held, stored: StoredResponse) -> &'static str {
         let (route, id) = (&held.route, &held.identity.id);
-        match self.store.complete_request(id, held.token, &stored.encode(), route.ttl).await {
+        let encoded = stored.encode();
+        let cached = |engine: &Engine| {
+            let expires_at = engine.clock.now().plus(route.ttl);
+            let fingerprint = held.identity.fingerprint;
+            engine.cache.insert(*id, Cached { fingerprint, response: Arc::new(stored), expires_at });
+        };
+        match self.store.complete_request(id, held.token, &encoded, route.ttl).await {
             Ok(true) => {
-                let expires_at = self.clock.now().plus(route.ttl);
-                let fingerprint = held.identity.fingerprint;
-                self.cache.insert(*id, Cached { fingerprint, response: Arc::new(stored), expires_at });
+                cached(self);
                 "forwarded"
             }
             Ok(false) => {
@@ -169,10 +188,27 @@ impl Engine {
                 "lease_lost"
             }
             Err(e) => {
-                tracing::warn!(error = %e, "could not store a response; its key is held until the lease ends");
-                "store_error"
+                tracing::debug!(error = %e, "could not store a response now; keeping it until the store answers");
+                if self.keep_settling(pending(held, Settle::Store(encoded))) {
+                    // This node holds the key and has its answer: its retries are replayed now.
+                    cached(self);
+                    "unstored"
+                } else {
+                    "store_error"
+                }
             }
         }
+    }
+}
+
+fn pending(held: &Held, settle: Settle) -> Pending {
+    Pending {
+        route: Arc::clone(&held.route),
+        id: held.identity.id,
+        fingerprint: held.identity.fingerprint,
+        token: held.token,
+        lease_ends: held.lease_ends,
+        settle,
     }
 }
 

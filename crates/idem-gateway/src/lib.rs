@@ -15,10 +15,11 @@ mod held;
 pub mod layer;
 pub mod policy;
 pub mod problem;
+mod unstored;
 pub mod waiters;
 
 pub use body::{BodyError, declared_too_large, read_limited};
-pub use engine::{DEFAULT_MAX_BODY_BYTES, Engine, EngineConfig, ForwardError};
+pub use engine::{DEFAULT_MAX_BODY_BYTES, Engine, EngineConfig, FENCING_TOKEN, ForwardError};
 pub use layer::{Idempotency, IdempotencyLayer};
 pub use policy::{RoutePolicy, Routes, ScopePart};
 

@@ -1,7 +1,7 @@
 //! What the storage boundary buys someone embedding the tower layer: a store that implements only
 //! [`RequestStore`] — here a small in-memory one, as a user might write over their own cache —
 //! passes the request-store conformance suite and runs the layer. No claims, receipts or job
-//! queues to implement: seven methods.
+//! queues to implement: seven methods, and the one rule of a begin is the core's (`decide_begin`).
 //!
 //! Being all in memory, the store also runs on tokio's paused clock, so the tests of a handler
 //! slower than `upstream_timeout` (504, the handler kept running, its lease extended, its answer
@@ -19,14 +19,25 @@ use axum::http::{Request, StatusCode};
 use axum::routing::post;
 use idem_conformance::{Harness, START};
 use idem_core::gateway::{Fingerprint, KeyPolicy, PathPattern};
-use idem_core::request::{Begin, Forget, LeaseToken, NewRequest, RequestState};
-use idem_core::{ClaimId, Clock, ManualClock, RequestStore, StoreError, SystemClock, Timestamp};
+use idem_core::request::{Begin, Decision, Forget, Found, LeaseToken, NewRequest, RequestState, decide_begin};
+use idem_core::{ClaimId, ClientToken, Clock, ManualClock, RequestStore, StoreError, SystemClock, Timestamp};
 use idem_gateway::{Engine, EngineConfig, IdempotencyLayer, RoutePolicy, Routes};
 use tower::ServiceExt;
 
 enum Entry {
-    Held { fingerprint: Fingerprint, token: LeaseToken, until: Timestamp, held: Vec<u8> },
-    Done { fingerprint: Fingerprint, result: Vec<u8>, until: Timestamp },
+    Held {
+        fingerprint: Fingerprint,
+        token: LeaseToken,
+        until: Timestamp,
+        held: Vec<u8>,
+        client: Option<ClientToken>,
+        fence: u64,
+    },
+    Done {
+        fingerprint: Fingerprint,
+        result: Vec<u8>,
+        until: Timestamp,
+    },
 }
 
 impl Entry {
@@ -46,6 +57,8 @@ struct MemoryStore {
     releases: AtomicUsize,
     /// Makes `extend_request` hang, as over a store that stopped answering.
     stall_extends: std::sync::atomic::AtomicBool,
+    /// The last fencing number handed out: one counter, so a later take's is always greater.
+    fences: std::sync::atomic::AtomicU64,
 }
 
 impl MemoryStore {
@@ -56,6 +69,7 @@ impl MemoryStore {
             extends: AtomicUsize::new(0),
             releases: AtomicUsize::new(0),
             stall_extends: std::sync::atomic::AtomicBool::new(false),
+            fences: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -71,25 +85,35 @@ impl MemoryStore {
 
 #[async_trait]
 impl RequestStore for MemoryStore {
+    /// The core's one rule decides ([`decide_begin`]); the store only says what it found.
     async fn begin_request(&self, request: NewRequest) -> Result<Begin, StoreError> {
         let now = self.clock.now();
         let mut keys = self.keys();
-        let lease_expired = match keys.get(&request.id) {
-            Some(Entry::Held { fingerprint, until, .. }) if *until > now => {
-                let same_fingerprint = *fingerprint == request.fingerprint;
-                return Ok(Begin::InFlight { same_fingerprint, lease_until: *until });
+        let found = keys.get(&request.id).map(|entry| match entry {
+            Entry::Held { fingerprint, token, until, client, fence, .. } => {
+                Found::Held { fingerprint: *fingerprint, until: *until, token: *token, client: *client, fence: *fence }
             }
-            Some(Entry::Done { fingerprint, result, until }) if *until > now => {
-                let same_fingerprint = *fingerprint == request.fingerprint;
-                return Ok(Begin::Completed { same_fingerprint, result: result.clone(), expires_at: *until });
+            Entry::Done { fingerprint, result, until } => {
+                Found::Completed { fingerprint: *fingerprint, until: *until, result: result.clone() }
             }
-            Some(Entry::Held { .. }) => true,
-            _ => false,
+        });
+        let lease_expired = match decide_begin(found, &request.fingerprint, request.client, now) {
+            Decision::Answer(answer) => return Ok(answer),
+            Decision::Take { lease_expired } => lease_expired,
         };
         let token = LeaseToken::generate();
         let until = now.plus(request.lease);
-        keys.insert(request.id, Entry::Held { fingerprint: request.fingerprint, token, until, held: request.held });
-        Ok(Begin::Started { token, lease_until: until, lease_expired })
+        let fence = self.fences.fetch_add(1, Ordering::SeqCst) + 1;
+        let entry = Entry::Held {
+            fingerprint: request.fingerprint,
+            token,
+            until,
+            held: request.held,
+            client: request.client,
+            fence,
+        };
+        keys.insert(request.id, entry);
+        Ok(Begin::Started { token, lease_until: until, lease_expired, fence })
     }
 
     async fn complete_request(

@@ -136,6 +136,8 @@ pub struct Shared {
     doomed: Mutex<Vec<u32>>,
     /// [`LogOptions::preallocate`].
     preallocate: u64,
+    /// The last fencing number handed to a begin (see [`Shared::next_fence`]).
+    last_fence: std::sync::atomic::AtomicU64,
 }
 
 /// What looking a claim up found.
@@ -146,6 +148,22 @@ pub struct Found {
 }
 
 impl Shared {
+    /// A fencing number for a begin at `now` (milliseconds): greater than every one handed out
+    /// since start-up and every one the log holds, and never below the clock in microseconds, so
+    /// that it keeps growing across restarts too (where a key's records may have been swept).
+    fn next_fence(&self, now: i64) -> u64 {
+        use std::sync::atomic::Ordering;
+        let floor = u64::try_from(now).unwrap_or(0).saturating_mul(1000);
+        let mut last = self.last_fence.load(Ordering::Relaxed);
+        loop {
+            let next = floor.max(last + 1);
+            match self.last_fence.compare_exchange_weak(last, next, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return next,
+                Err(seen) => last = seen,
+            }
+        }
+    }
+
     /// The claim record an entry points at; `None` if its segment was retired meanwhile (the
     /// caller looks in the index again: the entry has moved or gone).
     fn read_claim(&self, entry: ClaimEntry) -> Result<Option<ClaimRec>, StoreError> {
@@ -243,7 +261,10 @@ impl Shared {
         let mut out = Vec::with_capacity(items.len());
         for item in items {
             match self.live_claim(ns.as_str(), &item.parts.id(), now)? {
-                Some(rec) => out.push(ClaimOutcome { claimed: false, record: claim_record(ns, &rec)? }),
+                Some(rec) => {
+                    let claimed = idem_core::ClientToken::same(rec.client.map(idem_core::ClientToken), item.client);
+                    out.push(ClaimOutcome { claimed, record: claim_record(ns, &rec)? });
+                }
                 None => return Ok(None),
             }
         }
@@ -269,7 +290,7 @@ impl Shared {
     fn held_or_completed(&self, request: &NewRequest) -> Result<Option<Begin>, StoreError> {
         let now = self.clock.now().millis();
         let found = self.live_request(&request.id, now)?.map(|(entry, rec)| found(&entry, rec));
-        Ok(match decide_begin(found, &request.fingerprint, Timestamp(now)) {
+        Ok(match decide_begin(found, &request.fingerprint, request.client, Timestamp(now)) {
             Decision::Answer(answer) => Some(answer),
             Decision::Take { .. } => None,
         })
@@ -282,7 +303,13 @@ fn found(entry: &index::RequestEntry, rec: RequestRec) -> KeyFound {
     if entry.completed {
         KeyFound::Completed { fingerprint: rec.fingerprint, until, result: rec.body }
     } else {
-        KeyFound::Held { fingerprint: rec.fingerprint, until }
+        KeyFound::Held {
+            fingerprint: rec.fingerprint,
+            until,
+            token: idem_core::request::LeaseToken(rec.token),
+            client: rec.client.map(idem_core::ClientToken),
+            fence: rec.fence,
+        }
     }
 }
 
@@ -407,6 +434,7 @@ impl LogStore {
                     data: c.data.map(|d| d.get().to_owned()),
                     created_at: c.created_at.millis(),
                     expires_at: c.expires_at.map_or(NEVER, Timestamp::millis),
+                    client: None,
                 })
             })
             .collect();
@@ -418,6 +446,8 @@ impl LogStore {
                 token: [0; 16],
                 until: until.millis(),
                 body,
+                client: None,
+                fence: 0,
             })
         }));
         self.send(|reply| Command::Import { records, reply }).await

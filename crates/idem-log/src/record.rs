@@ -10,6 +10,11 @@
 //!
 //! A padding frame covers bytes `idem repair` took out of the log (a damaged stretch), so that
 //! every other record keeps its offset: tombstones name records by their place.
+//!
+//! Kinds added later carry more and are read beside the old ones: a claim with a client token's
+//! digest is a `CLAIM_TOKEN` (a claim without one is still written as a `CLAIM`, byte for byte as
+//! before), and a leased key is written as a `REQUEST_FENCED`, with its fencing number and its
+//! client token's digest (a `REQUEST` of an older log reads as fence 0, no token).
 
 use idem_core::ClaimId;
 
@@ -44,6 +49,8 @@ pub struct ClaimRec {
     pub created_at: i64,
     /// Milliseconds, or [`NEVER`].
     pub expires_at: i64,
+    /// The digest of the client token it was claimed with.
+    pub client: Option<[u8; 16]>,
 }
 
 /// A leased key: held by `token` until `until`, or completed with a result kept until `until`.
@@ -56,6 +63,10 @@ pub struct RequestRec {
     pub until: i64,
     /// What the begin attached while held; the result once completed.
     pub body: Vec<u8>,
+    /// The digest of the client token of the begin that took it.
+    pub client: Option<[u8; 16]>,
+    /// The fencing number of the begin that took it.
+    pub fence: u64,
 }
 
 /// What a tombstone removes: the record at `target`, which would otherwise be live until `until`.
@@ -94,6 +105,8 @@ const REQUEST: u8 = 3;
 const REQUEST_GONE: u8 = 4;
 const COMMIT: u8 = 5;
 const PAD: u8 = 6;
+const CLAIM_TOKEN: u8 = 7;
+const REQUEST_FENCED: u8 = 8;
 
 /// Bytes of a frame's header.
 pub const HEADER: usize = 8;
@@ -118,6 +131,7 @@ impl Record {
                 data,
                 created_at: c.created_at,
                 expires_at: c.expires_at,
+                client: c.client.as_ref(),
             };
             return encode_claim(out, fields);
         }
@@ -132,13 +146,15 @@ impl Record {
                 put_gone(out, gone);
             }
             Record::Request(r) => {
-                out.push(REQUEST);
+                out.push(REQUEST_FENCED);
                 out.extend_from_slice(&r.id.0);
                 out.extend_from_slice(&r.fingerprint);
                 out.push(u8::from(r.completed));
                 out.extend_from_slice(&r.token);
                 out.extend_from_slice(&r.until.to_le_bytes());
                 put_bytes(out, &r.body);
+                out.extend_from_slice(&r.fence.to_le_bytes());
+                put_client(out, r.client.as_ref());
             }
             Record::RequestGone { id, gone } => {
                 out.push(REQUEST_GONE);
@@ -167,7 +183,7 @@ impl Record {
     pub fn decode(body: &[u8]) -> Result<Self, String> {
         let mut r = Reader { bytes: body, at: 0 };
         let record = match r.u8()? {
-            CLAIM => {
+            kind @ (CLAIM | CLAIM_TOKEN) => {
                 let ns = r.string()?;
                 let id = r.id()?;
                 let parts = r.bytes()?.to_vec();
@@ -175,17 +191,20 @@ impl Record {
                     0 => None,
                     _ => Some(String::from_utf8(r.bytes()?.to_vec()).map_err(|e| e.to_string())?),
                 };
-                Record::Claim(ClaimRec { ns, id, parts, data, created_at: r.i64()?, expires_at: r.i64()? })
+                let (created_at, expires_at) = (r.i64()?, r.i64()?);
+                let client = if kind == CLAIM_TOKEN { Some(r.array()?) } else { None };
+                Record::Claim(ClaimRec { ns, id, parts, data, created_at, expires_at, client })
             }
             CLAIM_GONE => Record::ClaimGone { ns: r.string()?, id: r.id()?, gone: r.gone()? },
-            REQUEST => Record::Request(RequestRec {
-                id: r.id()?,
-                fingerprint: r.array()?,
-                completed: r.u8()? != 0,
-                token: r.array()?,
-                until: r.i64()?,
-                body: r.bytes()?.to_vec(),
-            }),
+            kind @ (REQUEST | REQUEST_FENCED) => {
+                let (id, fingerprint, completed, token) = (r.id()?, r.array()?, r.u8()? != 0, r.array()?);
+                let (until, body) = (r.i64()?, r.bytes()?.to_vec());
+                let (fence, client) = match kind {
+                    REQUEST => (0, None),
+                    _ => (u64::from_le_bytes(r.array()?), r.client()?),
+                };
+                Record::Request(RequestRec { id, fingerprint, completed, token, until, body, client, fence })
+            }
             REQUEST_GONE => Record::RequestGone { id: r.id()?, gone: r.gone()? },
             COMMIT => {
                 let count = u32::from_le_bytes(r.array()?);
@@ -209,13 +228,14 @@ pub struct ClaimFields<'a> {
     pub data: Option<&'a str>,
     pub created_at: i64,
     pub expires_at: i64,
+    pub client: Option<&'a [u8; 16]>,
 }
 
 /// Appends a claim record's frame to `out`; answers the frame's length.
 pub fn encode_claim(out: &mut Vec<u8>, c: ClaimFields<'_>) -> usize {
     let start = out.len();
     out.extend_from_slice(&[0; HEADER]);
-    out.push(CLAIM);
+    out.push(if c.client.is_some() { CLAIM_TOKEN } else { CLAIM });
     put_str(out, c.ns);
     out.extend_from_slice(&c.id.0);
     put_bytes(out, c.parts);
@@ -228,6 +248,9 @@ pub fn encode_claim(out: &mut Vec<u8>, c: ClaimFields<'_>) -> usize {
     }
     out.extend_from_slice(&c.created_at.to_le_bytes());
     out.extend_from_slice(&c.expires_at.to_le_bytes());
+    if let Some(client) = c.client {
+        out.extend_from_slice(client);
+    }
     seal(out, start)
 }
 
@@ -283,9 +306,7 @@ pub struct ClaimView<'a> {
 
 /// A claim record's view, or `None` for any other kind of record.
 pub fn claim_view(body: &[u8]) -> Result<Option<ClaimView<'_>>, String> {
-    if body.first() != Some(&CLAIM) {
-        return Ok(None);
-    }
+    let Some(kind @ (&CLAIM | &CLAIM_TOKEN)) = body.first() else { return Ok(None) };
     let mut r = Reader { bytes: body, at: 1 };
     let ns = std::str::from_utf8(r.bytes()?).map_err(|e| e.to_string())?;
     let id = r.id()?;
@@ -295,6 +316,9 @@ pub fn claim_view(body: &[u8]) -> Result<Option<ClaimView<'_>>, String> {
     }
     let _created_at = r.i64()?;
     let expires_at = r.i64()?;
+    if *kind == CLAIM_TOKEN {
+        r.take(16)?;
+    }
     if r.at != body.len() {
         return Err(format!("{} bytes after the record", body.len() - r.at));
     }
@@ -354,6 +378,16 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
     put_bytes(out, s.as_bytes());
 }
 
+fn put_client(out: &mut Vec<u8>, client: Option<&[u8; 16]>) {
+    match client {
+        Some(client) => {
+            out.push(1);
+            out.extend_from_slice(client);
+        }
+        None => out.push(0),
+    }
+}
+
 fn put_gone(out: &mut Vec<u8>, gone: &Gone) {
     out.extend_from_slice(&gone.target.pack().to_le_bytes());
     out.extend_from_slice(&gone.until.to_le_bytes());
@@ -399,6 +433,13 @@ impl<'a> Reader<'a> {
         String::from_utf8(self.bytes()?.to_vec()).map_err(|e| e.to_string())
     }
 
+    fn client(&mut self) -> Result<Option<[u8; 16]>, String> {
+        Ok(match self.u8()? {
+            0 => None,
+            _ => Some(self.array()?),
+        })
+    }
+
     fn gone(&mut self) -> Result<Gone, String> {
         Ok(Gone { target: Loc::unpack(u64::from_le_bytes(self.array()?)), until: self.i64()? })
     }
@@ -419,6 +460,16 @@ mod tests {
                 data: Some("{\"x\":1}".into()),
                 created_at: 5,
                 expires_at: NEVER,
+                client: None,
+            }),
+            Record::Claim(ClaimRec {
+                ns: "survey".into(),
+                id,
+                parts: b"a\0".to_vec(),
+                data: None,
+                created_at: 6,
+                expires_at: 99,
+                client: Some([3; 16]),
             }),
             Record::Claim(ClaimRec {
                 ns: "n".into(),
@@ -427,6 +478,7 @@ mod tests {
                 data: None,
                 created_at: 1,
                 expires_at: 9,
+                client: None,
             }),
             Record::ClaimGone { ns: "n".into(), id, gone },
             Record::Request(RequestRec {
@@ -436,6 +488,18 @@ mod tests {
                 token: [2; 16],
                 until: 77,
                 body: vec![0, 1, 2],
+                client: Some([4; 16]),
+                fence: 1_764_000_000_000_123,
+            }),
+            Record::Request(RequestRec {
+                id,
+                fingerprint: [1; 32],
+                completed: false,
+                token: [2; 16],
+                until: 78,
+                body: Vec::new(),
+                client: None,
+                fence: 9,
             }),
             Record::RequestGone { id, gone },
             Record::Commit { count: 4, group_bytes: Some(321) },
@@ -450,6 +514,34 @@ mod tests {
             let Frame::Valid { body, len } = frame(&bytes) else { panic!("frame of {record:?} is valid") };
             assert_eq!(len, bytes.len());
             assert_eq!(Record::decode(body).expect("decodes"), record);
+        }
+    }
+
+    #[test]
+    fn an_older_logs_requests_read_as_fence_zero_without_a_token() {
+        // A REQUEST as idem wrote it before fencing numbers and client tokens.
+        let mut body = vec![REQUEST];
+        body.extend_from_slice(&[7; 32]);
+        body.extend_from_slice(&[1; 32]);
+        body.push(0);
+        body.extend_from_slice(&[2; 16]);
+        body.extend_from_slice(&55i64.to_le_bytes());
+        body.extend_from_slice(&0u32.to_le_bytes());
+        let Ok(Record::Request(rec)) = Record::decode(&body) else { panic!("an old request decodes") };
+        assert_eq!((rec.fence, rec.client, rec.until, rec.token), (0, None, 55, [2; 16]));
+    }
+
+    #[test]
+    fn start_up_reads_both_kinds_of_claim() {
+        for record in samples() {
+            let Record::Claim(rec) = &record else { continue };
+            let bytes = record.encode();
+            let Frame::Valid { body, .. } = frame(&bytes) else { panic!("valid") };
+            let view = claim_view(body).expect("reads").expect("a claim");
+            assert_eq!(
+                (view.ns, view.id, view.parts, view.expires_at),
+                (&rec.ns[..], rec.id, &rec.parts[..], rec.expires_at)
+            );
         }
     }
 
@@ -472,7 +564,7 @@ mod tests {
         assert_eq!(commit.len(), COMMIT_FRAME);
         assert_eq!(commit_frame_at(&commit), Some((CommitInfo { count: 3, group_bytes: Some(99) }, COMMIT_FRAME)));
         assert!(is_commit_frame(&Record::Commit { count: 3, group_bytes: None }.encode()));
-        for record in &samples()[..5] {
+        for record in &samples()[..7] {
             assert!(!is_commit_frame(&record.encode()));
         }
         assert!(!is_commit_frame(&pad_frame(40)));

@@ -41,6 +41,7 @@ pub fn open(dir: &Path, clock: Arc<dyn Clock>, options: &LogOptions) -> Result<(
         counts: Mutex::new(Counts::default()),
         doomed: Mutex::new(Vec::new()),
         preallocate: options.preallocate,
+        last_fence: std::sync::atomic::AtomicU64::new(0),
     };
     let (verdict, counts) = replay_all(&shared, dir)?;
     if !verdict.damage.is_empty() {
@@ -197,7 +198,10 @@ fn replay(
                 counts.add(&ns, entry.expires_at(), -1);
             }
         }
-        Record::Request(rec) => replay_request(index, loc, len, &rec, now),
+        Record::Request(rec) => {
+            shared.last_fence.fetch_max(rec.fence, std::sync::atomic::Ordering::Relaxed);
+            replay_request(index, loc, len, &rec, now)
+        }
         Record::RequestGone { id, gone } => {
             if index.request(&id).is_some_and(|e| e.loc == gone.target) {
                 index.remove_request(&id);

@@ -416,6 +416,8 @@ mod tests {
                     token: [1; 16],
                     until: 5,
                     body: vec![b'x'; size],
+                    client: None,
+                    fence: 1,
                 });
                 rec.encode_into(&mut bytes);
             }

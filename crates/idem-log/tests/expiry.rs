@@ -76,6 +76,7 @@ async fn an_ended_lease_in_a_compacted_segment_frees_its_key() {
         fingerprint: [3; 32],
         lease: Duration::from_secs(5),
         held: vec![b'h'; 400],
+        client: None,
     };
     for i in 0..200 {
         let begun = store.begin_request(request(&format!("r{i}"))).await.expect("begin");

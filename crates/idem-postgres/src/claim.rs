@@ -1,28 +1,33 @@
 //! Claims in PostgreSQL. One statement per claim takes the key (insert, or take over an expired
 //! row) or returns the existing record; the primary key makes exactly one of any number of
 //! concurrent claims, on any number of nodes, the winner. A batch runs in id order in one
-//! transaction, its statements pipelined over one connection.
+//! transaction, its statements pipelined over one connection. A claim keeps its client token's
+//! digest: a retry that carries the same token is told `claimed: true` again.
 
-use deadpool_postgres::Object;
 use futures_util::future::try_join_all;
 use idem_core::{ClaimId, ClaimOutcome, ClaimRecord, Namespace, NewClaim, Parts, StoreError, Timestamp};
 use serde_json::value::RawValue;
 use tokio_postgres::Row;
 
-use crate::{retryable, store_error};
+use crate::pool::Object;
+use crate::{TxError, commit_error, retryable, store_error};
 
+/// Takes the key (a new row, or an expired row taken over), or answers the live row; a live row is
+/// `claimed` again only for the client token that stored it.
 const CLAIM: &str = "WITH ins AS (
-        INSERT INTO claims (ns, id, parts, data, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6)
+        INSERT INTO claims (ns, id, parts, data, created_at, expires_at, client_token)
+        VALUES ($1, $2, $3, $4, $5, $6, $7)
         ON CONFLICT (ns, id) DO UPDATE SET parts = excluded.parts, data = excluded.data,
-            created_at = excluded.created_at, expires_at = excluded.expires_at
+            created_at = excluded.created_at, expires_at = excluded.expires_at, client_token = excluded.client_token
         WHERE claims.expires_at IS NOT NULL AND claims.expires_at <= $5
         RETURNING parts, data, created_at, expires_at, true AS claimed)
     SELECT * FROM ins
     UNION ALL
-    SELECT parts, data, created_at, expires_at, false FROM claims
+    SELECT parts, data, created_at, expires_at, coalesce(client_token = $7, false) FROM claims
     WHERE ns = $1 AND id = $2 AND NOT EXISTS (SELECT 1 FROM ins)";
 
-const EXISTING: &str = "SELECT parts, data, created_at, expires_at, false FROM claims WHERE ns = $1 AND id = $2";
+const EXISTING: &str = "SELECT parts, data, created_at, expires_at, coalesce(client_token = $3, false)
+    FROM claims WHERE ns = $1 AND id = $2";
 
 fn record(ns: &Namespace, id: ClaimId, row: &Row) -> Result<ClaimOutcome, StoreError> {
     let parts: Vec<u8> = row.get(0);
@@ -44,28 +49,33 @@ fn record(ns: &Namespace, id: ClaimId, row: &Row) -> Result<ClaimOutcome, StoreE
 pub async fn claim(
     client: &mut Object,
     ns: &Namespace,
-    items: Vec<NewClaim>,
+    items: &[NewClaim],
     now: Timestamp,
 ) -> Result<Vec<ClaimOutcome>, StoreError> {
-    let mut keyed: Vec<(usize, ClaimId, NewClaim)> =
-        items.into_iter().enumerate().map(|(i, c)| (i, c.parts.id(), c)).collect();
+    let mut keyed: Vec<(usize, ClaimId, &NewClaim)> =
+        items.iter().enumerate().map(|(i, c)| (i, c.parts.id(), c)).collect();
     // Id order: concurrent batches lock rows in the same order and cannot deadlock; the sort is
     // stable, so of two equal keys the first asked still wins.
     keyed.sort_by_key(|(_, id, _)| *id);
     let mut tries = 0;
     loop {
         match run_batch(client, ns, &keyed, now).await {
-            Err(e) if retryable(&e) && tries < 3 => tries += 1,
-            Err(e) => return Err(store_error(e)),
+            Err(TxError::Before(e)) if retryable(&e) && tries < 3 => tries += 1,
+            Err(TxError::Before(e)) => return Err(store_error(e)),
+            Err(TxError::Commit(e)) => return Err(commit_error(e)),
             Ok(rows) => {
                 let mut out: Vec<Option<ClaimOutcome>> = (0..keyed.len()).map(|_| None).collect();
-                for ((i, id, _), row) in keyed.iter().zip(rows) {
+                for ((i, id, item), row) in keyed.iter().zip(rows) {
                     let row = match row {
                         Some(row) => row,
                         // Won by a transaction that committed after this statement began: read it.
                         None => {
                             let existing = client.prepare_cached(EXISTING).await.map_err(store_error)?;
-                            client.query_one(&existing, &[&ns.as_str(), &&id.0[..]]).await.map_err(store_error)?
+                            let token = item.client.map(|t| t.0.to_vec());
+                            client
+                                .query_one(&existing, &[&ns.as_str(), &&id.0[..], &token])
+                                .await
+                                .map_err(store_error)?
                         }
                     };
                     out[*i] = Some(record(ns, *id, &row)?);
@@ -82,21 +92,25 @@ pub async fn claim(
 async fn run_batch(
     client: &mut Object,
     ns: &Namespace,
-    keyed: &[(usize, ClaimId, NewClaim)],
+    keyed: &[(usize, ClaimId, &NewClaim)],
     now: Timestamp,
-) -> Result<Vec<Option<Row>>, tokio_postgres::Error> {
+) -> Result<Vec<Option<Row>>, TxError> {
     let tx = client.transaction().await?;
     let stmt = tx.prepare_cached(CLAIM).await?;
-    let encoded: Vec<(Vec<u8>, Option<&str>, Option<i64>)> = keyed
+    type Encoded<'a> = (Vec<u8>, Option<&'a str>, Option<i64>, Option<Vec<u8>>);
+    let encoded: Vec<Encoded<'_>> = keyed
         .iter()
-        .map(|(_, _, c)| (c.parts.encode(), c.data.as_deref().map(RawValue::get), c.ttl.map(|t| now.plus(t).millis())))
+        .map(|(_, _, c)| {
+            let expires = c.ttl.map(|t| now.plus(t).millis());
+            (c.parts.encode(), c.data.as_deref().map(RawValue::get), expires, c.client.map(|t| t.0.to_vec()))
+        })
         .collect();
-    let queries = keyed.iter().zip(&encoded).map(|((_, id, _), (parts, data, expires))| {
+    let queries = keyed.iter().zip(&encoded).map(|((_, id, _), (parts, data, expires, token))| {
         let (tx, stmt) = (&tx, &stmt);
-        async move { tx.query_opt(stmt, &[&ns.as_str(), &&id.0[..], parts, data, &now.millis(), expires]).await }
+        async move { tx.query_opt(stmt, &[&ns.as_str(), &&id.0[..], parts, data, &now.millis(), expires, token]).await }
     });
     let rows = try_join_all(queries).await?;
-    tx.commit().await?;
+    tx.commit().await.map_err(TxError::Commit)?;
     Ok(rows)
 }
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use deadpool_postgres::{Object, Transaction};
+use deadpool_postgres::Transaction;
 use idem_core::event::{
     Accept, AttemptRecord, Change, Discard, Job, JobKind, JobNext, NewEvent, Receipt, ReceiptFilter, ReceiptId,
     ReceiptStatus, Replay, ReplayBatch, ResultState, ResultWebhookState, Transition,
@@ -14,7 +14,8 @@ use idem_core::{StoreError, Timestamp};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
-use crate::{retryable, store_error};
+use crate::pool::Object;
+use crate::{commit_error, retrying, store_error};
 
 const DELIVERY: i16 = 0;
 const RESULT: i16 = 1;
@@ -44,27 +45,6 @@ fn result_of(text: &str) -> Result<ResultWebhookState, StoreError> {
 
 fn receipt_id(text: &str) -> Result<ReceiptId, StoreError> {
     ReceiptId::parse(text).map_err(|_| internal("bad receipt id"))
-}
-
-/// Runs a transaction body again when a concurrent transaction got in the way.
-macro_rules! retrying {
-    ($client:expr, |$tx:ident| $body:expr) => {{
-        let mut tries = 0;
-        loop {
-            let attempt = async {
-                let $tx = $client.transaction().await?;
-                let out = $body;
-                $tx.commit().await?;
-                Ok::<_, tokio_postgres::Error>(out)
-            }
-            .await;
-            match attempt {
-                Err(e) if retryable(&e) && tries < 3 => tries += 1,
-                Err(e) => break Err(store_error(e)),
-                Ok(out) => break out,
-            }
-        }
-    }};
 }
 
 async fn enqueue(
@@ -428,7 +408,7 @@ pub async fn delete_ended(client: &mut Object, before: Timestamp, limit: usize) 
             &[&statuses, &floor.as_str(), &before.millis(), &(limit as i64), &&done[..]],
         )
         .await
-        .map_err(store_error)?;
+        .map_err(commit_error)?;
     Ok(row.get::<_, i64>(0) as usize)
 }
 

@@ -1,27 +1,67 @@
 //! Group commit for single claims: concurrent claims wait in a queue, and a dispatcher sends
 //! whatever has gathered as one pipelined transaction per namespace, so that many requests share a
 //! round trip and a commit. A batch that already holds many claims goes straight to the database.
+//!
+//! Time limits: a claim waits at most `call_timeout` for its answer. One whose time has passed
+//! before its group is sent is not sent, and its caller is told the store is unavailable; one sent
+//! whose answer does not come in time may have been stored: its outcome is unknown.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
 
-use deadpool_postgres::Pool;
 use idem_core::{ClaimOutcome, Clock, Namespace, NewClaim, StoreError};
 use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::time::Instant;
 
 use crate::claim;
+use crate::pool::{Db, with_conn};
 
 /// Claims gathered into one transaction at most.
 const MAX_GROUP: usize = 512;
 
+const QUEUED: u8 = 0;
+const SENT: u8 = 1;
+const GIVEN_UP: u8 = 2;
+
 pub struct Queued {
-    pub ns: Namespace,
-    pub claim: NewClaim,
-    pub reply: oneshot::Sender<Result<ClaimOutcome, StoreError>>,
+    ns: Namespace,
+    claim: NewClaim,
+    /// [`QUEUED`], then [`SENT`] (by the dispatcher) or [`GIVEN_UP`] (by its caller, at its
+    /// deadline), whichever comes first: a claim given up is never sent, and one sent cannot be
+    /// given up as "nothing changed".
+    state: Arc<AtomicU8>,
+    reply: oneshot::Sender<Result<ClaimOutcome, StoreError>>,
+}
+
+/// Queues one claim and waits for its answer, at most `call_timeout`.
+pub async fn claim_one(
+    queue: &mpsc::Sender<Queued>,
+    call_timeout: Duration,
+    ns: &Namespace,
+    claim: NewClaim,
+) -> Result<ClaimOutcome, StoreError> {
+    let deadline = Instant::now() + call_timeout;
+    let (reply, answer) = oneshot::channel();
+    let state = Arc::new(AtomicU8::new(QUEUED));
+    let queued = Queued { ns: ns.clone(), claim, state: Arc::clone(&state), reply };
+    match tokio::time::timeout_at(deadline, queue.send(queued)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(_)) => return Err(StoreError::Closed),
+        Err(_) => return Err(StoreError::Unavailable("the claim queue stayed full for call_timeout".into())),
+    }
+    match tokio::time::timeout_at(deadline, answer).await {
+        Ok(answer) => answer.map_err(|_| StoreError::Closed)?,
+        Err(_) => match state.compare_exchange(QUEUED, GIVEN_UP, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => Err(StoreError::Unavailable(format!("no connection within call_timeout ({call_timeout:?})"))),
+            Err(_) => Err(StoreError::OutcomeUnknown(format!("no answer within call_timeout ({call_timeout:?})"))),
+        },
+    }
 }
 
 /// Starts the dispatcher; it ends when every sender is gone.
-pub fn spawn(pool: Pool, clock: Arc<dyn Clock>, in_flight: usize) -> mpsc::Sender<Queued> {
+pub fn spawn(db: Arc<Db>, clock: Arc<dyn Clock>, in_flight: usize) -> mpsc::Sender<Queued> {
     let (tx, mut rx) = mpsc::channel::<Queued>(8192);
     let slots = Arc::new(Semaphore::new(in_flight.max(1)));
     tokio::spawn(async move {
@@ -35,12 +75,15 @@ pub fn spawn(pool: Pool, clock: Arc<dyn Clock>, in_flight: usize) -> mpsc::Sende
             }
             let mut by_ns: HashMap<Namespace, Vec<Queued>> = HashMap::new();
             for q in group {
-                by_ns.entry(q.ns.clone()).or_default().push(q);
+                // One its caller has given up on is not sent: it was told nothing was changed.
+                if q.state.compare_exchange(QUEUED, SENT, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                    by_ns.entry(q.ns.clone()).or_default().push(q);
+                }
             }
-            let (pool, clock) = (pool.clone(), Arc::clone(&clock));
+            let (db, clock) = (Arc::clone(&db), Arc::clone(&clock));
             tokio::spawn(async move {
                 for (ns, queued) in by_ns {
-                    run(&pool, clock.now(), &ns, queued).await;
+                    run(&db, clock.now(), &ns, queued).await;
                 }
                 drop(slot);
             });
@@ -49,13 +92,9 @@ pub fn spawn(pool: Pool, clock: Arc<dyn Clock>, in_flight: usize) -> mpsc::Sende
     tx
 }
 
-async fn run(pool: &Pool, now: idem_core::Timestamp, ns: &Namespace, queued: Vec<Queued>) {
+async fn run(db: &Db, now: idem_core::Timestamp, ns: &Namespace, queued: Vec<Queued>) {
     let (claims, replies): (Vec<NewClaim>, Vec<_>) = queued.into_iter().map(|q| (q.claim, q.reply)).unzip();
-    let outcome = match pool.get().await {
-        Ok(mut client) => claim::claim(&mut client, ns, claims, now).await,
-        Err(deadpool_postgres::PoolError::Closed) => Err(StoreError::Closed),
-        Err(e) => Err(StoreError::Unavailable(e.to_string())),
-    };
+    let outcome = async { with_conn!(*db, true, |client| claim::claim(&mut client, ns, &claims, now).await) }.await;
     match outcome {
         Ok(outcomes) => replies.into_iter().zip(outcomes).for_each(|(r, o)| drop(r.send(Ok(o)))),
         Err(e) => replies.into_iter().for_each(|r| drop(r.send(Err(e.clone())))),

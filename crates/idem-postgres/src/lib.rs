@@ -2,7 +2,10 @@
 //! database, not the process: unique constraints with `INSERT … ON CONFLICT` for claims and event
 //! intake, row locks for gateway keys, `FOR UPDATE SKIP LOCKED` with leases for the job queue, and
 //! a receipt with its first job in one transaction. Transient failures (deadlock, serialization
-//! failure, a racing insert) are retried here; an unreachable database is `Unavailable`.
+//! failure, a racing insert) are retried here; an unreachable database is `Unavailable`, and a
+//! write whose connection broke after it was sent is `OutcomeUnknown`. Connections, time limits
+//! and what a fault does to them (a failover, a read-only server, a black-holed connection) are
+//! [`pool`]'s.
 //!
 //! It implements every storage trait; for events it persists the transitions the core lifecycle
 //! decides.
@@ -13,18 +16,19 @@
 mod claim;
 mod event;
 mod group;
+mod pool;
 mod request;
 mod schema;
 mod signal;
 mod time;
 
+pub use pool::PgOptions;
 pub use time::TimeSource;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use idem_core::event::{
     Accept, Job, NewEvent, QueueStats, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus, ReplayBatch, Transition,
 };
@@ -33,8 +37,9 @@ use idem_core::{
     ClaimId, ClaimOutcome, ClaimRecord, ClaimStore, Clock, EventStore, Namespace, NewClaim, Parts, RequestStore,
     StoreError, StoreLifecycle, Timestamp,
 };
-use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
+
+use crate::pool::{Db, with_conn};
 
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
@@ -45,7 +50,7 @@ pub enum OpenError {
 }
 
 pub struct PgStore {
-    pool: Pool,
+    db: Arc<Db>,
     clock: Arc<dyn Clock>,
     /// Single claims go through group commit.
     singles: tokio::sync::mpsc::Sender<group::Queued>,
@@ -55,18 +60,32 @@ pub struct PgStore {
     notifier: signal::Notifier,
 }
 
-/// Maps a driver error to the store's terms; SQLSTATEs stay inside this crate.
+/// Maps a driver error to the store's terms, for a call after which nothing was changed: a read,
+/// or a statement inside a transaction not yet committed. SQLSTATEs stay inside this crate.
 pub(crate) fn store_error(e: tokio_postgres::Error) -> StoreError {
+    let what = pool::describe(&e);
     match e.code() {
-        Some(code) if is_transient(code) => StoreError::Unavailable(e.to_string()),
-        Some(code)
-            if code.code().starts_with("08") || code.code().starts_with("57") || code.code().starts_with("53") =>
-        {
-            StoreError::Unavailable(e.to_string())
-        }
-        Some(_) => StoreError::Internal(e.to_string()),
-        None => StoreError::Unavailable(e.to_string()),
+        Some(code) if is_transient(code) || is_fault(code) => StoreError::Unavailable(what),
+        Some(_) => StoreError::Internal(what),
+        None if broken(&e) => StoreError::Unavailable(what),
+        None => StoreError::Internal(what),
     }
+}
+
+/// As [`store_error`], for a write that was sent to be committed (a `COMMIT`, or a statement
+/// committing on its own): if the connection broke, or the server was shut down, before its
+/// answer came, the write may have been applied.
+pub(crate) fn commit_error(e: tokio_postgres::Error) -> StoreError {
+    let unknown = match e.code() {
+        None => broken(&e),
+        Some(code) => {
+            code.code().starts_with("08")
+                || *code == SqlState::ADMIN_SHUTDOWN
+                || *code == SqlState::CRASH_SHUTDOWN
+                || *code == SqlState::T_R_STATEMENT_COMPLETION_UNKNOWN
+        }
+    };
+    if unknown { StoreError::OutcomeUnknown(pool::describe(&e)) } else { store_error(e) }
 }
 
 fn is_transient(code: &SqlState) -> bool {
@@ -75,56 +94,114 @@ fn is_transient(code: &SqlState) -> bool {
         || *code == SqlState::UNIQUE_VIOLATION
 }
 
+/// The server cannot serve this connection now: broken (08), shutting down or starting (57),
+/// out of resources (53), or read-only (25006: a standby, or a primary made read-only).
+fn is_fault(code: &SqlState) -> bool {
+    let class = code.code();
+    class.starts_with("08")
+        || class.starts_with("57")
+        || class.starts_with("53")
+        || *code == SqlState::READ_ONLY_SQL_TRANSACTION
+        || *code == SqlState::T_R_STATEMENT_COMPLETION_UNKNOWN
+}
+
+/// The connection itself failed (closed, or an I/O error), rather than the statement.
+fn broken(e: &tokio_postgres::Error) -> bool {
+    e.is_closed() || std::error::Error::source(e).is_some_and(|cause| cause.is::<std::io::Error>())
+}
+
 /// Whether an error is worth running the same operation again.
 pub(crate) fn retryable(e: &tokio_postgres::Error) -> bool {
     e.code().is_some_and(is_transient)
 }
 
+/// A transaction's failure: before its `COMMIT` was sent (nothing was changed), or at it.
+pub(crate) enum TxError {
+    Before(tokio_postgres::Error),
+    Commit(tokio_postgres::Error),
+}
+
+impl From<tokio_postgres::Error> for TxError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        TxError::Before(e)
+    }
+}
+
+/// Runs a transaction body, again when a concurrent transaction got in the way (at most three
+/// times more). A failure at `COMMIT` is never retried here: its outcome may be unknown.
+macro_rules! retrying {
+    ($client:expr, |$tx:ident| $body:expr) => {{
+        let mut tries = 0;
+        loop {
+            let attempt = async {
+                let $tx = $client.transaction().await?;
+                let out = $body;
+                $tx.commit().await.map_err($crate::TxError::Commit)?;
+                Ok::<_, $crate::TxError>(out)
+            }
+            .await;
+            match attempt {
+                Err($crate::TxError::Before(e)) if $crate::retryable(&e) && tries < 3 => tries += 1,
+                Err($crate::TxError::Before(e)) => break Err($crate::store_error(e)),
+                Err($crate::TxError::Commit(e)) => break Err($crate::commit_error(e)),
+                Ok(out) => break out,
+            }
+        }
+    }};
+}
+pub(crate) use retrying;
+
 impl PgStore {
-    /// Connects (`pool_size` connections at most) and applies pending migrations.
-    pub async fn connect(url: &str, pool_size: usize, time: TimeSource) -> Result<Self, OpenError> {
+    /// Connects (to the first of the URL's hosts that accepts writes) and applies pending
+    /// migrations.
+    pub async fn connect(url: &str, options: &PgOptions, time: TimeSource) -> Result<Self, OpenError> {
         let config: tokio_postgres::Config =
-            url.parse().map_err(|e: tokio_postgres::Error| OpenError::Url(e.to_string()))?;
-        Self::with_config(config, pool_size, time).await
+            url.parse().map_err(|e: tokio_postgres::Error| OpenError::Url(pool::describe(&e)))?;
+        Self::with_config(config, options, time).await
     }
 
     /// As [`PgStore::connect`], from a parsed config (tests set `search_path` this way).
     pub async fn with_config(
         config: tokio_postgres::Config,
-        pool_size: usize,
+        options: &PgOptions,
         time: TimeSource,
     ) -> Result<Self, OpenError> {
-        let listen_config = config.clone();
-        let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
-        let pool =
-            Pool::builder(manager).max_size(pool_size.max(1)).build().map_err(|e| OpenError::Connect(e.to_string()))?;
+        let db = Arc::new(Db::new(&config, options).map_err(OpenError::Url)?);
+        // The first connection says, host by host, why none will do.
+        let first = db.pool.get().await.map_err(|e| {
+            OpenError::Connect(match e {
+                deadpool::managed::PoolError::Backend(e) => e.to_string(),
+                other => other.to_string(),
+            })
+        })?;
+        drop(first);
         let clock: Arc<dyn Clock> = match time {
             TimeSource::Given(clock) => clock,
-            TimeSource::Database { local } => time::DatabaseClock::start(local, pool.clone()).await,
+            TimeSource::Database { local } => time::DatabaseClock::start(local, Arc::clone(&db)).await,
         };
-        let singles = group::spawn(pool.clone(), Arc::clone(&clock), (pool_size / 2).max(1));
+        let singles = group::spawn(Arc::clone(&db), Arc::clone(&clock), (options.pool_size / 2).max(1));
         let handlers = signal::Handlers::default();
-        signal::spawn(listen_config, Arc::clone(&handlers));
-        let notifier = signal::Notifier::spawn(pool.clone());
-        let store = Self { pool, clock, singles, handlers, notifier };
-        let mut client = store.client().await.map_err(|e| OpenError::Connect(e.to_string()))?;
-        schema::migrate(&mut client).await.map_err(|e| OpenError::Connect(e.to_string()))?;
+        signal::spawn(pool::per_host(&config, options.connect_timeout), options.connect_timeout, Arc::clone(&handlers));
+        let notifier = signal::Notifier::spawn(Arc::clone(&db));
+        let store = Self { db, clock, singles, handlers, notifier };
+        let mut client = store.db.conn(store.db.deadline()).await.map_err(|e| OpenError::Connect(e.to_string()))?;
+        schema::migrate(&mut client).await.map_err(|e| OpenError::Connect(pool::describe(&e)))?;
         Ok(store)
     }
 
-    /// Applies pending migrations to the database at `url` (what `idem migrate` runs).
+    /// Applies pending migrations to the database at `url` (what `idem migrate` runs), on the
+    /// first of its hosts that accepts writes.
     pub async fn migrate(url: &str) -> Result<usize, OpenError> {
-        let (mut client, connection) =
-            tokio_postgres::connect(url, NoTls).await.map_err(|e| OpenError::Connect(e.to_string()))?;
-        tokio::spawn(connection);
-        schema::migrate(&mut client).await.map_err(|e| OpenError::Connect(e.to_string()))
-    }
-
-    async fn client(&self) -> Result<Object, StoreError> {
-        self.pool.get().await.map_err(|e| match e {
-            deadpool_postgres::PoolError::Closed => StoreError::Closed,
-            other => StoreError::Unavailable(other.to_string()),
-        })
+        let config: tokio_postgres::Config =
+            url.parse().map_err(|e: tokio_postgres::Error| OpenError::Url(pool::describe(&e)))?;
+        let options = PgOptions::default();
+        let hosts = pool::per_host(&config, options.connect_timeout);
+        let mut connected = pool::connect_writable(&hosts, options.connect_timeout)
+            .await
+            .map_err(|e| OpenError::Connect(e.to_string()))?;
+        let migrated = schema::migrate(&mut connected.client).await.map_err(|e| OpenError::Connect(pool::describe(&e)));
+        connected.driver.abort();
+        migrated
     }
 
     fn now(&self) -> Timestamp {
@@ -141,83 +218,92 @@ impl PgStore {
 impl ClaimStore for PgStore {
     async fn claim(&self, ns: &Namespace, mut items: Vec<NewClaim>) -> Result<Vec<ClaimOutcome>, StoreError> {
         if items.len() == 1 {
-            let (reply, answer) = tokio::sync::oneshot::channel();
             let claim = items.pop().ok_or_else(|| StoreError::Internal("empty claim".into()))?;
-            let queued = group::Queued { ns: ns.clone(), claim, reply };
-            self.singles.send(queued).await.map_err(|_| StoreError::Closed)?;
-            return answer.await.map_err(|_| StoreError::Closed)?.map(|outcome| vec![outcome]);
+            return group::claim_one(&self.singles, self.db.call_timeout, ns, claim).await.map(|outcome| vec![outcome]);
         }
-        let mut client = self.client().await?;
-        claim::claim(&mut client, ns, items, self.now()).await
+        let now = self.now();
+        with_conn!(self.db, true, |client| claim::claim(&mut client, ns, &items, now).await)
     }
 
     async fn lookup(&self, ns: &Namespace, ids: &[ClaimId]) -> Result<Vec<Option<ClaimRecord>>, StoreError> {
-        let client = self.client().await?;
-        claim::lookup(&client, ns, ids, self.now()).await
+        let now = self.now();
+        with_conn!(self.db, false, |client| claim::lookup(&client, ns, ids, now).await)
     }
 
     async fn prefix_exists(&self, ns: &Namespace, prefix: &Parts) -> Result<bool, StoreError> {
-        let client = self.client().await?;
-        let row = client
-            .query_opt(
-                "SELECT 1 FROM claims WHERE ns = $1 AND parts >= $2 AND parts < $3
-                 AND (expires_at IS NULL OR expires_at > $4) LIMIT 1",
-                &[&ns.as_str(), &prefix.encode(), &prefix.prefix_upper_bound(), &self.now().millis()],
-            )
-            .await
-            .map_err(store_error)?;
-        Ok(row.is_some())
+        let now = self.now().millis();
+        with_conn!(self.db, false, |client| {
+            let statement = client
+                .prepare_cached(
+                    "SELECT 1 FROM claims WHERE ns = $1 AND parts >= $2 AND parts < $3
+                     AND (expires_at IS NULL OR expires_at > $4) LIMIT 1",
+                )
+                .await
+                .map_err(store_error)?;
+            let row = client
+                .query_opt(&statement, &[&ns.as_str(), &prefix.encode(), &prefix.prefix_upper_bound(), &now])
+                .await
+                .map_err(store_error)?;
+            Ok(row.is_some())
+        })
     }
 
     async fn delete(&self, ns: &Namespace, id: &ClaimId) -> Result<bool, StoreError> {
-        let client = self.client().await?;
-        let row = client
-            .query_opt("DELETE FROM claims WHERE ns = $1 AND id = $2 RETURNING expires_at", &[&ns.as_str(), &&id.0[..]])
-            .await
-            .map_err(store_error)?;
         let now = self.now().millis();
-        Ok(row.is_some_and(|r| r.get::<_, Option<i64>>(0).is_none_or(|at| at > now)))
+        with_conn!(self.db, true, |client| {
+            let row = client
+                .query_opt(
+                    "DELETE FROM claims WHERE ns = $1 AND id = $2 RETURNING expires_at",
+                    &[&ns.as_str(), &&id.0[..]],
+                )
+                .await
+                .map_err(commit_error)?;
+            Ok(row.is_some_and(|r| r.get::<_, Option<i64>>(0).is_none_or(|at| at > now)))
+        })
     }
 
     async fn count_claims(&self) -> Result<Vec<(String, u64)>, StoreError> {
-        let client = self.client().await?;
-        let rows = client.query("SELECT ns, count(*) FROM claims GROUP BY ns", &[]).await.map_err(store_error)?;
-        Ok(rows.iter().map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1) as u64)).collect())
+        with_conn!(self.db, false, |client| {
+            let rows = client.query("SELECT ns, count(*) FROM claims GROUP BY ns", &[]).await.map_err(store_error)?;
+            Ok(rows.iter().map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1) as u64)).collect())
+        })
     }
 
     async fn sweep_expired(&self, limit: usize) -> Result<usize, StoreError> {
-        let client = self.client().await?;
-        let now = self.now().millis();
-        let limit = limit as i64;
-        let deleted = client
-            .execute(
-                "DELETE FROM claims WHERE (ns, id) IN
-                     (SELECT ns, id FROM claims WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2)",
-                &[&now, &limit],
-            )
-            .await
-            .map_err(store_error)?;
-        Ok(deleted as usize)
+        let (now, limit) = (self.now().millis(), limit as i64);
+        with_conn!(self.db, true, |client| {
+            let deleted = client
+                .execute(
+                    "DELETE FROM claims WHERE (ns, id) IN
+                         (SELECT ns, id FROM claims WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2)",
+                    &[&now, &limit],
+                )
+                .await
+                .map_err(commit_error)?;
+            Ok(deleted as usize)
+        })
     }
 }
 
 #[async_trait]
 impl RequestStore for PgStore {
     async fn sweep_requests(&self, limit: usize) -> Result<usize, StoreError> {
-        let client = self.client().await?;
-        let deleted = client
-            .execute(
-                "DELETE FROM requests WHERE id IN (SELECT id FROM requests WHERE until <= $1 ORDER BY until LIMIT $2)",
-                &[&self.now().millis(), &(limit as i64)],
-            )
-            .await
-            .map_err(store_error)?;
-        Ok(deleted as usize)
+        let now = self.now().millis();
+        with_conn!(self.db, true, |client| {
+            let deleted = client
+                .execute(
+                    "DELETE FROM requests WHERE id IN (SELECT id FROM requests WHERE until <= $1 ORDER BY until LIMIT $2)",
+                    &[&now, &(limit as i64)],
+                )
+                .await
+                .map_err(commit_error)?;
+            Ok(deleted as usize)
+        })
     }
 
     async fn begin_request(&self, request: NewRequest) -> Result<Begin, StoreError> {
-        let mut client = self.client().await?;
-        request::begin(&mut client, &request, self.now()).await
+        let now = self.now();
+        with_conn!(self.db, true, |client| request::begin(&mut client, &request, now).await)
     }
 
     async fn complete_request(
@@ -227,8 +313,9 @@ impl RequestStore for PgStore {
         result: &[u8],
         ttl: Duration,
     ) -> Result<bool, StoreError> {
-        let client = self.client().await?;
-        let completed = request::complete(&client, id, &token, result, ttl, self.now()).await?;
+        let now = self.now();
+        let completed =
+            with_conn!(self.db, true, |client| request::complete(&client, id, &token, result, ttl, now).await)?;
         if completed {
             self.notifier.notify(signal::request_done(id));
         }
@@ -241,17 +328,18 @@ impl RequestStore for PgStore {
         token: LeaseToken,
         lease: Duration,
     ) -> Result<Option<Timestamp>, StoreError> {
-        let client = self.client().await?;
-        request::extend(&client, id, &token, lease, self.now()).await
+        let now = self.now();
+        with_conn!(self.db, true, |client| request::extend(&client, id, &token, lease, now).await)
     }
 
     async fn release_request(&self, id: &ClaimId, token: LeaseToken) -> Result<bool, StoreError> {
-        let client = self.client().await?;
-        let statement = client
-            .prepare_cached("DELETE FROM requests WHERE id = $1 AND state = 0 AND token = $2")
-            .await
-            .map_err(store_error)?;
-        let released = client.execute(&statement, &[&&id.0[..], &&token.0[..]]).await.map_err(store_error)? == 1;
+        let released = with_conn!(self.db, true, |client| {
+            let statement = client
+                .prepare_cached("DELETE FROM requests WHERE id = $1 AND state = 0 AND token = $2")
+                .await
+                .map_err(store_error)?;
+            Ok(client.execute(&statement, &[&&id.0[..], &&token.0[..]]).await.map_err(commit_error)? == 1)
+        })?;
         if released {
             self.notifier.notify(signal::request_done(id));
         }
@@ -259,21 +347,21 @@ impl RequestStore for PgStore {
     }
 
     async fn peek_request(&self, id: &ClaimId) -> Result<Option<RequestState>, StoreError> {
-        let client = self.client().await?;
-        request::peek(&client, id, self.now()).await
+        let now = self.now();
+        with_conn!(self.db, false, |client| request::peek(&client, id, now).await)
     }
 
     async fn forget_request(&self, id: &ClaimId) -> Result<Forget, StoreError> {
-        let client = self.client().await?;
-        request::forget(&client, id, self.now()).await
+        let now = self.now();
+        with_conn!(self.db, true, |client| request::forget(&client, id, now).await)
     }
 }
 
 #[async_trait]
 impl EventStore for PgStore {
     async fn accept_event(&self, e: NewEvent) -> Result<Accept, StoreError> {
-        let mut client = self.client().await?;
-        let accepted = event::accept(&mut client, &e, self.now()).await?;
+        let now = self.now();
+        let accepted = with_conn!(self.db, true, |client| event::accept(&mut client, &e, now).await)?;
         if matches!(accepted, Accept::Accepted { .. }) {
             self.notifier.notify(signal::JOBS.to_owned());
         }
@@ -281,28 +369,26 @@ impl EventStore for PgStore {
     }
 
     async fn lease_jobs(&self, limit: usize, lease: Duration, busy_sources: &[String]) -> Result<Vec<Job>, StoreError> {
-        let mut client = self.client().await?;
-        event::lease(&mut client, limit, lease, busy_sources, self.now()).await
+        let now = self.now();
+        with_conn!(self.db, true, |client| event::lease(&mut client, limit, lease, busy_sources, now).await)
     }
 
     async fn finish_job(&self, job: &Job, transition: Transition) -> Result<bool, StoreError> {
-        let mut client = self.client().await?;
-        event::finish(&mut client, job, &transition, self.now()).await
+        let now = self.now();
+        with_conn!(self.db, true, |client| event::finish(&mut client, job, &transition, now).await)
     }
 
     async fn get_receipt(&self, id: &ReceiptId) -> Result<Option<Receipt>, StoreError> {
-        let client = self.client().await?;
-        event::get(&client, id).await
+        with_conn!(self.db, false, |client| event::get(&client, id).await)
     }
 
     async fn list_receipts(&self, filter: &ReceiptFilter) -> Result<Vec<Receipt>, StoreError> {
-        let client = self.client().await?;
-        event::list(&client, filter).await
+        with_conn!(self.db, false, |client| event::list(&client, filter).await)
     }
 
     async fn replay_receipt(&self, id: &ReceiptId) -> Result<Option<ReceiptStatus>, StoreError> {
-        let mut client = self.client().await?;
-        let replayed = event::replay(&mut client, id, self.now()).await?;
+        let now = self.now();
+        let replayed = with_conn!(self.db, true, |client| event::replay(&mut client, id, now).await)?;
         if replayed.is_some_and(|status| idem_core::event::replay(status) == idem_core::event::Replay::Restart) {
             self.notifier.notify(signal::JOBS.to_owned());
         }
@@ -310,13 +396,12 @@ impl EventStore for PgStore {
     }
 
     async fn count_matching(&self, filter: &ReceiptFilter) -> Result<u64, StoreError> {
-        let client = self.client().await?;
-        event::count_matching(&client, filter).await
+        with_conn!(self.db, false, |client| event::count_matching(&client, filter).await)
     }
 
     async fn replay_matching(&self, filter: &ReceiptFilter) -> Result<ReplayBatch, StoreError> {
-        let mut client = self.client().await?;
-        let batch = event::replay_matching(&mut client, filter, self.now()).await?;
+        let now = self.now();
+        let batch = with_conn!(self.db, true, |client| event::replay_matching(&mut client, filter, now).await)?;
         if batch.replayed > 0 {
             self.notifier.notify(signal::JOBS.to_owned());
         }
@@ -324,27 +409,30 @@ impl EventStore for PgStore {
     }
 
     async fn discard_receipt(&self, id: &ReceiptId) -> Result<Option<ReceiptStatus>, StoreError> {
-        let mut client = self.client().await?;
-        event::discard(&mut client, id, self.now()).await
+        let now = self.now();
+        with_conn!(self.db, true, |client| event::discard(&mut client, id, now).await)
     }
 
     async fn delete_ended_receipts(&self, before: Timestamp, limit: usize) -> Result<usize, StoreError> {
-        let mut client = self.client().await?;
-        event::delete_ended(&mut client, before, limit).await
+        with_conn!(self.db, true, |client| event::delete_ended(&mut client, before, limit).await)
     }
 
     async fn count_receipts(&self) -> Result<Vec<(String, ReceiptStatus, u64)>, StoreError> {
-        let client = self.client().await?;
-        event::count_receipts(&client).await
+        with_conn!(self.db, false, |client| event::count_receipts(&client).await)
     }
 
     async fn queue_stats(&self) -> Result<QueueStats, StoreError> {
-        let client = self.client().await?;
-        let row = client
-            .query_one("SELECT count(*), min(due_at) FROM jobs WHERE due_at <= $1", &[&self.now().millis()])
-            .await
-            .map_err(store_error)?;
-        Ok(QueueStats { due: row.get::<_, i64>(0) as u64, oldest_due_at: row.get::<_, Option<i64>>(1).map(Timestamp) })
+        let now = self.now().millis();
+        with_conn!(self.db, false, |client| {
+            let row = client
+                .query_one("SELECT count(*), min(due_at) FROM jobs WHERE due_at <= $1", &[&now])
+                .await
+                .map_err(store_error)?;
+            Ok(QueueStats {
+                due: row.get::<_, i64>(0) as u64,
+                oldest_due_at: row.get::<_, Option<i64>>(1).map(Timestamp),
+            })
+        })
     }
 }
 
@@ -356,19 +444,23 @@ impl StoreLifecycle for PgStore {
         }
     }
 
+    /// Ready when a write commits now, within one call's time limit: a node whose database is
+    /// unreachable, or read-only, is not.
     async fn check_ready(&self) -> Result<(), StoreError> {
-        let client = self.client().await?;
-        client
-            .execute(
-                "INSERT INTO meta (key, value) VALUES ('ready_probe', $1) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                &[&self.now().millis()],
-            )
-            .await
-            .map(drop)
-            .map_err(store_error)
+        let now = self.now().millis();
+        with_conn!(self.db, true, |client| {
+            client
+                .execute(
+                    "INSERT INTO meta (key, value) VALUES ('ready_probe', $1) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    &[&now],
+                )
+                .await
+                .map(drop)
+                .map_err(commit_error)
+        })
     }
 
     async fn close(&self) {
-        self.pool.close();
+        self.db.pool.close();
     }
 }

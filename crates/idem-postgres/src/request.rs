@@ -1,31 +1,38 @@
 //! Leased keys in PostgreSQL: a begin is one statement that inserts the key's row, or takes over
 //! a row whose time is up, so exactly one of any number of concurrent begins, on any node, takes
-//! the key; completion and release are compare-and-set on the lease token.
+//! the key; completion and release are compare-and-set on the lease token. Each take draws a
+//! fencing number from one sequence (`request_fences`), so a later holder's is always greater,
+//! across nodes and failovers (a sequence's values are logged before they are handed out).
 
 use std::time::Duration;
 
-use deadpool_postgres::Object;
 use idem_core::request::{Begin, Decision, Forget, Found, LeaseToken, NewRequest, RequestState, decide_begin};
-use idem_core::{ClaimId, StoreError, Timestamp};
+use idem_core::{ClaimId, ClientToken, StoreError, Timestamp};
 use tokio_postgres::Row;
 
-use crate::{retryable, store_error};
+use crate::pool::Object;
+use crate::{commit_error, retryable, store_error};
 
 // Every statement is prepared once per connection (deadpool's statement cache): a statement sent
 // as text costs a round trip to prepare it each time.
-const READ: &str = "SELECT fingerprint, state, until, response FROM requests WHERE id = $1";
+const READ: &str = "SELECT fingerprint, state, until, response, token, client_token, fence FROM requests WHERE id = $1";
 /// A begin in one statement: take the key if it is free (no row, or a row whose lease or TTL ended:
 /// `until <= now`), and say what the row was as the statement found it. The primary key makes one
 /// of any number of concurrent begins, on any node, the taker; ON CONFLICT re-checks the condition
-/// on the row's newest version, so a begin never takes a key another has just taken.
-const BEGIN: &str = "WITH old AS (SELECT fingerprint, state, until, response FROM requests WHERE id = $1),
+/// on the row's newest version, so a begin never takes a key another has just taken. The first
+/// column is the new fencing number when the key was taken, else null.
+const BEGIN: &str = "WITH old AS (
+         SELECT fingerprint, state, until, response, token, client_token, fence FROM requests WHERE id = $1),
      taken AS (
-         INSERT INTO requests (id, fingerprint, state, token, until, response) VALUES ($1, $2, 0, $3, $4, $6)
+         INSERT INTO requests (id, fingerprint, state, token, until, response, client_token, fence)
+         VALUES ($1, $2, 0, $3, $4, $6, $7, nextval('request_fences'))
          ON CONFLICT (id) DO UPDATE SET fingerprint = excluded.fingerprint, state = 0, token = excluded.token,
-             until = excluded.until, response = excluded.response
+             until = excluded.until, response = excluded.response, client_token = excluded.client_token,
+             fence = excluded.fence
          WHERE requests.until <= $5
-         RETURNING 1)
-     SELECT EXISTS (SELECT 1 FROM taken), old.fingerprint, old.state, old.until, old.response
+         RETURNING fence)
+     SELECT (SELECT fence FROM taken), old.fingerprint, old.state, old.until, old.response, old.token,
+         old.client_token, old.fence
      FROM (SELECT 1) AS one LEFT JOIN old ON true";
 const COMPLETE: &str = "UPDATE requests SET state = 1, token = NULL, until = $1, response = $2
      WHERE id = $3 AND state = 0 AND token = $4 AND until > $5";
@@ -36,15 +43,23 @@ fn found(id: &ClaimId, row: &Row) -> Result<Found, StoreError> {
     found_at(id, row, 0)
 }
 
-/// A key's row whose columns start at `at`: fingerprint, state, until, response.
+/// A key's row whose columns start at `at`: fingerprint, state, until, response, token, client
+/// token, fence.
 fn found_at(id: &ClaimId, row: &Row, at: usize) -> Result<Found, StoreError> {
-    let fingerprint: [u8; 32] = row
-        .get::<_, Vec<u8>>(at)
-        .try_into()
-        .map_err(|_| StoreError::Internal(format!("request {id}: a fingerprint of the wrong length")))?;
+    let bad = |what: &str| StoreError::Internal(format!("request {id}: {what}"));
+    let fingerprint: [u8; 32] =
+        row.get::<_, Vec<u8>>(at).try_into().map_err(|_| bad("a fingerprint of the wrong length"))?;
     let until = Timestamp(row.get(at + 2));
     if row.get::<_, i16>(at + 1) == 0 {
-        return Ok(Found::Held { fingerprint, until });
+        let token = row.get::<_, Option<Vec<u8>>>(at + 4).ok_or_else(|| bad("held without a token"))?;
+        let token = LeaseToken(token.try_into().map_err(|_| bad("a token of the wrong length"))?);
+        let client = row
+            .get::<_, Option<Vec<u8>>>(at + 5)
+            .map(|t| t.try_into().map(ClientToken))
+            .transpose()
+            .map_err(|_| bad("a client token of the wrong length"))?;
+        let fence = row.get::<_, i64>(at + 6) as u64;
+        return Ok(Found::Held { fingerprint, until, token, client, fence });
     }
     let result: Vec<u8> = row
         .get::<_, Option<Vec<u8>>>(at + 3)
@@ -54,7 +69,7 @@ fn found_at(id: &ClaimId, row: &Row, at: usize) -> Result<Found, StoreError> {
 
 /// The answer of a row someone else holds or completed (its begin committed first).
 fn answer(request: &NewRequest, row: &Row, now: Timestamp) -> Result<Begin, StoreError> {
-    match decide_begin(Some(found(&request.id, row)?), &request.fingerprint, now) {
+    match decide_begin(Some(found(&request.id, row)?), &request.fingerprint, request.client, now) {
         Decision::Answer(answer) => Ok(answer),
         Decision::Take { .. } => Err(StoreError::Unavailable("a concurrent begin's lease ended at once; retry".into())),
     }
@@ -65,7 +80,9 @@ pub async fn begin(client: &mut Object, request: &NewRequest, now: Timestamp) ->
     loop {
         match try_begin(client, request, now).await {
             Err(e) if retryable(&e) && tries < 3 => tries += 1,
-            other => return other.map_err(store_error)?,
+            // The begin commits on its own: a connection broken under it leaves its outcome unknown
+            // (a retry with the same client token learns it).
+            other => return other.map_err(commit_error)?,
         }
     }
 }
@@ -81,24 +98,29 @@ async fn try_begin(
     let token = LeaseToken::generate();
     let lease_until = now.plus(request.lease);
     let statement = client.prepare_cached(BEGIN).await?;
-    let row = client
-        .query_one(
-            &statement,
-            &[&id, &&request.fingerprint[..], &&token.0[..], &lease_until.millis(), &now.millis(), &request.held],
-        )
-        .await?;
+    let client_token = request.client.map(|t| t.0.to_vec());
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+        &id,
+        &&request.fingerprint[..],
+        &&token.0[..],
+        &lease_until.millis(),
+        &now.millis(),
+        &request.held,
+        &client_token,
+    ];
+    let row = client.query_one(&statement, &params).await?;
     let before = match row.get::<_, Option<i16>>(2).map(|_| found_at(&request.id, &row, 1)).transpose() {
         Ok(before) => before,
         Err(e) => return Ok(Err(e)),
     };
-    if row.get::<_, bool>(0) {
+    if let Some(fence) = row.get::<_, Option<i64>>(0) {
         // Taken: the row before, if any, says whether a lease had run out.
         let lease_expired = matches!(before, Some(Found::Held { .. }));
-        return Ok(Ok(Begin::Started { token, lease_until, lease_expired }));
+        return Ok(Ok(Begin::Started { token, lease_until, lease_expired, fence: fence as u64 }));
     }
     // Not taken: the row as the statement found it answers, unless it looked free (another
     // begin took the key meanwhile): then the row as that begin committed it.
-    if let Decision::Answer(answer) = decide_begin(before, &request.fingerprint, now) {
+    if let Decision::Answer(answer) = decide_begin(before, &request.fingerprint, request.client, now) {
         return Ok(Ok(answer));
     }
     Ok(match client.query_opt(&client.prepare_cached(READ).await?, &[&id]).await? {
@@ -119,7 +141,7 @@ pub async fn complete(
     let done = client
         .execute(&statement, &[&now.plus(ttl).millis(), &response, &&id.0[..], &&token.0[..], &now.millis()])
         .await
-        .map_err(store_error)?;
+        .map_err(commit_error)?;
     Ok(done == 1)
 }
 
@@ -135,7 +157,7 @@ pub async fn extend(
     let changed = client
         .execute(&statement, &[&until.millis(), &&id.0[..], &&token.0[..], &now.millis()])
         .await
-        .map_err(store_error)?;
+        .map_err(commit_error)?;
     Ok((changed == 1).then_some(until))
 }
 
@@ -144,7 +166,7 @@ pub async fn forget(client: &Object, id: &ClaimId, now: Timestamp) -> Result<For
     let deleted = client
         .execute("DELETE FROM requests WHERE id = $1 AND state = 1 AND until > $2", &[&&id.0[..], &now.millis()])
         .await
-        .map_err(store_error)?;
+        .map_err(commit_error)?;
     if deleted == 1 {
         return Ok(Forget::Forgotten);
     }
@@ -162,7 +184,7 @@ pub async fn peek(client: &Object, id: &ClaimId, now: Timestamp) -> Result<Optio
         return Ok(None);
     }
     Ok(Some(match found(id, &row)? {
-        Found::Held { fingerprint, until } => RequestState::InFlight {
+        Found::Held { fingerprint, until, .. } => RequestState::InFlight {
             fingerprint,
             lease_until: until,
             held: row.get::<_, Option<Vec<u8>>>(3).unwrap_or_default(),

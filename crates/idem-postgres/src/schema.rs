@@ -74,6 +74,12 @@ const MIGRATIONS: &[&str] = &[
     // 3: when a retrying receipt's next attempt is due (set with its status; read only while
     // `retrying`), so that reading a receipt needs no look into the jobs.
     "ALTER TABLE receipts ADD COLUMN next_attempt_at bigint;",
+    // 4: a claim's and a held key's client token (a digest), so that a retry whose first answer
+    // was lost learns that it won; each take of a key gets a fencing number from one sequence, so
+    // that a later holder's number is always greater.
+    "ALTER TABLE claims ADD COLUMN client_token bytea;
+     ALTER TABLE requests ADD COLUMN client_token bytea, ADD COLUMN fence bigint NOT NULL DEFAULT 0;
+     CREATE SEQUENCE request_fences;",
 ];
 
 /// An arbitrary constant naming idem's migration lock.

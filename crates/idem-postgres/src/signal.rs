@@ -12,8 +12,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::pool::Db;
 use idem_core::{ClaimId, SignalHandler, StoreSignal};
-use tokio_postgres::{AsyncMessage, NoTls};
 
 pub const CHANNEL: &str = "idem_signals";
 pub const JOBS: &str = "jobs";
@@ -42,7 +42,7 @@ pub struct Notifier(tokio::sync::mpsc::UnboundedSender<String>);
 
 impl Notifier {
     /// Starts the sender; it ends when every `Notifier` is gone.
-    pub fn spawn(pool: deadpool_postgres::Pool) -> Self {
+    pub fn spawn(db: Arc<Db>) -> Self {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         tokio::spawn(async move {
             while let Some(first) = rx.recv().await {
@@ -53,7 +53,7 @@ impl Notifier {
                 }
                 payloads.sort_unstable();
                 payloads.dedup();
-                if let Err(e) = send(&pool, &payloads).await {
+                if let Err(e) = send(&db, &payloads).await {
                     tracing::debug!(error = %e, "notifications not sent; other nodes find the changes by polling");
                 }
             }
@@ -67,18 +67,22 @@ impl Notifier {
     }
 }
 
-async fn send(pool: &deadpool_postgres::Pool, payloads: &[String]) -> Result<(), String> {
-    let mut client = pool.get().await.map_err(|e| e.to_string())?;
-    let tx = client.transaction().await.map_err(|e| e.to_string())?;
-    tx.batch_execute("SET LOCAL synchronous_commit TO off").await.map_err(|e| e.to_string())?;
-    let statement =
-        tx.prepare_cached("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p").await.map_err(|e| e.to_string())?;
-    tx.execute(&statement, &[&CHANNEL, &payloads]).await.map_err(|e| e.to_string())?;
-    tx.commit().await.map_err(|e| e.to_string())
+async fn send(db: &Db, payloads: &[String]) -> Result<(), idem_core::StoreError> {
+    crate::pool::with_conn!(*db, true, |client| {
+        let sent = async {
+            let tx = client.transaction().await?;
+            tx.batch_execute("SET LOCAL synchronous_commit TO off").await?;
+            let statement = tx.prepare_cached("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p").await?;
+            tx.execute(&statement, &[&CHANNEL, &payloads]).await?;
+            tx.commit().await
+        };
+        sent.await.map_err(crate::store_error)
+    })
 }
 
-/// Listens for as long as the handlers are wanted.
-pub fn spawn(config: tokio_postgres::Config, handlers: Handlers) {
+/// Listens for as long as the handlers are wanted, on a connection to the first host that
+/// accepts writes (a standby hears nothing of what is committed on the primary).
+pub fn spawn(hosts: Vec<(String, tokio_postgres::Config)>, connect_timeout: Duration, handlers: Handlers) {
     let weak = Arc::downgrade(&handlers);
     drop(handlers);
     tokio::spawn(async move {
@@ -86,7 +90,7 @@ pub fn spawn(config: tokio_postgres::Config, handlers: Handlers) {
             if weak.strong_count() == 0 {
                 return;
             }
-            if let Err(e) = listen(&config, &weak).await {
+            if let Err(e) = listen(&hosts, connect_timeout, &weak).await {
                 tracing::debug!(error = %e, "signal listener disconnected; reconnecting");
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
@@ -95,33 +99,20 @@ pub fn spawn(config: tokio_postgres::Config, handlers: Handlers) {
 }
 
 async fn listen(
-    config: &tokio_postgres::Config,
+    hosts: &[(String, tokio_postgres::Config)],
+    connect_timeout: Duration,
     handlers: &std::sync::Weak<Mutex<Vec<SignalHandler>>>,
-) -> Result<(), tokio_postgres::Error> {
-    let (client, mut connection) = config.connect(NoTls).await?;
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-    let driver = tokio::spawn(async move {
-        while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
-            match message {
-                Ok(AsyncMessage::Notification(n)) => {
-                    if tx.send(n.payload().to_owned()).is_err() {
-                        return;
-                    }
-                }
-                Ok(_) => {}
-                Err(_) => return,
-            }
-        }
-    });
-    client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
-    while let Some(payload) = rx.recv().await {
+) -> Result<(), String> {
+    let mut connected = crate::pool::connect_writable(hosts, connect_timeout).await.map_err(|e| e.to_string())?;
+    connected.client.batch_execute(&format!("LISTEN {CHANNEL}")).await.map_err(|e| crate::pool::describe(&e))?;
+    while let Some(notification) = connected.notifications.recv().await {
         let Some(handlers) = handlers.upgrade() else { break };
-        if let Some(signal) = parse(&payload)
+        if let Some(signal) = parse(notification.payload())
             && let Ok(handlers) = handlers.lock()
         {
             handlers.iter().for_each(|h| h(signal.clone()));
         }
     }
-    driver.abort();
+    connected.driver.abort();
     Ok(())
 }

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use deadpool_postgres::Pool;
 use idem_core::{Clock, Timestamp};
+
+use crate::pool::Db;
 
 /// How a store reads the time.
 pub enum TimeSource {
@@ -31,27 +32,34 @@ impl Clock for DatabaseClock {
 
 impl DatabaseClock {
     /// Measures the offset once, then keeps it current in the background.
-    pub async fn start(local: Arc<dyn Clock>, pool: Pool) -> Arc<Self> {
+    pub async fn start(local: Arc<dyn Clock>, db: Arc<Db>) -> Arc<Self> {
         let clock = Arc::new(Self { local, offset_ms: AtomicI64::new(0) });
-        clock.measure(&pool).await;
+        clock.measure(&db).await;
         let weak = Arc::downgrade(&clock);
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(Duration::from_secs(10)).await;
                 let Some(clock) = weak.upgrade() else { return };
-                clock.measure(&pool).await;
+                clock.measure(&db).await;
             }
         });
         clock
     }
 
-    async fn measure(&self, pool: &Pool) {
-        let Ok(client) = pool.get().await else { return };
-        let before = self.local.now().millis();
-        let row = client.query_one("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint", &[]).await;
-        let after = self.local.now().millis();
-        if let Ok(row) = row {
-            let db: i64 = row.get(0);
+    /// One measurement, within a call's time limit; a failed one leaves the last offset.
+    async fn measure(&self, db: &Db) {
+        let local = &self.local;
+        let measured = async {
+            crate::pool::with_conn!(*db, false, |client| {
+                let before = local.now().millis();
+                let row = client
+                    .query_one("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint", &[])
+                    .await
+                    .map_err(crate::store_error)?;
+                Ok::<_, idem_core::StoreError>((before, row.get::<_, i64>(0), local.now().millis()))
+            })
+        };
+        if let Ok((before, db, after)) = measured.await {
             self.offset_ms.store(db - (before + after) / 2, Ordering::Relaxed);
         }
     }

@@ -50,8 +50,13 @@ async fn postgres() -> Option<Harness<PgStore>> {
     let mut config: tokio_postgres::Config = url.parse().expect("valid URL");
     config.options(format!("-c search_path={name}"));
     let clock = Arc::new(ManualClock::new(START));
-    let store =
-        PgStore::with_config(config, 8, idem_postgres::TimeSource::Given(clock.clone())).await.expect("open PgStore");
+    let store = PgStore::with_config(
+        config,
+        &idem_postgres::PgOptions { pool_size: 8, ..Default::default() },
+        idem_postgres::TimeSource::Given(clock.clone()),
+    )
+    .await
+    .expect("open PgStore");
     Some(Harness { store: Arc::new(store), clock, guard: Box::new(Schema { url, name }) })
 }
 
@@ -59,11 +64,9 @@ idem_conformance::suite!(postgres);
 
 /// Written straight to stderr, past the test harness's output capture, so that it shows.
 fn announce_skip() {
-    use std::io::Write;
-    let _ = writeln!(
-        std::io::stderr(),
-        "!!! SKIPPED: {URL_VAR} is not set: this PostgreSQL conformance test did not run (e.g. {URL_VAR}=postgres://postgres@127.0.0.1:5432/postgres) !!!"
-    );
+    idem_conformance::skipped(&format!(
+        "{URL_VAR} is not set: this PostgreSQL conformance test did not run (e.g. {URL_VAR}=postgres://postgres@127.0.0.1:5432/postgres)"
+    ));
 }
 
 /// A node whose own clock runs an hour fast still stamps and expires claims by the database's
@@ -80,9 +83,13 @@ async fn a_node_with_a_skewed_clock_keeps_database_time() {
     use idem_core::Clock;
     let Some(harness) = postgres().await else { return };
     let Ok(url) = std::env::var(URL_VAR) else { return };
-    let store = PgStore::connect(&url, 2, idem_postgres::TimeSource::Database { local: Arc::new(HourFast) })
-        .await
-        .expect("open");
+    let store = PgStore::connect(
+        &url,
+        &idem_postgres::PgOptions { pool_size: 2, ..Default::default() },
+        idem_postgres::TimeSource::Database { local: Arc::new(HourFast) },
+    )
+    .await
+    .expect("open");
     let skew = store.clock().now().millis() - idem_core::SystemClock.now().millis();
     assert!(skew.abs() < 5_000, "the store keeps database time, not the node's: off by {skew} ms");
     drop(harness);

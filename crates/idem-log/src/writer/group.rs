@@ -9,7 +9,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use idem_core::request::{Begin, Decision, Forget, LeaseToken, NewRequest, decide_begin};
-use idem_core::{ClaimId, ClaimOutcome, ClaimRecord, Namespace, NewClaim, Parts, StoreError, Timestamp};
+use idem_core::{ClaimId, ClaimOutcome, ClaimRecord, ClientToken, Namespace, NewClaim, Parts, StoreError, Timestamp};
 use serde_json::value::RawValue;
 
 use super::{Command, Reply, abandon};
@@ -24,6 +24,8 @@ struct Current {
     entry: ClaimEntry,
     created_at: i64,
     data: Option<Box<RawValue>>,
+    /// The digest of the client token it was claimed with.
+    client: Option<[u8; 16]>,
 }
 
 /// A claim key the group has touched: how the index had it, and how the group leaves it.
@@ -258,7 +260,8 @@ impl<'a> Group<'a> {
         let id = item.parts.id();
         let touched = self.touch_claim(shared_ns, &id)?;
         if let Some(current) = touched.current.as_ref().filter(|c| c.entry.is_live(now)) {
-            return Ok(ClaimOutcome { claimed: false, record: touched.record(ns, current)? });
+            let claimed = ClientToken::same(current.client.map(ClientToken), item.client);
+            return Ok(ClaimOutcome { claimed, record: touched.record(ns, current)? });
         }
         let old = touched.current.take().map(|c| c.entry);
         let parts = match std::mem::take(&mut touched.parts) {
@@ -273,6 +276,7 @@ impl<'a> Group<'a> {
             data: item.data.as_deref().map(RawValue::get),
             created_at: now,
             expires_at,
+            client: item.client.as_ref().map(|t| &t.0),
         };
         let offset = self.base + self.buf.len() as u64;
         let len = record::encode_claim(&mut self.buf, fields) as u32;
@@ -291,7 +295,7 @@ impl<'a> Group<'a> {
         };
         let touched = self.touch_claim(shared_ns, &id)?;
         touched.parts = parts;
-        touched.current = Some(Current { entry, created_at: now, data: item.data });
+        touched.current = Some(Current { entry, created_at: now, data: item.data, client: item.client.map(|t| t.0) });
         Ok(ClaimOutcome { claimed: true, record })
     }
 
@@ -414,7 +418,7 @@ impl<'a> Group<'a> {
     fn begin(&mut self, request: NewRequest) -> Result<Begin, StoreError> {
         let now = self.now;
         let found = self.request_record(&request.id)?.map(|(entry, rec)| crate::found(&entry, rec));
-        let lease_expired = match decide_begin(found, &request.fingerprint, Timestamp(now)) {
+        let lease_expired = match decide_begin(found, &request.fingerprint, request.client, Timestamp(now)) {
             Decision::Answer(answer) => return Ok(answer),
             Decision::Take { lease_expired } => lease_expired,
         };
@@ -427,9 +431,12 @@ impl<'a> Group<'a> {
             token: token.0,
             until: lease_until.millis(),
             body: request.held,
+            client: request.client.map(|t| t.0),
+            fence: self.shared.next_fence(now),
         };
+        let fence = rec.fence;
         self.put_request(rec, true)?;
-        Ok(Begin::Started { token, lease_until, lease_expired })
+        Ok(Begin::Started { token, lease_until, lease_expired, fence })
     }
 
     /// The record of a key that `token` holds right now.
@@ -557,7 +564,7 @@ impl<'a> Group<'a> {
                     let touched = self.touch_claim(&ns, &rec.id)?;
                     touched.parts = rec.parts;
                     let entry = ClaimEntry::new(loc, len, rec.expires_at);
-                    touched.current = Some(Current { entry, created_at: rec.created_at, data });
+                    touched.current = Some(Current { entry, created_at: rec.created_at, data, client: rec.client });
                 }
                 Record::Request(rec) => {
                     self.put_request(rec, false)?;
@@ -617,7 +624,7 @@ fn load_claim(shared: &Shared, ns: &Rc<str>, id: &ClaimId) -> Result<TouchedClai
                 id: *id,
                 before: Some(entry),
                 slot,
-                current: Some(Current { entry, created_at: rec.created_at, data }),
+                current: Some(Current { entry, created_at: rec.created_at, data, client: rec.client }),
                 parts: rec.parts,
                 epoch: 0,
             }

@@ -88,6 +88,8 @@ struct Sim {
     stats: Stats,
     trace: bool,
     backups: usize,
+    /// The greatest fencing number a begin got so far.
+    max_fence: u64,
 }
 
 fn options(disk: &SimDisk) -> LogOptions {
@@ -192,6 +194,7 @@ impl Sim {
             data: r.data.map(|d| d.get().to_owned()),
             created_at: r.created_at.millis(),
             expires_at: r.expires_at.map_or(NEVER, |t| t.millis()),
+            client: None,
         }))
     }
 
@@ -222,6 +225,7 @@ impl Sim {
                     data: r.data.map(|d| d.get().to_owned()),
                     created_at: r.created_at.millis(),
                     expires_at: r.expires_at.map_or(NEVER, |t| t.millis()),
+                    client: None,
                 });
                 ensure!(got.as_ref() == want, "claim {key:?}: the store has {got:?}, the model {want:?}");
             }
@@ -345,7 +349,9 @@ impl Sim {
                         4..=7 => Some(Duration::from_millis(200 + rng.below(5000))),
                         _ => Some(Duration::from_secs(3600 + rng.below(3 * 86_400))),
                     };
-                    (parts, data, ttl)
+                    // A few client tokens, so that some claims meet the caller that made them.
+                    let client = rng.chance(40).then(|| format!("c{}", rng.below(3)));
+                    (parts, data, ttl, client)
                 })
                 .collect();
             return Op::Claim { ns, items };
@@ -367,6 +373,7 @@ impl Sim {
                 lease: Duration::from_millis(300 + rng.below(10_000)),
                 fingerprint: [1 + rng.below(2) as u8; 32],
                 held: vec![b'h'; rng.below(300) as usize],
+                client: rng.chance(40).then(|| format!("b{}", rng.below(3))),
             },
             72..=85 => {
                 let (big, long) = (rng.chance(10), rng.chance(20));
@@ -391,13 +398,17 @@ impl Sim {
         let got = run(self.store()?, &op).await;
         self.say(|| format!("{op:?} -> {got:?}"));
         match got {
-            Ok((answer, token)) => {
+            Ok((answer, lease)) => {
                 ensure!(answer == want, "{op:?} answered {answer:?}; the model says {want:?}");
+                if let (Some((token, fence)), Op::Begin { key, .. }) = (lease, &op) {
+                    self.check_lease(key, token, fence, now)?;
+                }
                 self.model = after;
-                if let (Some(token), Op::Begin { key, .. }) = (token, &op)
+                if let (Some((token, fence)), Op::Begin { key, .. }) = (lease, &op)
                     && let Some(r) = self.model.requests.get_mut(key)
                 {
                     r.token = Some(token);
+                    r.fence = Some(fence);
                 }
             }
             Err(why) if self.disk.is_dead() => {
@@ -407,6 +418,22 @@ impl Sim {
             Err(why) => {
                 ensure!(risky, "{op:?} failed with no fault injected: {why}");
                 // A failed step changed nothing, now or after any crash: the model stays.
+            }
+        }
+        Ok(())
+    }
+
+    /// A begin's lease: a retry's (the key held by the same client token) is the one it got before;
+    /// a new one's fence is greater than every fence handed out before, across crashes too.
+    fn check_lease(&mut self, key: &str, token: LeaseToken, fence: u64, now: i64) -> Result<(), String> {
+        match self.model.request(key, now).filter(|r| !r.completed) {
+            Some(r) => {
+                ensure!(r.token.is_none_or(|t| t == token), "{key}: a retry got another lease token");
+                ensure!(r.fence.is_none_or(|f| f == fence), "{key}: a retry got fence {fence}, not {:?}", r.fence);
+            }
+            None => {
+                ensure!(fence > self.max_fence, "{key}: fence {fence} is not above {}", self.max_fence);
+                self.max_fence = fence;
             }
         }
         Ok(())
@@ -523,6 +550,7 @@ async fn simulate(seed: u64, trace: bool) -> Result<Stats, (usize, String)> {
         stats: Stats::default(),
         trace,
         backups: 0,
+        max_fence: 0,
     };
     sim.open().map_err(|e| (0, e))?;
     for step in 0..STEPS {

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use idem_core::request::{Begin, Forget, LeaseToken, NewRequest};
-use idem_core::{ClaimId, ClaimStore, Namespace, NewClaim, Parts, RequestStore};
+use idem_core::{ClaimId, ClaimStore, ClientToken, Namespace, NewClaim, Parts, RequestStore};
 use idem_log::LogStore;
 use serde_json::value::RawValue;
 
@@ -12,11 +12,29 @@ pub const NEVER: i64 = i64::MAX;
 
 pub type Key = (String, Vec<String>);
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct MClaim {
     pub data: Option<String>,
     pub created_at: i64,
     pub expires_at: i64,
+    /// The client token it was claimed with: not in what a read shows, but in what a claim with
+    /// the same token answers (after any crash too).
+    pub client: Option<String>,
+}
+
+impl PartialEq for MClaim {
+    /// As a read shows a claim (the client token is not shown).
+    fn eq(&self, other: &Self) -> bool {
+        (&self.data, self.created_at, self.expires_at) == (&other.data, other.created_at, other.expires_at)
+    }
+}
+
+fn same_client(stored: &Option<String>, asked: &Option<String>) -> bool {
+    stored.is_some() && stored == asked
+}
+
+fn client_token(client: &Option<String>) -> Option<ClientToken> {
+    client.as_deref().map(|c| ClientToken::parse(c).expect("a valid client token"))
 }
 
 #[derive(Debug, Clone)]
@@ -27,6 +45,10 @@ pub struct MReq {
     pub until: i64,
     pub fingerprint: [u8; 32],
     pub body: Vec<u8>,
+    /// The client token of the begin that took it.
+    pub client: Option<String>,
+    /// Its fencing number (unknown after a crash cut the begin short).
+    pub fence: Option<u64>,
 }
 
 /// What was acknowledged.
@@ -46,12 +68,15 @@ impl Model {
     }
 }
 
+/// One claim of a step: parts, data, TTL, client token.
+pub type ClaimItem = (Vec<String>, Option<String>, Option<Duration>, Option<String>);
+
 /// A step that changes the store.
 #[derive(Debug, Clone)]
 pub enum Op {
-    Claim { ns: String, items: Vec<(Vec<String>, Option<String>, Option<Duration>)> },
+    Claim { ns: String, items: Vec<ClaimItem> },
     Delete { key: Key },
-    Begin { key: String, lease: Duration, fingerprint: [u8; 32], held: Vec<u8> },
+    Begin { key: String, lease: Duration, fingerprint: [u8; 32], held: Vec<u8>, client: Option<String> },
     Complete { key: String, token: LeaseToken, result: Vec<u8>, ttl: Duration },
     Release { key: String, token: LeaseToken },
     Extend { key: String, token: LeaseToken, lease: Duration },
@@ -62,7 +87,7 @@ impl Op {
     /// The keys it can change: what decides, after a crash, whether it happened.
     pub fn claim_keys(&self) -> Vec<Key> {
         match self {
-            Op::Claim { ns, items } => items.iter().map(|(p, _, _)| (ns.clone(), p.clone())).collect(),
+            Op::Claim { ns, items } => items.iter().map(|(p, ..)| (ns.clone(), p.clone())).collect(),
             Op::Delete { key } => vec![key.clone()],
             _ => Vec::new(),
         }
@@ -102,13 +127,14 @@ pub fn expect(model: &Model, op: &Op, now: i64) -> (Answer, Model) {
     let answer = match op {
         Op::Claim { ns, items } => {
             let mut out = Vec::new();
-            for (parts, data, ttl) in items {
+            for (parts, data, ttl, client) in items {
                 let key = (ns.clone(), parts.clone());
                 match after.claim(&key, now) {
-                    Some(c) => out.push((false, c.data.clone(), c.created_at, c.expires_at)),
+                    Some(c) => out.push((same_client(&c.client, client), c.data.clone(), c.created_at, c.expires_at)),
                     None => {
                         let expires_at = ttl.map_or(NEVER, |t| now + ms(t));
-                        after.claims.insert(key, MClaim { data: data.clone(), created_at: now, expires_at });
+                        let claim = MClaim { data: data.clone(), created_at: now, expires_at, client: client.clone() };
+                        after.claims.insert(key, claim);
                         out.push((true, data.clone(), now, expires_at));
                     }
                 }
@@ -116,10 +142,12 @@ pub fn expect(model: &Model, op: &Op, now: i64) -> (Answer, Model) {
             Answer::Claims(out)
         }
         Op::Delete { key } => Answer::Done(after.claim(key, now).is_some() && after.claims.remove(key).is_some()),
-        Op::Begin { key, lease, fingerprint, held } => match after.request(key, now) {
+        Op::Begin { key, lease, fingerprint, held, client } => match after.request(key, now) {
             Some(r) if r.completed => {
                 Answer::Completed { same: r.fingerprint == *fingerprint, result: r.body.clone(), until: r.until }
             }
+            // A retry of the begin that took the key: its lease back.
+            Some(r) if r.fingerprint == *fingerprint && same_client(&r.client, client) => Answer::Started,
             Some(r) => Answer::InFlight { same: r.fingerprint == *fingerprint, until: r.until },
             None => {
                 let req = MReq {
@@ -128,6 +156,8 @@ pub fn expect(model: &Model, op: &Op, now: i64) -> (Answer, Model) {
                     until: now + ms(*lease),
                     fingerprint: *fingerprint,
                     body: held.clone(),
+                    client: client.clone(),
+                    fence: None,
                 };
                 after.requests.insert(key.clone(), req);
                 Answer::Started
@@ -181,17 +211,18 @@ pub fn request_id(key: &str) -> ClaimId {
     parts_of(&[key.to_owned()]).id()
 }
 
-/// Runs `op` on the store; answers its answer, and the lease token a begin got.
-pub async fn run(store: &LogStore, op: &Op) -> Result<(Answer, Option<LeaseToken>), String> {
+/// Runs `op` on the store; answers its answer, and the lease token and fence a begin got.
+pub async fn run(store: &LogStore, op: &Op) -> Result<(Answer, Option<(LeaseToken, u64)>), String> {
     let e = |e: idem_core::StoreError| e.to_string();
     Ok(match op {
         Op::Claim { ns, items } => {
             let claims = items
                 .iter()
-                .map(|(p, data, ttl)| NewClaim {
+                .map(|(p, data, ttl, client)| NewClaim {
                     parts: parts_of(p),
                     data: data.as_ref().map(|d| RawValue::from_string(d.clone()).expect("json")),
                     ttl: *ttl,
+                    client: client_token(client),
                 })
                 .collect();
             let out = store.claim(&namespace(ns), claims).await.map_err(e)?;
@@ -208,11 +239,16 @@ pub async fn run(store: &LogStore, op: &Op) -> Result<(Answer, Option<LeaseToken
         Op::Delete { key } => {
             (Answer::Done(store.delete(&namespace(&key.0), &parts_of(&key.1).id()).await.map_err(e)?), None)
         }
-        Op::Begin { key, lease, fingerprint, held } => {
-            let request =
-                NewRequest { id: request_id(key), fingerprint: *fingerprint, lease: *lease, held: held.clone() };
+        Op::Begin { key, lease, fingerprint, held, client } => {
+            let request = NewRequest {
+                id: request_id(key),
+                fingerprint: *fingerprint,
+                lease: *lease,
+                held: held.clone(),
+                client: client_token(client),
+            };
             match store.begin_request(request).await.map_err(e)? {
-                Begin::Started { token, .. } => (Answer::Started, Some(token)),
+                Begin::Started { token, fence, .. } => (Answer::Started, Some((token, fence))),
                 Begin::InFlight { same_fingerprint, lease_until } => {
                     (Answer::InFlight { same: same_fingerprint, until: lease_until.millis() }, None)
                 }

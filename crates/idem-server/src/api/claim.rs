@@ -9,7 +9,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use idem_core::claim::MAX_DATA_BYTES;
-use idem_core::{ClaimId, ClaimOutcome, ClaimRecord, Invalid, Namespace, NewClaim, Parts};
+use idem_core::{ClaimId, ClaimOutcome, ClaimRecord, ClientToken, Invalid, Namespace, NewClaim, Parts};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use utoipa::ToSchema;
@@ -77,6 +77,16 @@ pub struct ClaimRequest {
     #[serde(default, deserialize_with = "crate::web::extract::whole_seconds")]
     #[schema(minimum = 1, maximum = 3_153_600_000_u64)]
     pub ttl_seconds: Option<u64>,
+    /// Chosen by the caller for this one logical claim and sent again, unchanged, with each retry
+    /// of it: a retry of a claim that was stored (its first answer lost) is told `claimed: true`
+    /// again. 1 to 255 printable ASCII characters; a UUID is a good choice.
+    #[schema(nullable = false, min_length = 1, max_length = 255, pattern = "^[ -~]+$")]
+    pub client_token: Option<String>,
+}
+
+/// A `client_token` as given, validated.
+pub fn client_token(text: Option<&str>) -> Result<Option<ClientToken>, Invalid> {
+    text.map(ClientToken::parse).transpose()
 }
 
 impl ClaimRequest {
@@ -97,7 +107,8 @@ impl ClaimRequest {
             None => default_ttl,
         };
         let data = self.data.filter(|d| d.get() != "null");
-        Ok(NewClaim { parts, data, ttl })
+        let client = client_token(self.client_token.as_deref())?;
+        Ok(NewClaim { parts, data, ttl, client })
     }
 }
 
@@ -107,6 +118,10 @@ pub struct BatchRequest {
     /// 1 to 10,000 claims, answered in this order.
     #[schema(min_items = 1, max_items = 10_000)]
     pub items: Vec<ClaimRequest>,
+    /// As a single claim's, for the whole batch: a retry of the same batch (the same items in the
+    /// same order) is told, item by item, which it won. An item's own `client_token` wins.
+    #[schema(nullable = false, min_length = 1, max_length = 255, pattern = "^[ -~]+$")]
+    pub client_token: Option<String>,
 }
 
 /// The keys to look up. (A body `{"prefix": [...]}` is still answered here as `POST
@@ -227,7 +242,8 @@ fn check_item_count(len: usize) -> Result<(), Invalid> {
         (status = 201, description = "Claimed: this request was first", body = ClaimResponse),
         (status = 200, description = "Already claimed: the existing record, unchanged", body = ClaimResponse),
         (status = 400, description = "Invalid request", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Store unavailable; nothing changed", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`store-unavailable`: nothing changed; or `outcome-unknown`: the store's answer was lost, retry with the same client_token", body = Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64))),
     ))]
 pub async fn create(
     State(state): State<AppState>,
@@ -258,12 +274,16 @@ pub async fn batch(
 ) -> Result<Json<BatchResponse>, ApiError> {
     check_item_count(body.items.len())?;
     let default_ttl = state.config.default_ttl(path.ns.as_str());
+    let batch_token = client_token(body.client_token.as_deref())?;
     let claims = body
         .items
         .into_iter()
         .enumerate()
-        .map(|(i, item)| item.into_new_claim(default_ttl).map_err(|e| e.within(&format!("items[{i}]"))))
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|(i, item)| {
+            let claim = item.into_new_claim(default_ttl).map_err(|e| e.within(&format!("items[{i}]")))?;
+            Ok(NewClaim { client: claim.client.or(batch_token.map(|t| t.item(i))), ..claim })
+        })
+        .collect::<Result<Vec<_>, Invalid>>()?;
     let outcomes = state.stores.claims.claim(&path.ns, claims).await?;
     count_claims(&path.ns, &outcomes);
     Ok(Json(BatchResponse { results: outcomes.into_iter().map(ClaimResponse::from).collect() }))

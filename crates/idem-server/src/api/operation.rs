@@ -16,7 +16,7 @@ use idem_core::claim::MAX_DATA_BYTES;
 use idem_core::gateway::Fingerprint;
 use idem_core::operation::{self, ANY_REQUEST, Outcome};
 use idem_core::request::{Begin, Forget, LeaseToken, NewRequest, RequestState};
-use idem_core::{ClaimId, Invalid, Namespace, Parts, Timestamp};
+use idem_core::{ClaimId, ClientToken, Invalid, Namespace, Parts, Timestamp};
 use idem_gateway::waiters::Wait;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -72,6 +72,11 @@ pub struct BeginRequest {
     #[serde(default, deserialize_with = "crate::web::extract::whole_seconds")]
     #[schema(minimum = 0, maximum = 30)]
     pub wait_seconds: Option<u64>,
+    /// Chosen by the caller for this one begin and sent again, unchanged, with each retry of it:
+    /// a retry of a begin that took the key (its first answer lost) gets `201` with the same lease
+    /// token. 1 to 255 printable ASCII characters.
+    #[schema(nullable = false, min_length = 1, max_length = 255, pattern = "^[ -~]+$")]
+    pub client_token: Option<String>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -117,6 +122,9 @@ pub struct Started {
     pub token: String,
     #[schema(format = DateTime)]
     pub lease_expires_at: String,
+    /// The lease's fencing number: greater for every later holder of this key, so that what the
+    /// work writes to can refuse a write from an older holder (one paused past its lease).
+    pub fence: u64,
 }
 
 /// The stored result of completed work.
@@ -178,6 +186,7 @@ struct NewOperation {
     lease: Duration,
     ttl: Duration,
     wait: Duration,
+    client: Option<ClientToken>,
 }
 
 fn seconds(field: &str, value: Option<u64>, range: std::ops::RangeInclusive<u64>) -> Result<Option<Duration>, Invalid> {
@@ -197,6 +206,7 @@ impl BeginRequest {
             lease: seconds("lease_seconds", self.lease_seconds, 1..=MAX_LEASE_SECONDS)?.unwrap_or(DEFAULT_LEASE),
             ttl: seconds("ttl_seconds", self.ttl_seconds, 1..=MAX_TTL_SECONDS)?.or(default_ttl).unwrap_or(DEFAULT_TTL),
             wait: seconds("wait_seconds", self.wait_seconds, 0..=MAX_WAIT_SECONDS)?.unwrap_or_default(),
+            client: super::claim::client_token(self.client_token.as_deref())?,
             parts,
         })
     }
@@ -259,16 +269,22 @@ pub async fn begin(
     let wait = Wait::new(&state.waiters, key, op.wait);
     loop {
         let armed = wait.arm();
-        let new =
-            NewRequest { id: key, fingerprint: op.fingerprint, lease: op.lease, held: operation::encode_held(op.ttl) };
+        let new = NewRequest {
+            id: key,
+            fingerprint: op.fingerprint,
+            lease: op.lease,
+            held: operation::encode_held(op.ttl),
+            client: op.client,
+        };
         let lease_until = match state.stores.requests.begin_request(new).await? {
-            Begin::Started { token, lease_until, .. } => {
+            Begin::Started { token, lease_until, fence, .. } => {
                 count(&path.ns, "started");
                 let started = Started {
                     status: "started",
                     id: id.to_string(),
                     token: operation::token_text(&token),
                     lease_expires_at: lease_until.to_rfc3339(),
+                    fence,
                 };
                 return Ok((StatusCode::CREATED, Json(started)).into_response());
             }

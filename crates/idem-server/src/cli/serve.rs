@@ -29,9 +29,14 @@ pub async fn open_store(config: &Config) -> Result<(Stores, Arc<dyn Clock>), Fai
             let stores = crate::embedded::open(&config.data_dir, Arc::clone(&clock)).await.map_err(Failure::runtime)?;
             Ok((stores, clock))
         }
-        StoreConfig::Postgres { url, pool_size } => {
+        StoreConfig::Postgres { url, pool_size, connect_timeout, call_timeout } => {
             let time = idem_postgres::TimeSource::Database { local: Arc::new(SystemClock) };
-            let store = idem_postgres::PgStore::connect(url.expose(), *pool_size, time)
+            let options = idem_postgres::PgOptions {
+                pool_size: *pool_size,
+                connect_timeout: connect_timeout.0,
+                call_timeout: call_timeout.0,
+            };
+            let store = idem_postgres::PgStore::connect(url.expose(), &options, time)
                 .await
                 .map_err(|e| Failure::runtime(e.to_string()))?;
             let clock = store.clock();

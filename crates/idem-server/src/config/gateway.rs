@@ -29,6 +29,10 @@ pub struct GatewayConfig {
     /// Most upstream calls kept running after their client got a 504 (`upstream_timeout`), at once.
     #[serde(default = "defaults::max_background_calls")]
     pub max_background_calls: usize,
+    /// Memory for responses kept until the store takes them (the store was unavailable when the
+    /// upstream answered), at once.
+    #[serde(default = "defaults::max_unstored_bytes")]
+    pub max_unstored_bytes: usize,
     #[serde(default)]
     pub routes: Vec<Route>,
     /// TLS on the gateway's listener: `cert` and `key` files, re-read on SIGHUP and on change.
@@ -46,6 +50,9 @@ mod defaults {
     }
     pub fn max_background_calls() -> usize {
         idem_gateway::EngineConfig::default().max_background_calls
+    }
+    pub fn max_unstored_bytes() -> usize {
+        idem_gateway::EngineConfig::default().max_unstored_bytes
     }
 }
 
@@ -74,6 +81,7 @@ impl GatewayConfig {
             max_stored_response: self.max_stored_response,
             cache_bytes: self.cache_bytes,
             max_background_calls: self.max_background_calls,
+            max_unstored_bytes: self.max_unstored_bytes,
         }
     }
 }

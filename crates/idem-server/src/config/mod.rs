@@ -112,16 +112,32 @@ pub enum StoreConfig {
     Embedded {},
     /// A PostgreSQL database shared by several nodes.
     Postgres {
-        /// `postgres://user:password@host:port/db`; never printed.
+        /// `postgres://user:password@host:port/db`, with several hosts for a replicated
+        /// PostgreSQL (`postgres://h1:5432,h2:5432/db`); never printed.
         url: Secret,
         /// Connections this node keeps to the database, at most.
         #[serde(default = "default_pool_size")]
         pool_size: usize,
+        /// How long connecting to one host may take, all of it (TCP, startup, authentication).
+        #[serde(default = "default_connect_timeout")]
+        connect_timeout: ConfigDuration,
+        /// How long one store call may take, from asking for a connection to its answer; past it
+        /// the request is answered 503 and the connection discarded.
+        #[serde(default = "default_call_timeout")]
+        call_timeout: ConfigDuration,
     },
 }
 
 fn default_pool_size() -> usize {
-    16
+    idem_postgres::PgOptions::default().pool_size
+}
+
+fn default_connect_timeout() -> ConfigDuration {
+    ConfigDuration(idem_postgres::PgOptions::default().connect_timeout)
+}
+
+fn default_call_timeout() -> ConfigDuration {
+    ConfigDuration(idem_postgres::PgOptions::default().call_timeout)
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -51,6 +51,11 @@ pub enum ApiError {
     MethodNotAllowed,
     #[error("the store is unavailable; nothing was changed, retry shortly")]
     Unavailable,
+    /// The store's answer was lost after the write was sent: it may or may not have been made.
+    #[error(
+        "the store's answer was lost after the change was sent: it may or may not have been made. Retry with the same client_token to learn which (a claim or a begin that was made answers as made for its own client_token)"
+    )]
+    OutcomeUnknown,
     #[error("an internal error occurred; nothing was changed")]
     Internal,
 }
@@ -86,7 +91,7 @@ impl ApiError {
             ApiError::ExpectationFailed => StatusCode::EXPECTATION_FAILED,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable | ApiError::OutcomeUnknown => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -111,6 +116,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType => "unsupported-media-type",
             ApiError::MethodNotAllowed => "method-not-allowed",
             ApiError::Unavailable => "store-unavailable",
+            ApiError::OutcomeUnknown => "outcome-unknown",
             ApiError::Internal => "internal",
         }
     }
@@ -133,6 +139,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType => "Unsupported media type",
             ApiError::MethodNotAllowed => "Method not allowed",
             ApiError::Unavailable => "Store unavailable",
+            ApiError::OutcomeUnknown => "Outcome unknown",
             ApiError::Internal => "Internal error",
         }
     }
@@ -161,12 +168,28 @@ impl From<idem_gateway::BodyError> for ApiError {
     }
 }
 
+/// Store faults are told at most once per kind every 10 seconds: a store that is down fails every
+/// request, and its log should say so once in a while, not once per request.
+static STORE_FAULTS: std::sync::LazyLock<idem_core::throttle::Throttle> =
+    std::sync::LazyLock::new(|| idem_core::throttle::Throttle::new(std::time::Duration::from_secs(10)));
+
+fn tell_store_fault(what: &str, cause: &str) {
+    let kind = cause.split(':').next().unwrap_or(cause);
+    if let Some(skipped) = STORE_FAULTS.admit(kind, std::time::Instant::now()) {
+        tracing::warn!(%cause, more_like_it = skipped, "{what}");
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Unavailable(cause) => {
-                tracing::warn!(%cause, "store unavailable");
+                tell_store_fault("store unavailable", &cause);
                 ApiError::Unavailable
+            }
+            StoreError::OutcomeUnknown(cause) => {
+                tell_store_fault("store's answer lost: outcome unknown", &cause);
+                ApiError::OutcomeUnknown
             }
             StoreError::Closed => ApiError::Unavailable,
             StoreError::Internal(cause) => {
@@ -188,7 +211,7 @@ impl IntoResponse for ApiError {
             ApiError::Unauthorized => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
-            ApiError::Unavailable => {
+            ApiError::Unavailable | ApiError::OutcomeUnknown => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             ApiError::InProgress(seconds) => {

@@ -98,7 +98,13 @@ async fn an_older_data_dir_keeps_its_claims_and_results_in_the_log() {
     assert_eq!(short.expires_at, Some(START.plus(Duration::from_secs(60))), "expiry is kept");
     let again = store.claim(&n, vec![new_claim(&["q1", "user-7"], None, None)]).await.expect("claim");
     assert!(!again[0].claimed, "an old claim still dedups");
-    let retry = NewRequest { id: id(&["order-1"]), fingerprint: [3; 32], lease: Duration::from_secs(30), held: vec![] };
+    let retry = NewRequest {
+        id: id(&["order-1"]),
+        fingerprint: [3; 32],
+        lease: Duration::from_secs(30),
+        held: vec![],
+        client: None,
+    };
     let begun = stores.requests.begin_request(retry).await.expect("begin");
     assert!(matches!(begun, Begin::Completed { result, .. } if result == b"stored"));
     assert_eq!(store.count_claims().await.expect("count"), vec![("survey".to_owned(), 2_501)]);

@@ -141,6 +141,7 @@ async fn orders_are_created_once_however_often_the_client_retries() {
         max_stored_response: 1 << 20,
         cache_bytes: 1 << 20,
         max_background_calls: 1000,
+        max_unstored_bytes: 1 << 20,
         routes: vec![idem_server::config::Route(idem_gateway::RoutePolicy {
             methods: vec![http::Method::POST],
             key: idem_core::gateway::KeyPolicy::Required,

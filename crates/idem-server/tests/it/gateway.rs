@@ -43,6 +43,7 @@ async fn gateway_with(routes: impl FnOnce(&mut Vec<RoutePolicy>), more: impl FnO
         max_stored_response: 1 << 20,
         cache_bytes: 1 << 20,
         max_background_calls: 1000,
+        max_unstored_bytes: 1 << 20,
         routes: list.into_iter().map(Route::from).collect(),
         tls: None,
     };

@@ -17,6 +17,7 @@ mod multinode;
 mod operations;
 mod pg_restart;
 mod process;
+mod store_faults;
 mod support;
 mod tls;
 mod ui;

@@ -74,10 +74,8 @@ fn as_postgres(program: &Path, args: &[&str]) -> Option<bool> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_restart_under_load_is_503_then_recovers_losing_nothing() {
     let Some(pg) = PrivatePostgres::start() else {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "!!! SKIPPED: no PostgreSQL server binaries (or runuser): the restart-under-load test did not run !!!"
+        idem_conformance::skipped(
+            "no PostgreSQL server binaries (or runuser): the restart-under-load test did not run",
         );
         return;
     };

@@ -301,7 +301,7 @@ impl Drop for SmallDisk {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_refuses_writes_keeps_reads_and_recovers_by_itself() {
     let Some(disk) = SmallDisk::mount(3 << 20) else {
-        eprintln!("SKIPPED: cannot mount a tmpfs here (needs root); the full-disk test did not run");
+        idem_conformance::skipped("cannot mount a tmpfs here (needs root): the full-disk test did not run");
         return;
     };
     let data = disk.dir.path().join("data");

@@ -3,6 +3,7 @@
 
 pub mod binary;
 pub mod certs;
+pub mod faulty;
 pub mod pg;
 pub mod receiver;
 pub mod upstream;
@@ -46,6 +47,21 @@ impl TestServer {
         let stores =
             idem_server::embedded::open(&config.data_dir, Arc::clone(&clock)).await.expect("open the embedded store");
         Self::start_on(stores, dir, config, clock).await
+    }
+
+    /// Starts a server on PostgreSQL at `url`, with `options`; `configure` edits the config first.
+    pub async fn start_postgres(
+        url: &str,
+        options: &idem_postgres::PgOptions,
+        configure: impl FnOnce(&mut Config),
+    ) -> Self {
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let time = idem_postgres::TimeSource::Given(Arc::clone(&clock));
+        let store = idem_postgres::PgStore::connect(url, options, time).await.expect("open PostgreSQL");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut config = Config { data_dir: dir.path().to_owned(), ..Config::default() };
+        configure(&mut config);
+        Self::start_on(Stores::of(Arc::new(store)), dir, config, clock).await
     }
 
     async fn start_on(stores: Stores, dir: tempfile::TempDir, mut config: Config, clock: Arc<dyn Clock>) -> Self {
