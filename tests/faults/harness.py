@@ -83,7 +83,7 @@ class IdemNode:
     def write_config(self, order: Optional[List[str]] = None) -> None:
         store_timeouts = ""
         if self.h.store_timeouts:
-            store_timeouts = f'connect_timeout = "{self.h.call_timeout}s"\ncall_timeout = "{self.h.call_timeout}s"\n'
+            store_timeouts = f'connect_timeout = "{self.h.call_timeout:g}s"\ncall_timeout = "{self.h.call_timeout:g}s"\n'
         self.config.write_text(f"""# written by tests/faults
 listen = "127.0.0.1:{self.api}"
 
