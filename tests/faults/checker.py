@@ -33,7 +33,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
-NODE_CUT_FAULTS = {"idem-pause", "idem-kill", "partition", "blackhole", "repoint"}
+PROCESS_FAULTS = {"idem-pause", "idem-kill", "standby-first"}
 PROMOTION_FAULTS = {"failover", "switchover", "demote"}
 RECOVERY_BOUND = {"promoted": 3.0}
 DEFAULT_RECOVERY_BOUND = 10.0
@@ -110,17 +110,37 @@ def percentile(xs: List[float], p: float) -> Optional[float]:
 
 
 def fault_windows(events: List[dict]) -> List[dict]:
-    """[start, end] of each node-scoped fault, with its node and (where it has one) duration."""
+    """[start, end] of each fault: while a node was stopped, dead or cut off from the store
+    (`node` names it), or while no node could write (`node` None: no writable primary, or a
+    synchronous standby missing). `end` is the heal (the promotion, the path back), or for a lost
+    standby the moment it streams again."""
     out = []
     starts: Dict[str, dict] = {}
+    heals: Dict[str, dict] = {}
     for e in events:
-        if e["event"] == "fault_start" and e.get("fault") in NODE_CUT_FAULTS:
-            starts[e["run"]] = e
-        elif e["event"] == "heal" and e.get("run") in starts:
-            s = starts.pop(e["run"])
-            out.append({"fault": s["fault"], "node": s.get("node") or e.get("node"), "start": s["t"],
-                        "end": e.get("at", e["t"]), "seconds": s.get("seconds")})
+        run = e.get("run")
+        if e["event"] == "fault_start" and e.get("fault") != "control":
+            starts[run] = e
+        elif e["event"] == "heal" and run in starts:
+            heals[run] = e
+        elif e["event"] in ("standby_back", "fault_end") and run in starts and run in heals:
+            if e["event"] == "fault_end" or starts[run]["fault"] == "standby-loss":
+                s, h = starts.pop(run), heals.pop(run)
+                end = e["t"] if e["event"] == "standby_back" else h.get("at", h["t"])
+                out.append({"fault": s["fault"], "node": s.get("node"), "start": s["t"], "end": end,
+                            "seconds": round(end - s["t"], 1)})
     return out
+
+
+def excuses_double(w: dict, node: str, t_a: float, t_b: float, lease: float) -> bool:
+    """Whether fault window `w` is the documented cause of a key executed at `t_a` on `node` and
+    again at `t_b`: that node died or was paused in between, or it (or every node) could not
+    write to the store for at least the lease in between."""
+    if w["start"] > t_b or w["end"] < t_a or w["node"] not in (node, None):
+        return False
+    if w["fault"] in PROCESS_FAULTS:
+        return True
+    return w["end"] - w["start"] >= lease
 
 
 def check_run(run_dir: Path, events: List[dict], upstream: List[dict], meta: dict) -> dict:
@@ -131,7 +151,13 @@ def check_run(run_dir: Path, events: List[dict], upstream: List[dict], meta: dic
     call_timeout = meta.get("call_timeout", 5.0)
     lease = meta.get("gateway_lease", 6.0)
     client_tokens = meta.get("client_token", False)
-    run_events = [e for e in events if e.get("run") == run_id]
+    starts = [e["t"] for e in events if e["event"] == "run_start" and e.get("run") == run_id]
+    ends = [e["t"] for e in events if e["event"] == "run_end" and e.get("run") == run_id]
+    t_from = starts[0] if starts else 0
+    later = [e["t"] for e in events if e["event"] == "run_start" and e["t"] > t_from]
+    t_to = min(later) if later else float("inf")
+    # Events of this run, and those that name no run (a node's failed start) within its time.
+    run_events = [e for e in events if e.get("run") == run_id or ("run" not in e and t_from <= e["t"] <= t_to)]
     windows = fault_windows(run_events)
     v: Dict[str, List[str]] = defaultdict(list)  # violations: kind -> examples
     r: dict = {"run": run_id, "fault": meta.get("fault"), "attempts": len(attempts),
@@ -249,13 +275,13 @@ def check_run(run_dir: Path, events: List[dict], upstream: List[dict], meta: dic
         es.sort(key=lambda e: e["n"])
         ok = True
         for a, b in zip(es, es[1:]):
-            cut = [w for w in windows if w["node"] == a["node"] and w["start"] <= b["t"] and w["end"] >= a["t"]
-                   and (w["fault"] in ("idem-pause", "idem-kill") or (w.get("seconds") or 0) >= lease
-                        or w["end"] - w["start"] >= lease)]
+            cut = [w for w in windows if excuses_double(w, a["node"], a["t"], b["t"], lease)]
             if not cut:
                 ok = False
         fence = [e.get("fence") for e in es]
-        line = f"{key}: {len(es)}x on {[e['node'] for e in es]}, fences {fence}"
+        why = sorted({f"{w['fault']} {w['seconds']}s" for w in windows
+                      if excuses_double(w, es[0]["node"], es[0]["t"], es[-1]["t"], lease)})
+        line = f"{key}: {len(es)}x on {[e['node'] for e in es]}, fences {fence}" + (f" ({', '.join(why)})" if why else "")
         if ok:
             documented.append(line)
             if all(f is not None for f in fence):

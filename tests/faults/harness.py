@@ -113,12 +113,13 @@ upstream_timeout = "{GATEWAY_UPSTREAM_TIMEOUT:g}s"
         except OSError:
             return False
 
-    def start(self, tries: int = 8) -> Dict[str, object]:
-        """Starts the node; a start that exits (today: a standby first in the URL) is retried,
-        then the URL is reordered primary-first so that the run can go on. Says what happened."""
+    def start(self, tries: int = 5, first: Optional[List[str]] = None) -> Dict[str, object]:
+        """Starts the node (with the URL's hosts in `first`'s order, when given); a start that exits
+        (today: a standby first in the URL) is retried, then the URL is reordered primary-first so
+        that the run can go on. Says what happened."""
         failures = 0
         for attempt in range(tries + 1):
-            order = None
+            order = first
             if attempt == tries:
                 primary = self.h.cluster_primary()
                 order = [primary] + [m for m in self.h.cluster.members if m != primary] if primary else None
@@ -325,9 +326,9 @@ class Harness:
 # ---- the nemeses ------------------------------------------------------------------------------
 
 FAULTS_STREAMING = ["failover", "switchover", "demote", "readonly", "repoint", "blackhole", "partition",
-                    "standby-loss", "idem-kill", "idem-pause"]
+                    "standby-loss", "idem-kill", "idem-pause", "standby-first"]
 FAULTS_PATRONI = ["failover", "switchover", "readonly", "repoint", "blackhole", "partition", "standby-loss",
-                  "idem-kill", "idem-pause"]
+                  "idem-kill", "idem-pause", "standby-first"]
 
 
 def inject(h: Harness, kind: str, rng: random.Random, run_id: str) -> None:
@@ -399,6 +400,14 @@ def inject(h: Harness, kind: str, rng: random.Random, run_id: str) -> None:
         node.kill9()
         time.sleep(rng.uniform(0.5, 3))
         info = node.start()
+        ev("heal", **common, what="node restarted", **info)
+    elif kind == "standby-first":
+        # §10: idem starts against a multi-host URL whose first host is a standby (it moves on).
+        primary = h.cluster_primary()
+        order = [m for m in c.members if m != primary] + [primary]
+        ev("fault_start", **common, node=node.name, order=order)
+        node.kill9()
+        info = node.start(first=order)
         ev("heal", **common, what="node restarted", **info)
     elif kind == "idem-pause":
         dur = GATEWAY_LEASE + rng.uniform(2, 6)
