@@ -67,7 +67,11 @@ class IdemNode:
         self.gateway = h.port_base + 30 + i
         self.proc: Optional[subprocess.Popen] = None
         self.log = h.dir / f"idem-{self.name}.log"
-        self.config = h.dir / f"idem-{self.name}.toml"
+        # Under a path of the suite's own whatever --out says, so that a later run finds and ends
+        # a node an earlier (crashed) run left behind by its command line.
+        conf_dir = Path(f"/tmp/idem-faults/.nodes-{h.port_base}")
+        conf_dir.mkdir(parents=True, exist_ok=True)
+        self.config = conf_dir / f"idem-{self.name}.toml"
         self.paused = False
 
     def proxy(self, member: str) -> str:
@@ -84,7 +88,7 @@ class IdemNode:
         store_timeouts = ""
         if self.h.store_timeouts:
             store_timeouts = f'connect_timeout = "{self.h.call_timeout:g}s"\ncall_timeout = "{self.h.call_timeout:g}s"\n'
-        self.config.write_text(f"""# written by tests/faults
+        text = f"""# written by tests/faults
 listen = "127.0.0.1:{self.api}"
 
 [store]
@@ -102,7 +106,9 @@ methods = ["POST"]
 key = "required"
 lease = "{GATEWAY_LEASE:g}s"
 upstream_timeout = "{GATEWAY_UPSTREAM_TIMEOUT:g}s"
-""")
+"""
+        self.config.write_text(text)
+        (self.h.dir / self.config.name).write_text(text)  # a copy beside the run's results
 
     def healthy(self) -> bool:
         try:
@@ -135,7 +141,8 @@ upstream_timeout = "{GATEWAY_UPSTREAM_TIMEOUT:g}s"
                     break
                 if self.healthy():
                     self.paused = False
-                    return {"node": self.name, "start_failures": failures, "reordered": order is not None}
+                    return {"node": self.name, "start_failures": failures, "first": (order or [None])[0],
+                            "reordered_primary_first": attempt == tries}
                 time.sleep(0.1)
             failures += 1
             tail = self.log.read_text(errors="replace").strip().splitlines()[-3:]
