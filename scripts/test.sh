@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Every test of the project, as the README's quick start runs it: the Rust workspace, then the
-# TypeScript, Python and Go clients against the `idem` binary that cargo built (target/debug/idem)
+# TypeScript, Python, Go and PHP clients against the `idem` binary that cargo built (target/debug/idem)
 # (the Go suite also runs the Go example and the PHP handler under `php -S`), then the dashboard in
 # a real headless Chromium, then the OpenAPI document against an independent validator and
 # Schemathesis, then the deploy/ pack.
 #
 # Needs: a Rust toolchain, Node 18+ with npm, Python 3.11+ with pip (the Python client supports
-# 3.9+; openapi-python-client, which the OpenAPI check generates a client with, needs 3.11), Go 1.19+ and PHP 8.2's CLI
-# (Debian's golang-go and php-cli: skipped loudly when missing; .ci/run installs them), and
+# 3.9+; openapi-python-client, which the OpenAPI check generates a client with, needs 3.11), Go 1.19+, PHP 8.1+'s CLI
+# and PHPUnit (Debian's golang-go, php-cli and phpunit: skipped loudly when missing; .ci/run installs them), and
 # Debian's chromium and chromium-driver (installed here when missing and run as root; .ci/run does
 # the same). Tests that need PostgreSQL run on IDEM_TEST_DATABASE_URL, or, when it is not set, on
 # the PostgreSQL of this machine if one answers at 127.0.0.1:5432 (user postgres, database
@@ -68,6 +68,14 @@ else
     say "SKIPPED: the Go client's tests, the Go example's and the PHP handler's need go (Debian: golang-go) and php (php-cli); .ci/run installs them"
 fi
 
+say "PHP client (clients/php): phpunit against the idem binary (and a php -S fake)"
+if command -v php >/dev/null 2>&1 && command -v phpunit >/dev/null 2>&1; then
+    idem_bin="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/idem"
+    (cd clients/php && IDEM_BIN="$idem_bin" phpunit) 2>&1 | tee -a "$LOG"
+else
+    say "SKIPPED: the PHP client's tests need php (Debian: php-cli) and phpunit (Debian: phpunit); .ci/run installs them"
+fi
+
 say "Dashboard (tests/dashboard): Selenium driving Debian's headless Chromium against a real idem"
 if scripts/ensure-chromium.sh; then
     python3 -m pip install --quiet --disable-pip-version-check -r tests/dashboard/requirements.txt 2>&1 | tee -a "$LOG"
@@ -93,7 +101,9 @@ fi
 # cargo: "test result: ok. N passed; M failed" (a Rust test that skipped reports as passed: the
 # lines in $IDEM_TEST_SKIPS move it to skipped); node --test: "# pass N" / "# fail M" / "# skipped N";
 # pytest: "N passed[, M failed][, K skipped]"; go test -v: one "--- PASS: Name" / "--- FAIL: Name" /
-# "--- SKIP: Name" line per top-level test (subtests are indented and not counted).
+# "--- SKIP: Name" line per top-level test (subtests are indented and not counted); PHPUnit:
+# "OK (N tests, M assertions)" when all passed, else "Tests: N, Assertions: M[, Errors: E][, Failures: F]
+# [, Skipped: S][, Incomplete: I][, Risky: R]." (errors and failures failed, skipped and incomplete skipped).
 rust_skipped=$(wc -l < "$IDEM_TEST_SKIPS")
 awk -v rs="$rust_skipped" '
     /^test result:/ { p += $4; f += $6 }
@@ -103,6 +113,18 @@ awk -v rs="$rust_skipped" '
     /^# pass / { p += $3 }
     /^# fail / { f += $3 }
     /^# skipped / { s += $3 }
+    /^OK \([0-9]+ tests?, [0-9]+ assertions?\)/ { n = $2; gsub(/[^0-9]/, "", n); p += n }
+    /^Tests: [0-9]+, Assertions: [0-9]+/ {
+        line = $0; sub(/\.$/, "", line)
+        total = 0; bad = 0; skip = 0
+        for (i = split(line, kv, /, /); i > 0; i--) {
+            split(kv[i], pair, /: /)
+            if (pair[1] == "Tests") total = pair[2]
+            if (pair[1] == "Errors" || pair[1] == "Failures") bad += pair[2]
+            if (pair[1] == "Skipped" || pair[1] == "Incomplete") skip += pair[2]
+        }
+        p += total - bad - skip; f += bad; s += skip
+    }
     /^[0-9]+ passed/ || /^[0-9]+ failed/ || /^[0-9]+ skipped/ {
         for (i = 1; i < NF; i++) {
             if ($(i + 1) ~ /^passed/) p += $i

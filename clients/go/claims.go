@@ -76,9 +76,10 @@ type LookupResult struct {
 // Claims is the Claims API (docs/reference/api.md#claims): c.Claims.
 type Claims struct{ t *transport }
 
-// CallOption is an optional argument of a call: WithData and WithTTL for Claim; WithRequest,
-// WithLease, WithTTL, WithWait and WithHeartbeat for the Operations calls. A call given an option
-// that does not apply to it returns an error without sending anything.
+// CallOption is an optional argument of a call: WithData, WithTTL and WithClientToken for Claim;
+// WithClientToken for ClaimBatch; WithRequest, WithLease, WithTTL, WithWait, WithHeartbeat and
+// WithClientToken for the Operations calls. A call given an option that does not apply to it
+// returns an error without sending anything.
 type CallOption func(*callOptions)
 
 type callOptions struct {
@@ -90,7 +91,10 @@ type callOptions struct {
 	wait      time.Duration
 	hasWait   bool
 	heartbeat time.Duration
-	given     []string
+	// clientToken is WithClientToken's (see clienttoken.go).
+	clientToken    string
+	hasClientToken bool
+	given          []string
 }
 
 // WithData stores v with the claim: any value encoding/json can marshal (a json.RawMessage is
@@ -136,9 +140,11 @@ func claimsPath(ns string) string { return "/v1/claims/" + seg(ns) }
 
 // Claim claims a key in namespace ns: Claimed is true when this call created the claim; false
 // with the existing record, unchanged, when it existed already. Of any number of concurrent
-// claims of one key exactly one is Claimed. Options: WithData, WithTTL.
+// claims of one key exactly one is Claimed. Every attempt of the call carries the same client
+// token, so a retry after a lost answer is still told Claimed. Options: WithData, WithTTL,
+// WithClientToken.
 func (c *Claims) Claim(ctx context.Context, ns string, key KeyRef, opts ...CallOption) (*ClaimResult, error) {
-	o, err := collect("Claim", []string{"WithData", "WithTTL"}, opts)
+	o, err := collect("Claim", []string{"WithData", "WithTTL", "WithClientToken"}, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -152,6 +158,9 @@ func (c *Claims) Claim(ctx context.Context, ns string, key KeyRef, opts ...CallO
 	if o.ttl != 0 {
 		body["ttl_seconds"] = seconds(o.ttl)
 	}
+	if body["client_token"], err = o.clientTokenOf(); err != nil {
+		return nil, err
+	}
 	var out ClaimResult
 	if err := c.t.call(ctx, request{method: "POST", path: claimsPath(ns), json: body}, &out); err != nil {
 		return nil, err
@@ -161,8 +170,17 @@ func (c *Claims) Claim(ctx context.Context, ns string, key KeyRef, opts ...CallO
 
 // ClaimBatch claims 1 to 10,000 keys in one call; the results are in request order, and of two
 // equal keys in one batch the first wins. One bad item refuses the whole batch (a 400 *Error
-// whose Field is items[i]…).
-func (c *Claims) ClaimBatch(ctx context.Context, ns string, items []Item) ([]ClaimResult, error) {
+// whose Field is items[i]…). One client token for the whole call, the same on every attempt: a
+// retry after a lost answer is told each item as it was first decided. Option: WithClientToken.
+func (c *Claims) ClaimBatch(ctx context.Context, ns string, items []Item, opts ...CallOption) ([]ClaimResult, error) {
+	o, err := collect("ClaimBatch", []string{"WithClientToken"}, opts)
+	if err != nil {
+		return nil, err
+	}
+	token, err := o.clientTokenOf()
+	if err != nil {
+		return nil, err
+	}
 	list := make([]map[string]any, len(items))
 	for i, it := range items {
 		field := fmt.Sprintf("items[%d]", i)
@@ -185,7 +203,7 @@ func (c *Claims) ClaimBatch(ctx context.Context, ns string, items []Item) ([]Cla
 	var out struct {
 		Results []ClaimResult `json:"results"`
 	}
-	req := request{method: "POST", path: claimsPath(ns) + "/batch", json: map[string]any{"items": list}}
+	req := request{method: "POST", path: claimsPath(ns) + "/batch", json: map[string]any{"items": list, "client_token": token}}
 	if err := c.t.call(ctx, req, &out); err != nil {
 		return nil, err
 	}

@@ -13,6 +13,10 @@
 // Every call takes a context.Context, is retried with exponential backoff and jitter on
 // connection errors and 502/503/504 (honouring Retry-After), and has a time limit per attempt.
 // Error answers are *Error values that match errors.Is against ErrInProgress, ErrMismatch,
-// ErrLeaseLost, ErrConflict, ErrUnavailable, ErrUnauthorized, ErrForbidden, ErrNotFound and
-// ErrConnection. A Client is safe for concurrent use.
+// ErrLeaseLost, ErrConflict, ErrUnavailable, ErrOutcomeUnknown, ErrUnauthorized, ErrForbidden,
+// ErrNotFound and ErrConnection. A Client is safe for concurrent use.
+//
+// A Claim, ClaimBatch and Begin (and every begin of a Run) carry a client token, made once per
+// call and the same on each of its retries, so a retry after a lost answer is told that it won
+// (see WithClientToken); Begin's answer carries the lease's fencing number, Operation.Fence.
 package idem

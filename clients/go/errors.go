@@ -13,6 +13,14 @@ const (
 	ProblemInProgress          = "urn:idem:problem:in-progress"
 	ProblemLeaseLost           = "urn:idem:problem:lease-lost"
 	ProblemFingerprintMismatch = "urn:idem:problem:fingerprint-mismatch"
+	// ProblemStoreUnavailable is a 503 (ErrUnavailable): the store could not be used; nothing was
+	// changed.
+	ProblemStoreUnavailable = "urn:idem:problem:store-unavailable"
+	// ProblemOutcomeUnknown is a 503 (ErrUnavailable and ErrOutcomeUnknown): the store's answer
+	// was lost after a write was sent, so it may or may not have been made. The client retries it
+	// with the call's own client token, which tells which; this type reaches the caller only once
+	// the retries ran out.
+	ProblemOutcomeUnknown = "urn:idem:problem:outcome-unknown"
 	// ProblemNotFound is idem's "no such record": the only 404 that Get and Delete read as absent.
 	ProblemNotFound = "urn:idem:problem:not-found"
 	// ProblemNoSuchRoute is a 404 for a path that is no route at all: a wrong base URL.
@@ -35,8 +43,14 @@ var (
 	ErrConflict = errors.New("idem: conflict")
 	// ErrMismatch: 422, the key was used before with another request.
 	ErrMismatch = errors.New("idem: fingerprint mismatch")
-	// ErrUnavailable: 503, the store cannot be written right now (after the client's retries).
+	// ErrUnavailable: 503, the store cannot be written right now (after the client's retries):
+	// nothing was changed (ProblemStoreUnavailable), or the outcome is unknown
+	// (ProblemOutcomeUnknown, which matches ErrOutcomeUnknown too).
 	ErrUnavailable = errors.New("idem: unavailable")
+	// ErrOutcomeUnknown: 503 urn:idem:problem:outcome-unknown, the write may or may not have been
+	// made. Ask again with the same WithClientToken to learn which: a claim that was made answers
+	// Claimed, a begin that took the key its lease.
+	ErrOutcomeUnknown = errors.New("idem: outcome unknown")
 	// ErrUnauthorized: 401, no token or a wrong one (see WithToken); for event intake with
 	// verify_secret, a bad signature.
 	ErrUnauthorized = errors.New("idem: unauthorized")
@@ -124,6 +138,8 @@ func (e *Error) Is(target error) bool {
 		return e.Status == 422
 	case ErrUnavailable:
 		return e.Status == 503
+	case ErrOutcomeUnknown:
+		return e.Status == 503 && e.Type == ProblemOutcomeUnknown
 	case ErrUnauthorized:
 		return e.Status == 401
 	case ErrForbidden:

@@ -131,7 +131,7 @@ func TestNoRetryAndSentinels(t *testing.T) {
 		{500, "urn:idem:problem:internal", nil},
 	}
 	all := []error{idem.ErrUnauthorized, idem.ErrForbidden, idem.ErrNotFound, idem.ErrNoRoute, idem.ErrInProgress, idem.ErrLeaseLost,
-		idem.ErrMismatch, idem.ErrUnavailable, idem.ErrConnection}
+		idem.ErrMismatch, idem.ErrUnavailable, idem.ErrOutcomeUnknown, idem.ErrConnection}
 	for _, tc := range cases {
 		s, n := fakeIdem(t, func(i int, w http.ResponseWriter, r *http.Request) {
 			problem(w, tc.status, tc.typ, "Retry-After", "0")

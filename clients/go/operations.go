@@ -28,6 +28,11 @@ type Operation struct {
 	// Keep it private.
 	Token          string     `json:"token,omitempty"`
 	LeaseExpiresAt *time.Time `json:"lease_expires_at,omitempty"`
+	// Fence is the lease's fencing number (Begin's StatusStarted answer only; 0 otherwise): every
+	// later take of the key gets a greater one. Send it with the work's writes so that what they
+	// write to can refuse a write whose fence is smaller than one it has seen, from a holder
+	// paused past its lease whose key another caller has taken since.
+	Fence uint64 `json:"fence,omitempty"`
 	// Result is the stored result as JSON (nil when the work stored none).
 	Result      json.RawMessage `json:"result,omitempty"`
 	CompletedAt *time.Time      `json:"completed_at,omitempty"`
@@ -90,10 +95,11 @@ func opsPath(ns string) string { return "/v1/operations/" + seg(ns) }
 // Begin begins an operation. Started(): this caller holds the key (Token, LeaseExpiresAt) and
 // does the work, then calls Complete or Release. Completed(): the work was done before; Result is
 // the stored result. Errors: ErrInProgress while another caller holds the key (after the server
-// waited WithWait for it), ErrMismatch for another WithRequest. Options: WithRequest, WithLease,
-// WithTTL, WithWait.
+// waited WithWait for it), ErrMismatch for another WithRequest. Every attempt carries the same
+// client token, so a retry of a begin that took the key, its answer lost, gets the same lease
+// (Token, Fence) back. Options: WithRequest, WithLease, WithTTL, WithWait, WithClientToken.
 func (o *Operations) Begin(ctx context.Context, ns string, key KeyRef, opts ...CallOption) (*Operation, error) {
-	c, err := collect("Begin", []string{"WithRequest", "WithLease", "WithTTL", "WithWait"}, opts)
+	c, err := collect("Begin", []string{"WithRequest", "WithLease", "WithTTL", "WithWait", "WithClientToken"}, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -116,6 +122,10 @@ func (o *Operations) begin(ctx context.Context, ns string, key KeyRef, c *callOp
 	}
 	if wait > 0 {
 		body["wait_seconds"] = seconds(wait)
+	}
+	var err error
+	if body["client_token"], err = c.clientTokenOf(); err != nil {
+		return nil, err
 	}
 	var out Operation
 	req := request{method: "POST", path: opsPath(ns) + "/begin", json: body, extraTimeout: wait}
@@ -214,12 +224,20 @@ func (o *Operations) Delete(ctx context.Context, ns string, key KeyRef) (bool, e
 //  8. The lease was lost while fn ran (it ended before a heartbeat got through): ErrLeaseLost;
 //     the result was not stored, and another caller may have run the work.
 //
-// Options: WithRequest, WithLease, WithTTL, WithWait, WithHeartbeat.
+// Every begin of one Run (the transport's retries, and the begins of step 6) carries one client
+// token, so a begin that took the key but whose answer was lost still hands this call the lease.
+//
+// Options: WithRequest, WithLease, WithTTL, WithWait, WithHeartbeat, WithClientToken.
 func (o *Operations) Run(ctx context.Context, ns string, key KeyRef, fn func(ctx context.Context) (any, error), opts ...CallOption) (json.RawMessage, error) {
-	c, err := collect("Run", []string{"WithRequest", "WithLease", "WithTTL", "WithWait", "WithHeartbeat"}, opts)
+	c, err := collect("Run", []string{"WithRequest", "WithLease", "WithTTL", "WithWait", "WithHeartbeat", "WithClientToken"}, opts)
 	if err != nil {
 		return nil, err
 	}
+	// One token for the whole run: each begin below is the same request, asked again.
+	if c.clientToken, err = c.clientTokenOf(); err != nil {
+		return nil, err
+	}
+	c.hasClientToken = true
 	if c.lease == 0 {
 		c.lease = defaultLease
 	}

@@ -1,5 +1,6 @@
 """In-memory stand-ins for unit tests: an idem Operations/Claims/Receipts API behind
-`httpx.MockTransport`, and a fake clock whose sleep advances it instantly."""
+`httpx.MockTransport`, and a fake clock whose sleep advances it instantly; and, for tests against
+a real server, a transport that loses answers on the way back."""
 
 from __future__ import annotations
 
@@ -118,3 +119,28 @@ class FakeIdem:
                 json={"status": "completed", "id": id, "result": op["result"], "completed_at": "2030-01-01T00:00:00Z", "expires_at": None},
             )
         return problem(409, "in-progress", "held by another caller", retry_after="2")
+
+
+class LosingTransport(httpx.BaseTransport):
+    """A real HTTP transport whose first ``lose`` answers are lost on the way back: each request
+    reaches the server and is answered, but the client sees a broken connection. Records every
+    request body (``sent``) and every lost answer (``lost``: status and parsed body)."""
+
+    def __init__(self, lose: int = 1) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.lose = lose
+        self.sent: List[Any] = []
+        self.lost: List[Tuple[int, Any]] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.sent.append(json.loads(request.content) if request.content else None)
+        response = self.inner.handle_request(request)
+        if len(self.lost) >= self.lose:
+            return response
+        response.read()
+        self.lost.append((response.status_code, json.loads(response.content)))
+        response.close()
+        raise httpx.ReadError("the answer was lost on the way back", request=request)
+
+    def close(self) -> None:
+        self.inner.close()

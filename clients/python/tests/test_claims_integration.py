@@ -11,6 +11,7 @@ from typing import Any, Dict, Iterator, List
 import pytest
 
 from conftest import IdemServer
+from fakes import LosingTransport
 from idem_client import AsyncIdem, Idem, IdemError, claim_id
 
 VECTORS: List[Dict[str, Any]] = json.loads((Path(__file__).parents[2] / "testdata" / "claim_ids.json").read_text("utf-8"))["vectors"]
@@ -57,6 +58,38 @@ def test_batch_in_request_order_first_of_equal_keys_wins(idem: Idem, ns: str) ->
     assert claimed[2] is False  # claimed before the batch
     assert claimed[3] is True and claimed[10] is False  # u3 twice: the first wins
     assert claimed.count(True) == 499
+
+
+def test_a_claim_whose_answer_was_lost_is_told_claimed_on_its_retry(server: IdemServer, ns: str) -> None:
+    lossy = LosingTransport(lose=1)
+    with Idem(server.url, timeout=5, retries=1, backoff=0.01, transport=lossy) as client:
+        r = client.claims.claim(ns, key="lost-answer", data={"n": 1})
+    status, body = lossy.lost[0]
+    assert status == 201 and body["claimed"] is True  # the first attempt made the claim
+    assert r.claimed is True  # and its retry, with the same client token, is told so
+    assert r.record == {k: v for k, v in body.items() if k != "claimed"}
+    assert len(lossy.sent) == 2 and lossy.sent[1]["client_token"] == lossy.sent[0]["client_token"]
+    with Idem(server.url, timeout=5) as other:
+        assert other.claims.claim(ns, key="lost-answer").claimed is False  # another call did not win
+
+
+def test_claim_with_a_client_token_same_token_claimed_again_other_or_none_not(idem: Idem, ns: str) -> None:
+    first = idem.claims.claim(ns, key="k", data="A", client_token="c7a1e5f0-retry")
+    assert first.claimed is True
+    again = idem.claims.claim(ns, key="k", data="A", client_token="c7a1e5f0-retry")
+    assert again.claimed is True and again.record == first.record
+    assert idem.claims.claim(ns, key="k", client_token="someone-else").claimed is False
+    assert idem.claims.claim(ns, key="k").claimed is False
+
+
+def test_claim_batch_with_a_client_token_retry_is_told_each_item_as_decided(idem: Idem, ns: str) -> None:
+    idem.claims.claim(ns, key="old")
+    items = ["b-1", "old", "b-1", "b-2"]
+    decided = [True, False, False, True]
+    assert [r.claimed for r in idem.claims.claim_batch(ns, items, client_token="batch-1")] == decided
+    assert [r.claimed for r in idem.claims.claim_batch(ns, items, client_token="batch-1")] == decided
+    assert [r.claimed for r in idem.claims.claim_batch(ns, items, client_token="batch-2")] == [False] * 4
+    assert [r.claimed for r in idem.claims.claim_batch(ns, items)] == [False] * 4
 
 
 def test_lookup_and_exists_by_prefix(idem: Idem, ns: str) -> None:

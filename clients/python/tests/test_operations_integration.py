@@ -15,6 +15,7 @@ from typing import Any, Dict, Iterator, List
 import pytest
 
 from conftest import IdemServer
+from fakes import LosingTransport
 from idem_client import (
     AsyncIdem,
     Idem,
@@ -120,6 +121,52 @@ def test_low_level_begin_extend_complete_release(idem: Idem, ns: str) -> None:
     assert idem.operations.get(ns, key="release-me") is None
     with pytest.raises(LeaseLostError):
         idem.operations.release(ns, r.id, r.token)
+
+
+def test_a_begin_whose_answer_was_lost_gets_its_lease_back_same_token_and_fence(server: IdemServer, ns: str) -> None:
+    lossy = LosingTransport(lose=1)
+    with Idem(server.url, timeout=5, retries=1, backoff=0.01, transport=lossy) as client:
+        begun = client.operations.begin(ns, key="lost", request={"n": 1})
+    status, body = lossy.lost[0]
+    assert status == 201 and body["status"] == "started"  # the first attempt took the key
+    assert begun.started  # and its retry is handed the lease, not a 409
+    assert (begun.token, begun.fence) == (body["token"], body["fence"])
+    assert isinstance(begun.fence, int) and begun.fence > 0
+    assert lossy.sent[1]["client_token"] == lossy.sent[0]["client_token"]
+    with Idem(server.url, timeout=5) as other:
+        with pytest.raises(InProgressError):
+            other.operations.begin(ns, key="lost", request={"n": 1})
+        other.operations.complete(ns, begun.id, begun.token or "", "done")
+
+
+def test_begin_with_a_client_token_same_lease_again_and_fences_grow(idem: Idem, ns: str) -> None:
+    first = idem.operations.begin(ns, key="mine", client_token="worker-7/job-42")
+    again = idem.operations.begin(ns, key="mine", client_token="worker-7/job-42")
+    assert again.started and (again.token, again.fence, again.lease_expires_at) == (
+        first.token,
+        first.fence,
+        first.lease_expires_at,
+    )
+    with pytest.raises(InProgressError):
+        idem.operations.begin(ns, key="mine", client_token="worker-8")
+    idem.operations.release(ns, first.id, first.token or "")
+    taken = idem.operations.begin(ns, key="mine", client_token="worker-8")
+    assert taken.started and taken.fence is not None and first.fence is not None
+    assert taken.fence > first.fence  # every take of a key gets a greater fence
+    idem.operations.complete(ns, taken.id, taken.token or "", 1)
+    done = idem.operations.begin(ns, key="mine", client_token="worker-7/job-42")
+    assert done.completed and done.fence is None
+
+
+def test_run_whose_begin_answer_was_lost_runs_fn_once(server: IdemServer, ns: str) -> None:
+    lossy = LosingTransport(lose=1)
+    calls = Counter()
+    with Idem(server.url, timeout=5, retries=1, backoff=0.01, transport=lossy) as client:
+        assert client.operations.run(ns, calls, key="run-lost", wait_timeout=5) == 1
+    assert calls.n == 1 and lossy.lost[0][1]["status"] == "started"
+    with Idem(server.url, timeout=5) as other:
+        op = other.operations.get(ns, key="run-lost")
+        assert op is not None and op["status"] == "completed"
 
 
 def test_bad_input_is_a_400_naming_the_field(idem: Idem, ns: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Callable, Dict, List
 
 import socket
@@ -24,6 +25,7 @@ from idem_client._errors import IdemConnectionError, LeaseLostError
 from idem_client._retry import RetryPolicy, parse_retry_after
 
 URL = "http://idem.test"
+UUID_V4 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 
 Handler = Callable[[httpx.Request], httpx.Response]
 
@@ -66,6 +68,13 @@ class Recorder:
     def body(self, i: int = -1) -> Any:
         return json.loads(self.requests[i].content)
 
+    def body_without_token(self, i: int = -1) -> Any:
+        """The body of request ``i`` without its ``client_token``, after checking that it is a
+        fresh UUID v4 (tests/test_unit_client_token.py tests the tokens themselves)."""
+        body = self.body(i)
+        assert UUID_V4.fullmatch(body.pop("client_token"))
+        return body
+
 
 # Request shapes and answers
 
@@ -81,7 +90,7 @@ def test_claim_sends_parts_data_ttl_and_token() -> None:
     assert req.method == "POST" and req.url.path == "/v1/claims/survey"
     assert req.headers["authorization"] == "Bearer s3cret"
     assert req.headers["content-type"] == "application/json"
-    assert rec.body() == {"parts": ["s", "u", "n"], "data": {"answer": "A"}, "ttl_seconds": 60}
+    assert rec.body_without_token() == {"parts": ["s", "u", "n"], "data": {"answer": "A"}, "ttl_seconds": 60}
     assert "s3cret" not in str(req.url)
 
 
@@ -89,7 +98,7 @@ def test_claim_existing_and_key_form() -> None:
     rec = Recorder(httpx.Response(200, json=record(False, ["k"])))
     r = make(rec, FakeClock()).claims.claim("survey", key="k")
     assert r.claimed is False and r.record["parts"] == ["k"]
-    assert rec.body() == {"key": "k"}
+    assert rec.body_without_token() == {"key": "k"}
 
 
 def test_key_arguments_are_checked_locally() -> None:
@@ -117,7 +126,7 @@ def test_batch_lookup_exists_and_shorthands() -> None:
     out = idem.claims.claim_batch("articles", ["a", {"key": "b", "ttl_seconds": 5}, ["x", "y"]])
     assert [r.claimed for r in out] == [True, False, True]
     assert [r.record["parts"] for r in out] == [["a"], ["b"], ["x", "y"]]
-    assert rec.body() == {"items": [{"key": "a"}, {"key": "b", "ttl_seconds": 5}, {"parts": ["x", "y"]}]}
+    assert rec.body_without_token() == {"items": [{"key": "a"}, {"key": "b", "ttl_seconds": 5}, {"parts": ["x", "y"]}]}
     found = idem.claims.lookup("articles", [{"key": "a"}, "z"])
     assert [f["exists"] for f in found] == [True, False] and "record" not in found[1]
     assert rec.requests[1].url.path == "/v1/claims/articles/lookup"

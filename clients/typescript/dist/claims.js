@@ -1,4 +1,5 @@
 /** `idem.claims`: the Claims API (docs/reference/api.md#claims). */
+import { clientTokenOf } from "./client-token.js";
 import { idOf, keyBody, segment } from "./keys.js";
 function claimBody(item) {
     const body = keyBody(item);
@@ -21,18 +22,23 @@ export class Claims {
     }
     /**
      * Claim a key: `{ claimed: true, record }` when this call created it, `{ claimed: false, record }`
-     * (the existing record, unchanged) when it already existed.
+     * (the existing record, unchanged) when it already existed. Every attempt of the call carries the
+     * same `client_token`, so a retry after a lost answer is still told `claimed: true`.
      */
     async claim(ns, item) {
-        const res = await this.#http.call("POST", base(ns), { body: claimBody(item) });
+        const body = { ...claimBody(item), client_token: clientTokenOf(item.clientToken) };
+        const res = await this.#http.call("POST", base(ns), { body });
         return splitClaim(res?.body);
     }
     /**
      * Claim 1 to 10,000 keys in one call; the results are in request order, and of two equal keys in
      * one batch the first wins. A batch with one bad item is refused whole (400 naming `items[i]…`).
+     * One `client_token` for the whole call: a retry after a lost answer is told each item as it was
+     * first decided.
      */
-    async claimBatch(ns, items) {
-        const res = await this.#http.call("POST", `${base(ns)}/batch`, { body: { items: items.map(claimBody) } });
+    async claimBatch(ns, items, options = {}) {
+        const body = { items: items.map(claimBody), client_token: clientTokenOf(options.clientToken) };
+        const res = await this.#http.call("POST", `${base(ns)}/batch`, { body });
         const results = (res?.body).results;
         return results.map((r) => splitClaim(r));
     }

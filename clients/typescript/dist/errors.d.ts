@@ -18,6 +18,14 @@ export declare const PROBLEM_IN_PROGRESS = "urn:idem:problem:in-progress";
 export declare const PROBLEM_LEASE_LOST = "urn:idem:problem:lease-lost";
 export declare const PROBLEM_FINGERPRINT_MISMATCH = "urn:idem:problem:fingerprint-mismatch";
 export declare const PROBLEM_FORBIDDEN = "urn:idem:problem:forbidden";
+/** A 503 ({@link UnavailableError}): the store could not be used; nothing was changed. */
+export declare const PROBLEM_STORE_UNAVAILABLE = "urn:idem:problem:store-unavailable";
+/**
+ * A 503 ({@link UnavailableError}): the store's answer was lost after a write was sent, so it may or
+ * may not have been made. The client retries it with the call's own `client_token`, which tells it
+ * which; this type reaches the caller only once the retries ran out.
+ */
+export declare const PROBLEM_OUTCOME_UNKNOWN = "urn:idem:problem:outcome-unknown";
 /** A 404 that means "no such record": the only 404 a `get` or `delete` reads as absent. */
 export declare const PROBLEM_NOT_FOUND = "urn:idem:problem:not-found";
 /** A 404 for a path that is no route at all: a wrong base URL, never "absent". */
@@ -68,7 +76,12 @@ export declare class InProgressError extends IdemError {
 export declare class MismatchError extends IdemError {
     constructor(init: IdemErrorInit);
 }
-/** `503`: the store cannot be written right now (after the client's own retries). */
+/**
+ * `503`: the store cannot be written right now (after the client's own retries). `type` says which:
+ * {@link PROBLEM_STORE_UNAVAILABLE} (nothing was changed) or {@link PROBLEM_OUTCOME_UNKNOWN} (the
+ * write may have been made). After the latter, ask again with the same `clientToken` to learn which:
+ * a claim that was made answers `claimed: true`, a begin that took the key its lease.
+ */
 export declare class UnavailableError extends IdemError {
     constructor(init: IdemErrorInit);
 }

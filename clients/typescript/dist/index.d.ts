@@ -5,8 +5,8 @@
 export { Idem } from "./client.js";
 export { claimId, type KeyRef } from "./keys.js";
 export { verifyWebhook, type HeadersLike, type VerifyOptions } from "./webhook.js";
-export { ConnectionError, ForbiddenError, IdemError, InProgressError, LeaseLostError, MismatchError, UnavailableError, WebhookVerificationError, PROBLEM_CONNECTION, PROBLEM_FINGERPRINT_MISMATCH, PROBLEM_FORBIDDEN, PROBLEM_IN_PROGRESS, PROBLEM_LEASE_LOST, PROBLEM_NOT_FOUND, PROBLEM_NO_SUCH_ROUTE, PROBLEM_TIMEOUT, type IdemErrorInit, type Problem, } from "./errors.js";
+export { ConnectionError, ForbiddenError, IdemError, InProgressError, LeaseLostError, MismatchError, UnavailableError, WebhookVerificationError, PROBLEM_CONNECTION, PROBLEM_FINGERPRINT_MISMATCH, PROBLEM_FORBIDDEN, PROBLEM_IN_PROGRESS, PROBLEM_LEASE_LOST, PROBLEM_NOT_FOUND, PROBLEM_NO_SUCH_ROUTE, PROBLEM_OUTCOME_UNKNOWN, PROBLEM_STORE_UNAVAILABLE, PROBLEM_TIMEOUT, type IdemErrorInit, type Problem, } from "./errors.js";
 export type { FetchInit, FetchLike, FetchResponseLike, IdemOptions } from "./http.js";
-export type { Claims, ClaimInput, ClaimRecord, ClaimResult, ExistsQuery, LookupResult } from "./claims.js";
+export type { BatchOptions, Claims, ClaimInput, ClaimOptions, ClaimRecord, ClaimResult, ExistsQuery, LookupResult, } from "./claims.js";
 export type { BeginOptions, BeginResult, CompletedOperation, OperationRecord, Operations, RunContext, RunOptions, StartedOperation, } from "./operations.js";
 export type { Attempt, BulkReplayFilter, Receipt, ReceiptAck, ReplayAck, ReceiptFilter, ReceiptPage, ReceiptStatus, Receipts, ResultWebhookState, } from "./receipts.js";

@@ -8,6 +8,13 @@ export interface StartedOperation {
     /** Proves the hold to `complete`, `release` and `extend`. Keep it private. */
     token: string;
     lease_expires_at: string;
+    /**
+     * The lease's fencing number: greater for every later holder of this key. Pass it along with the
+     * work's writes (a column, a header) so that what they write to can refuse a write carrying a
+     * smaller fence than one it has seen: a holder paused past its lease, whose key another caller
+     * has taken since, is then refused instead of overwriting the newer holder's work.
+     */
+    fence: number;
 }
 /** A completed operation: the stored result. */
 export interface CompletedOperation<R = unknown> {
@@ -35,6 +42,13 @@ export type BeginOptions = KeyRef & {
     ttlSeconds?: number;
     /** Server-side wait, 0–30 s, for a holder to finish before answering 409 (default 0). */
     waitSeconds?: number;
+    /**
+     * Sent as `client_token` on every attempt of this begin (default: a fresh random UUID per call).
+     * A retry of a begin that took the key, its answer lost, gets `started` with the same lease
+     * `token` and `fence` instead of a 409. Give your own (1–255 printable ASCII) to carry it across
+     * a restart; never give one token to two different pieces of work.
+     */
+    clientToken?: string;
 };
 export type RunOptions = KeyRef & {
     request?: unknown;
@@ -49,6 +63,8 @@ export type RunOptions = KeyRef & {
     waitSeconds?: number;
     /** The heartbeat interval in ms (default: half the lease). Mostly for tests. */
     heartbeatMs?: number;
+    /** As `BeginOptions.clientToken`: one token for every begin this `run` sends (default: a fresh one). */
+    clientToken?: string;
 };
 /** What `run` passes to the function. */
 export interface RunContext {
@@ -62,9 +78,10 @@ export declare class Operations {
     /** @internal */
     constructor(http: Transport);
     /**
-     * Begin an operation: `{ status: "started", id, token, lease_expires_at }` (do the work, then
-     * `complete` or `release`) or `{ status: "completed", id, result, … }` (it was done before).
+     * Begin an operation: `{ status: "started", id, token, lease_expires_at, fence }` (do the work,
+     * then `complete` or `release`) or `{ status: "completed", id, result, … }` (it was done before).
      * Throws `InProgressError` while another caller holds the key, `MismatchError` for another `request`.
+     * Every attempt carries the same `client_token`, so a retry after a lost answer gets its lease back.
      */
     begin<R = unknown>(ns: string, options: BeginOptions): Promise<BeginResult<R>>;
     /**
@@ -90,8 +107,10 @@ export declare class Operations {
      * its result. If `fn` throws, the key is released (so a retry runs it again) and the error is
      * re-thrown. While `fn` runs the lease is extended every half lease.
      *
-     * The value returned is the result as stored (JSON), the same on the first call and on every
-     * later one. Throws `InProgressError` when the wait runs out, `MismatchError` when the key was
+     * Every begin this `run` sends (its retries, and its begins again while it waits for another
+     * holder) carries one `client_token`, so a begin that took the key but whose answer was lost still
+     * hands this call the lease. The value returned is the result as stored (JSON), the same on the
+     * first call and on every later one. Throws `InProgressError` when the wait runs out, `MismatchError` when the key was
      * used with another `request`, `LeaseLostError` when the lease was lost before `complete`.
      */
     run<T>(ns: string, options: RunOptions, fn: (context: RunContext) => T | Promise<T>): Promise<T>;

@@ -1,4 +1,5 @@
 /** `idem.operations`: docs/reference/api.md#operations, and `run`, which does a piece of work once. */
+import { clientTokenOf } from "./client-token.js";
 import { InProgressError, LeaseLostError } from "./errors.js";
 import { idOf, keyBody, segment } from "./keys.js";
 const DEFAULT_LEASE_SECONDS = 60;
@@ -12,9 +13,10 @@ export class Operations {
         this.#http = http;
     }
     /**
-     * Begin an operation: `{ status: "started", id, token, lease_expires_at }` (do the work, then
-     * `complete` or `release`) or `{ status: "completed", id, result, … }` (it was done before).
+     * Begin an operation: `{ status: "started", id, token, lease_expires_at, fence }` (do the work,
+     * then `complete` or `release`) or `{ status: "completed", id, result, … }` (it was done before).
      * Throws `InProgressError` while another caller holds the key, `MismatchError` for another `request`.
+     * Every attempt carries the same `client_token`, so a retry after a lost answer gets its lease back.
      */
     async begin(ns, options) {
         const body = keyBody(options);
@@ -26,6 +28,7 @@ export class Operations {
             body["ttl_seconds"] = options.ttlSeconds;
         if (options.waitSeconds !== undefined)
             body["wait_seconds"] = options.waitSeconds;
+        body["client_token"] = clientTokenOf(options.clientToken);
         const res = await this.#http.call("POST", `${base(ns)}/begin`, {
             body,
             extraTimeoutMs: (options.waitSeconds ?? 0) * 1000,
@@ -72,21 +75,25 @@ export class Operations {
      * its result. If `fn` throws, the key is released (so a retry runs it again) and the error is
      * re-thrown. While `fn` runs the lease is extended every half lease.
      *
-     * The value returned is the result as stored (JSON), the same on the first call and on every
-     * later one. Throws `InProgressError` when the wait runs out, `MismatchError` when the key was
+     * Every begin this `run` sends (its retries, and its begins again while it waits for another
+     * holder) carries one `client_token`, so a begin that took the key but whose answer was lost still
+     * hands this call the lease. The value returned is the result as stored (JSON), the same on the
+     * first call and on every later one. Throws `InProgressError` when the wait runs out, `MismatchError` when the key was
      * used with another `request`, `LeaseLostError` when the lease was lost before `complete`.
      */
     async run(ns, options, fn) {
         const leaseSeconds = options.leaseSeconds ?? DEFAULT_LEASE_SECONDS;
         const waitMs = (options.waitSeconds ?? DEFAULT_RUN_WAIT_SECONDS) * 1000;
         const deadline = Date.now() + waitMs;
+        // One token for the whole run: each begin below is the same request, asked again.
+        const clientToken = clientTokenOf(options.clientToken);
         for (let attempt = 0;; attempt++) {
             const remaining = deadline - Date.now();
             const serverWait = Math.max(0, Math.min(MAX_SERVER_WAIT_SECONDS, Math.floor(remaining / 1000)));
             const started = Date.now();
             let begun;
             try {
-                begun = await this.begin(ns, { ...options, leaseSeconds, waitSeconds: serverWait });
+                begun = await this.begin(ns, { ...options, leaseSeconds, waitSeconds: serverWait, clientToken });
             }
             catch (err) {
                 if (!(err instanceof InProgressError))

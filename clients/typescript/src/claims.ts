@@ -1,5 +1,6 @@
 /** `idem.claims`: the Claims API (docs/reference/api.md#claims). */
 
+import { clientTokenOf } from "./client-token.js";
 import type { Transport } from "./http.js";
 import { idOf, keyBody, segment, type KeyRef } from "./keys.js";
 
@@ -23,6 +24,23 @@ export type ClaimInput<D = unknown> = KeyRef & {
   /** Seconds until the claim expires (default: the namespace's `default_ttl`, else never). */
   ttlSeconds?: number;
 };
+
+/** What `claim` takes: one claim, and optionally the call's own client token. */
+export type ClaimOptions<D = unknown> = ClaimInput<D> & {
+  /**
+   * Sent as `client_token` on the first attempt and on every retry of this call (default: a fresh
+   * random UUID per call). A retry of a claim that was stored but whose answer was lost is told
+   * `claimed: true` again. Give your own (1–255 printable ASCII) to carry it further than this
+   * call's retries, e.g. across a restart; never give one token to two different claims.
+   */
+  clientToken?: string;
+};
+
+/** What `claimBatch` takes besides the items. */
+export interface BatchOptions {
+  /** As `ClaimOptions.clientToken`, for the whole batch: the server derives each item's from it. */
+  clientToken?: string;
+}
 
 export interface ClaimResult<D = unknown> {
   /** `true`: this call created the claim; `false`: it existed, and `record` is the existing one, unchanged. */
@@ -64,19 +82,28 @@ export class Claims {
 
   /**
    * Claim a key: `{ claimed: true, record }` when this call created it, `{ claimed: false, record }`
-   * (the existing record, unchanged) when it already existed.
+   * (the existing record, unchanged) when it already existed. Every attempt of the call carries the
+   * same `client_token`, so a retry after a lost answer is still told `claimed: true`.
    */
-  async claim<D = unknown>(ns: string, item: ClaimInput<D>): Promise<ClaimResult<D>> {
-    const res = await this.#http.call("POST", base(ns), { body: claimBody(item) });
+  async claim<D = unknown>(ns: string, item: ClaimOptions<D>): Promise<ClaimResult<D>> {
+    const body = { ...claimBody(item), client_token: clientTokenOf(item.clientToken) };
+    const res = await this.#http.call("POST", base(ns), { body });
     return splitClaim<D>(res?.body);
   }
 
   /**
    * Claim 1 to 10,000 keys in one call; the results are in request order, and of two equal keys in
    * one batch the first wins. A batch with one bad item is refused whole (400 naming `items[i]…`).
+   * One `client_token` for the whole call: a retry after a lost answer is told each item as it was
+   * first decided.
    */
-  async claimBatch<D = unknown>(ns: string, items: readonly ClaimInput<D>[]): Promise<ClaimResult<D>[]> {
-    const res = await this.#http.call("POST", `${base(ns)}/batch`, { body: { items: items.map(claimBody) } });
+  async claimBatch<D = unknown>(
+    ns: string,
+    items: readonly ClaimInput<D>[],
+    options: BatchOptions = {},
+  ): Promise<ClaimResult<D>[]> {
+    const body = { items: items.map(claimBody), client_token: clientTokenOf(options.clientToken) };
+    const res = await this.#http.call("POST", `${base(ns)}/batch`, { body });
     const results = (res?.body as { results: unknown[] }).results;
     return results.map((r) => splitClaim<D>(r));
   }

@@ -22,12 +22,23 @@ export {
   PROBLEM_LEASE_LOST,
   PROBLEM_NOT_FOUND,
   PROBLEM_NO_SUCH_ROUTE,
+  PROBLEM_OUTCOME_UNKNOWN,
+  PROBLEM_STORE_UNAVAILABLE,
   PROBLEM_TIMEOUT,
   type IdemErrorInit,
   type Problem,
 } from "./errors.js";
 export type { FetchInit, FetchLike, FetchResponseLike, IdemOptions } from "./http.js";
-export type { Claims, ClaimInput, ClaimRecord, ClaimResult, ExistsQuery, LookupResult } from "./claims.js";
+export type {
+  BatchOptions,
+  Claims,
+  ClaimInput,
+  ClaimOptions,
+  ClaimRecord,
+  ClaimResult,
+  ExistsQuery,
+  LookupResult,
+} from "./claims.js";
 export type {
   BeginOptions,
   BeginResult,

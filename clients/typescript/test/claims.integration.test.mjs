@@ -6,7 +6,7 @@ import { readFile } from "node:fs/promises";
 import { after, before, describe, test } from "node:test";
 
 import { ConnectionError, ForbiddenError, Idem, IdemError, claimId } from "../dist/index.js";
-import { freePort, startIdem } from "./helpers.mjs";
+import { freePort, losingFetch, startIdem } from "./helpers.mjs";
 
 // The id vectors shared by the server's tests and both clients'.
 const vectors = JSON.parse(await readFile(new URL("../../testdata/claim_ids.json", import.meta.url), "utf8")).vectors;
@@ -69,6 +69,48 @@ describe("claims against a real idem", () => {
       assert.equal(r.claimed, true);
       assert.equal(r.record.id, claimId(urls[i].key));
     });
+  });
+
+  test("a claim whose answer was lost: its retry, with the same client token, is told claimed: true", async () => {
+    const { fetch, sent, lost } = losingFetch(1);
+    const lossy = new Idem({ url: server.url, fetch, retries: 1, retryBaseDelayMs: 10 });
+    const r = await lossy.claims.claim("tokens", { key: "lost-answer", data: { n: 1 } });
+    assert.equal(lost[0].status, 201, "the first attempt made the claim");
+    assert.equal(r.claimed, true, "and its retry is told it won");
+    assert.deepEqual(r.record, (({ claimed, ...rec }) => rec)(lost[0].body));
+    assert.equal(sent.length, 2);
+    assert.equal(sent[1].client_token, sent[0].client_token);
+    // Another logical call of the same key (a fresh token) did not win.
+    assert.equal((await idem.claims.claim("tokens", { key: "lost-answer" })).claimed, false);
+  });
+
+  test("claim with a client token: the same token is claimed: true again; another token or none, false", async () => {
+    const first = await idem.claims.claim("tokens", { key: "k", data: "A", clientToken: "c7a1e5f0-retry" });
+    assert.equal(first.claimed, true);
+    const retry = await idem.claims.claim("tokens", { key: "k", data: "A", clientToken: "c7a1e5f0-retry" });
+    assert.equal(retry.claimed, true);
+    assert.deepEqual(retry.record, first.record);
+    assert.equal((await idem.claims.claim("tokens", { key: "k", clientToken: "someone-else" })).claimed, false);
+    assert.equal((await idem.claims.claim("tokens", { key: "k" })).claimed, false);
+    const bad = await fetch(`${server.url}/v1/claims/tokens`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ key: "k2", client_token: "x".repeat(256) }),
+    });
+    assert.equal(bad.status, 400, "the server's limit is the client's: 255 characters");
+  });
+
+  test("claimBatch with a client token: a retry is told each item as first decided", async () => {
+    await idem.claims.claim("tokens-batch", { key: "old" });
+    const items = [{ key: "b-1" }, { key: "old" }, { key: "b-1" }, { key: "b-2" }];
+    const first = await idem.claims.claimBatch("tokens-batch", items, { clientToken: "batch-1" });
+    const decided = [true, false, false, true];
+    assert.deepEqual(first.map((r) => r.claimed), decided);
+    const retry = await idem.claims.claimBatch("tokens-batch", items, { clientToken: "batch-1" });
+    assert.deepEqual(retry.map((r) => r.claimed), decided);
+    const other = await idem.claims.claimBatch("tokens-batch", items, { clientToken: "batch-2" });
+    assert.deepEqual(other.map((r) => r.claimed), [false, false, false, false]);
+    assert.deepEqual((await idem.claims.claimBatch("tokens-batch", items)).map((r) => r.claimed), [false, false, false, false]);
   });
 
   test("lookup: in request order, record when it exists", async () => {

@@ -60,6 +60,24 @@ export function fakeFetch(handler) {
   return { fetch, calls };
 }
 
+/**
+ * A real `fetch` whose first `lose` answers are lost on the way back: each request reaches the server
+ * and is answered, but the caller sees a reset connection. Records every request body (`sent`) and
+ * every lost answer (`lost`, parsed).
+ */
+export function losingFetch(lose = 1) {
+  const sent = [];
+  const lost = [];
+  const fetch = async (url, init) => {
+    sent.push(init.body === undefined ? undefined : JSON.parse(init.body));
+    const res = await globalThis.fetch(url, init);
+    if (lost.length >= lose) return res;
+    lost.push({ status: res.status, body: await res.json() });
+    throw new TypeError("fetch failed", { cause: Object.assign(new Error("socket hang up"), { code: "ECONNRESET" }) });
+  };
+  return { fetch, sent, lost };
+}
+
 /** An instant sleep that records what it was asked to wait. */
 export function recordingSleep() {
   const waits = [];

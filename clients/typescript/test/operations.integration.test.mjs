@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 
 import { Idem, IdemError, InProgressError, LeaseLostError, MismatchError, claimId } from "../dist/index.js";
-import { sleep, startIdem } from "./helpers.mjs";
+import { losingFetch, sleep, startIdem } from "./helpers.mjs";
 
 // Namespaces unique to this run, so it can repeat against a long-running server (IDEM_TEST_URL).
 const RUN = Math.random().toString(36).slice(2, 8);
@@ -76,6 +76,50 @@ describe("operations against a real idem", () => {
     assert.equal(await idem.operations.get(ns("thin"), b.id), null);
     assert.equal(await idem.operations.delete(ns("thin"), b.id), false);
     assert.equal((await idem.operations.begin(ns("thin"), { parts: ["user-1", "job-1"] })).status, "started");
+  });
+
+  test("a begin whose answer was lost gets its lease back on the retry: the same token and fence", async () => {
+    const { fetch, sent, lost } = losingFetch(1);
+    const lossy = new Idem({ url: server.url, fetch, retries: 1, retryBaseDelayMs: 10 });
+    const b = await lossy.operations.begin(ns("tokens"), { key: "lost", request: { n: 1 } });
+    assert.equal(lost[0].status, 201, "the first attempt took the key");
+    assert.equal(b.status, "started", "and its retry is handed the lease, not a 409");
+    assert.equal(b.token, lost[0].body.token);
+    assert.equal(b.fence, lost[0].body.fence);
+    assert.ok(Number.isSafeInteger(b.fence) && b.fence > 0, String(b.fence));
+    assert.equal(sent[1].client_token, sent[0].client_token);
+    const other = await idem.operations.begin(ns("tokens"), { key: "lost", request: { n: 1 } }).catch((e) => e);
+    assert.ok(other instanceof InProgressError, `another call: ${other}`);
+    await idem.operations.complete(ns("tokens"), b.id, b.token, "done");
+  });
+
+  test("begin with a client token: the same token gets the same lease; another waits; the next holder a greater fence", async () => {
+    const key = { key: "mine", clientToken: "worker-7/job-42" };
+    const b = await idem.operations.begin(ns("tokens"), key);
+    const again = await idem.operations.begin(ns("tokens"), key);
+    assert.equal(again.status, "started");
+    assert.equal(again.token, b.token);
+    assert.equal(again.fence, b.fence);
+    assert.equal(again.lease_expires_at, b.lease_expires_at);
+    const other = await idem.operations.begin(ns("tokens"), { key: "mine", clientToken: "worker-8" }).catch((e) => e);
+    assert.ok(other instanceof InProgressError, String(other));
+    await idem.operations.release(ns("tokens"), b.id, b.token);
+    const next = await idem.operations.begin(ns("tokens"), { key: "mine", clientToken: "worker-8" });
+    assert.equal(next.status, "started");
+    assert.ok(next.fence > b.fence, `fences grow with each take: ${b.fence} then ${next.fence}`);
+    await idem.operations.complete(ns("tokens"), next.id, next.token, 1);
+    assert.equal((await idem.operations.begin(ns("tokens"), key)).status, "completed", "completed is never started again");
+  });
+
+  test("run whose begin's answer was lost: fn runs once, on the lease it was handed", async () => {
+    const { fetch, lost } = losingFetch(1);
+    const lossy = new Idem({ url: server.url, fetch, retries: 1, retryBaseDelayMs: 10 });
+    let runs = 0;
+    const out = await lossy.operations.run(ns("tokens"), { key: "run-lost" }, () => ++runs);
+    assert.equal(out, 1);
+    assert.equal(runs, 1);
+    assert.equal(lost[0].body.status, "started");
+    assert.equal((await idem.operations.get(ns("tokens"), { key: "run-lost" })).status, "completed");
   });
 
   test("fn throws: released and re-thrown; the next run runs again", async () => {

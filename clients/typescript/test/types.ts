@@ -9,6 +9,7 @@ import {
   MismatchError,
   UnavailableError,
   WebhookVerificationError,
+  PROBLEM_OUTCOME_UNKNOWN,
   claimId,
   verifyWebhook,
   type ClaimRecord,
@@ -26,7 +27,9 @@ export async function usage(): Promise<void> {
   const expires: string | null = r.record.expires_at;
   void [claimed, id, answer, expires];
 
-  const batch = await idem.claims.claimBatch("articles", [{ key: "https://example.com/a" }, { key: "b", ttlSeconds: 60 }]);
+  const batch = await idem.claims.claimBatch("articles", [{ key: "https://example.com/a" }, { key: "b", ttlSeconds: 60 }], { clientToken: "round-7" });
+  await idem.claims.claim("survey", { key: "k", clientToken: "tap-7" });
+  await idem.operations.run("orders", { key: "k", clientToken: "order-7" }, () => 1);
   batch.forEach((b) => b.record.created_at.toUpperCase());
   const found = await idem.claims.lookup("articles", [{ key: "https://example.com/a" }]);
   const rec: ClaimRecord | undefined = found[0]?.record;
@@ -48,8 +51,10 @@ export async function usage(): Promise<void> {
     return { orderId: 1 };
   });
   void order;
-  const begun = await idem.operations.begin("orders", { key: "k", waitSeconds: 5 });
+  const begun = await idem.operations.begin("orders", { key: "k", waitSeconds: 5, clientToken: "job-7" });
   if (begun.status === "started") {
+    const fence: number = begun.fence;
+    void fence;
     await idem.operations.extend("orders", begun.id, begun.token, 60);
     await idem.operations.complete("orders", begun.id, begun.token, { ok: true });
   } else {
@@ -72,6 +77,7 @@ export async function usage(): Promise<void> {
   try {
     await idem.claims.claim("x", { key: "y" });
   } catch (e) {
+    if (e instanceof UnavailableError && e.type === PROBLEM_OUTCOME_UNKNOWN) void e.retryAfterSeconds;
     if (e instanceof InProgressError || e instanceof MismatchError || e instanceof UnavailableError || e instanceof LeaseLostError) {
       const s: number = e.status;
       void s;

@@ -11,12 +11,21 @@ import {
   InProgressError,
   LeaseLostError,
   MismatchError,
+  PROBLEM_OUTCOME_UNKNOWN,
   UnavailableError,
   claimId,
 } from "../dist/index.js";
 import { fakeFetch, problem, recordingSleep, reply } from "./helpers.mjs";
 
 const URL_ = "http://idem.test:7070";
+const UUID_V4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+
+/** A request body without its `client_token`, after checking that it carries a fresh UUID v4 one. */
+function withoutToken(body) {
+  const { client_token: token, ...rest } = body;
+  assert.match(token, UUID_V4);
+  return rest;
+}
 const ID_AB = "59b271ae1bbcb1d31d41929817f4b16fb439eb4f31520b5ad1d5ce98920a7138"; // sha256("a\0b")
 
 function client(handler, options = {}) {
@@ -192,6 +201,7 @@ describe("error mapping", () => {
     [409, "urn:idem:problem:conflict", IdemError],
     [422, "urn:idem:problem:fingerprint-mismatch", MismatchError],
     [503, "urn:idem:problem:store-unavailable", UnavailableError],
+    [503, "urn:idem:problem:outcome-unknown", UnavailableError],
     [400, "urn:idem:problem:invalid-request", IdemError],
   ];
   for (const [status, type, cls] of cases) {
@@ -225,7 +235,7 @@ describe("claims", () => {
   test("claim: body in API names, record split from claimed", async () => {
     const { idem, calls } = client(() => reply(201, { claimed: true, ...record({ data: { answer: "A" }, expires_at: "2026-11-23T10:00:00.000Z" }) }));
     const r = await idem.claims.claim("survey", { parts: ["a", "b"], data: { answer: "A" }, ttlSeconds: 86400 });
-    assert.deepEqual(calls[0].body, { parts: ["a", "b"], data: { answer: "A" }, ttl_seconds: 86400 });
+    assert.deepEqual(withoutToken(calls[0].body), { parts: ["a", "b"], data: { answer: "A" }, ttl_seconds: 86400 });
     assert.equal(calls[0].method, "POST");
     assert.equal(calls[0].path, "/v1/claims/survey");
     assert.equal(calls[0].headers["content-type"], "application/json");
@@ -239,7 +249,7 @@ describe("claims", () => {
       reply(200, { results: call.body.items.map((it, i) => ({ claimed: i !== 1, ...record({ parts: [it.key], id: claimId(it.key) }) })) }),
     );
     const out = await idem.claims.claimBatch("articles", [{ key: "u1" }, { key: "u2", ttlSeconds: 5 }, { key: "u3", data: 1 }]);
-    assert.deepEqual(calls[0].body, { items: [{ key: "u1" }, { key: "u2", ttl_seconds: 5 }, { key: "u3", data: 1 }] });
+    assert.deepEqual(withoutToken(calls[0].body), { items: [{ key: "u1" }, { key: "u2", ttl_seconds: 5 }, { key: "u3", data: 1 }] });
     assert.equal(calls[0].path, "/v1/claims/articles/batch");
     assert.deepEqual(out.map((r) => [r.claimed, r.record.parts[0]]), [[true, "u1"], [false, "u2"], [true, "u3"]]);
   });
@@ -311,6 +321,107 @@ describe("claimId", () => {
 });
 
 // ---------------------------------------------------------------------------------------------
+// Client tokens: one per logical call, the same on each of its retries
+
+describe("client tokens", () => {
+  const outcomeUnknown = () => problem(503, PROBLEM_OUTCOME_UNKNOWN, { title: "Outcome unknown", headers: { "retry-after": "1" } });
+  const started = (token = "tok-1", fence = 17) => reply(201, { status: "started", id: "op1", token, lease_expires_at: "t", fence });
+  /** Answers each logical call's first attempt 503 outcome-unknown and its retry with `answer`. */
+  const firstLost = (answer) => (call, i) => (i % 2 === 0 ? outcomeUnknown() : answer(call));
+  const tokens = (calls) => calls.map((c) => c.body.client_token);
+
+  test("claim: a retry after 503 outcome-unknown sends the very same token; another claim a new one", async () => {
+    const { idem, calls, waits } = client(firstLost(() => reply(201, { claimed: true, ...record() })));
+    const first = await idem.claims.claim("survey", { parts: ["a", "b"] });
+    assert.equal(first.claimed, true);
+    await idem.claims.claim("survey", { parts: ["a", "b"] });
+    assert.equal(calls.length, 4);
+    assert.deepEqual(waits, [1000, 1000], "Retry-After honoured");
+    const [a, aRetry, b, bRetry] = tokens(calls);
+    assert.match(a, UUID_V4);
+    assert.equal(aRetry, a, "the retry carries the first attempt's token");
+    assert.equal(bRetry, b);
+    assert.notEqual(b, a, "two logical calls, two tokens");
+    assert.deepEqual(calls[1].body, calls[0].body, "the retry is the same request");
+  });
+
+  test("claimBatch: one token for the batch, the same on its retry", async () => {
+    const { idem, calls } = client(firstLost((call) => reply(200, { results: call.body.items.map(() => ({ claimed: true, ...record() })) })));
+    await idem.claims.claimBatch("articles", [{ key: "u1" }, { key: "u2" }]);
+    await idem.claims.claimBatch("articles", [{ key: "u1" }, { key: "u2" }]);
+    const [a, aRetry, b, bRetry] = tokens(calls);
+    assert.match(a, UUID_V4);
+    assert.equal(aRetry, a);
+    assert.equal(bRetry, b);
+    assert.notEqual(a, b);
+    assert.ok(calls.every((c) => c.body.items.every((item) => !("client_token" in item))), "items carry none of their own");
+  });
+
+  test("begin: the same token on the retry; the answer's fence is there", async () => {
+    const { idem, calls } = client(firstLost(() => started("tok-9", 42)));
+    const b = await idem.operations.begin("ops", { key: "k" });
+    assert.equal(b.status, "started");
+    assert.equal(b.token, "tok-9");
+    assert.equal(b.fence, 42);
+    await idem.operations.begin("ops", { key: "k" });
+    const [a, aRetry, c, cRetry] = tokens(calls);
+    assert.match(a, UUID_V4);
+    assert.equal(aRetry, a);
+    assert.equal(cRetry, c);
+    assert.notEqual(a, c);
+  });
+
+  test("run: every begin of one run (transport retries and waits for a holder) carries one token", async () => {
+    const ops = opsServer({
+      begin: (_, n) =>
+        n === 0 ? outcomeUnknown() : n === 1 ? problem(409, "urn:idem:problem:in-progress", { headers: { "retry-after": "1" } }) : started(),
+    });
+    const { idem, calls } = client(ops.handler);
+    assert.equal(await idem.operations.run("orders", { key: "k" }, () => "done"), "done");
+    const begins = calls.filter((c) => c.path.endsWith("/begin"));
+    assert.equal(begins.length, 3);
+    assert.match(begins[0].body.client_token, UUID_V4);
+    assert.ok(begins.every((c) => c.body.client_token === begins[0].body.client_token));
+    await idem.operations.run("orders", { key: "k2" }, () => "again");
+    const next = calls.filter((c) => c.path.endsWith("/begin"))[3];
+    assert.notEqual(next.body.client_token, begins[0].body.client_token, "another run, another token");
+  });
+
+  test("a caller's own token is sent as given, on every attempt", async () => {
+    const { idem, calls } = client((call, i) => {
+      if (i % 2 === 0) return outcomeUnknown();
+      if (call.path.endsWith("/begin")) return started();
+      if (call.path.endsWith("/batch")) return reply(200, { results: [{ claimed: true, ...record() }] });
+      return reply(201, { claimed: true, ...record() });
+    });
+    await idem.claims.claim("survey", { parts: ["a", "b"], clientToken: "order-7/attempt" });
+    await idem.claims.claimBatch("survey", [{ parts: ["a", "b"] }], { clientToken: "batch 7" });
+    await idem.operations.begin("ops", { key: "k", clientToken: "begin-7" });
+    assert.deepEqual(tokens(calls), ["order-7/attempt", "order-7/attempt", "batch 7", "batch 7", "begin-7", "begin-7"]);
+  });
+
+  test("a token the server would refuse is a TypeError, and nothing is sent", async () => {
+    const { idem, calls } = client(() => reply(201, { claimed: true, ...record() }));
+    for (const bad of ["", "naïve", "tab\there", "x".repeat(256)]) {
+      await assert.rejects(idem.claims.claim("survey", { key: "k", clientToken: bad }), TypeError);
+      await assert.rejects(idem.operations.begin("ops", { key: "k", clientToken: bad }), TypeError);
+    }
+    assert.equal(calls.length, 0);
+  });
+
+  test("outcome-unknown after every retry: an UnavailableError whose type says so", async () => {
+    const { idem, calls } = client(() => outcomeUnknown(), { retries: 2 });
+    const err = await idem.claims.claim("survey", { key: "k" }).catch((e) => e);
+    assert.ok(err instanceof UnavailableError);
+    assert.equal(err.type, PROBLEM_OUTCOME_UNKNOWN);
+    assert.equal(err.status, 503);
+    assert.equal(err.retryAfterSeconds, 1);
+    assert.equal(calls.length, 3);
+    assert.equal(new Set(tokens(calls)).size, 1, "all three attempts carried one token");
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
 // operations.run
 
 /** A fake Operations API: `script.begin(call, n)` answers begins; the rest are recorded. */
@@ -350,7 +461,7 @@ describe("operations.run", () => {
     const begin = calls[0];
     assert.equal(begin.path, "/v1/operations/orders/begin");
     assert.deepEqual(
-      { ...begin.body, wait_seconds: undefined },
+      { ...withoutToken(begin.body), wait_seconds: undefined },
       { key: "order-1", request: { sku: "x" }, lease_seconds: 30, ttl_seconds: 3600, wait_seconds: undefined },
     );
     assert.ok(begin.body.wait_seconds >= 0 && begin.body.wait_seconds <= 30);
@@ -545,7 +656,7 @@ describe("operations thin calls", () => {
     });
     const b = await idem.operations.begin("ops", { parts: ["a", "b"], waitSeconds: 5, leaseSeconds: 10 });
     assert.equal(b.status, "started");
-    assert.deepEqual(calls[0].body, { parts: ["a", "b"], lease_seconds: 10, wait_seconds: 5 });
+    assert.deepEqual(withoutToken(calls[0].body), { parts: ["a", "b"], lease_seconds: 10, wait_seconds: 5 });
     assert.equal((await idem.operations.complete("ops", "abc", "t", 1)).result, 1);
     assert.deepEqual(calls[1].body, { token: "t", result: 1 });
     assert.equal(await idem.operations.release("ops", "abc", "t"), undefined);

@@ -32,7 +32,7 @@ pub async fn claim_new_then_existing<S: ClaimStore + ?Sized>(h: &Harness<S>) {
 pub async fn key_and_one_part_forms_are_one_key<S: ClaimStore + ?Sized>(h: &Harness<S>) {
     let n = ns("articles");
     let single = Parts::single("https://example.com/a".into()).expect("valid key");
-    let claim = idem_core::NewClaim { parts: single, data: None, ttl: None, client: None };
+    let claim = idem_core::NewClaim { parts: single, data: None, ttl: None, client: None, created_at: None };
     assert!(h.store.claim(&n, vec![claim]).await.expect("claim")[0].claimed);
     let again = h.store.claim(&n, vec![new_claim(&["https://example.com/a"], None, None)]).await.expect("claim");
     assert!(!again[0].claimed, "`key` is the one-part form of `parts`");
@@ -292,4 +292,103 @@ pub async fn a_race_with_client_tokens_tells_one_caller_it_won<S: ClaimStore + ?
         }
     }
     assert_eq!(winners.len(), 1, "one caller won: {winners:?}");
+}
+
+fn listed(records: &[idem_core::ClaimRecord]) -> Vec<String> {
+    records.iter().map(|r| r.parts.as_slice().join("/")).collect()
+}
+
+/// A prefix's live claims come in parts order, page by page from a cursor, with and without
+/// expiry, whole parts only, this namespace only, the claim that is the prefix itself included.
+pub async fn list_pages_a_prefix_in_parts_order<S: ClaimStore + ?Sized>(h: &Harness<S>) {
+    let (store, n) = (&h.store, ns("survey"));
+    let ttl = Some(TEN_SECONDS);
+    let mut claims = vec![
+        new_claim(&["s1"], None, None),
+        new_claim(&["s1", "u2", "n1"], Some(r#"{"answer":"B"}"#), None),
+        new_claim(&["s1", "u1", "n2"], None, ttl),
+        new_claim(&["s1", "u1", "n1"], Some(r#"{"answer":"A"}"#), None),
+        new_claim(&["s10", "u1", "n1"], None, None),
+        new_claim(&["s2", "u1", "n1"], None, None),
+        new_claim(&["s1", "u3"], None, Some(Duration::from_secs(1))),
+    ];
+    claims.extend((0..40).map(|i| new_claim(&["s1", "bulk", &format!("{i:02}")], None, None)));
+    store.claim(&n, claims).await.expect("claim");
+    store.claim(&ns("other"), vec![new_claim(&["s1", "u1", "n1"], None, None)]).await.expect("claim");
+    h.clock.advance(Duration::from_secs(1));
+
+    let all = store.list(&n, &parts(&["s1"]), None, 1000).await.expect("list");
+    let mut want: Vec<String> = vec!["s1".into()];
+    want.extend((0..40).map(|i| format!("s1/bulk/{i:02}")));
+    want.extend(["s1/u1/n1", "s1/u1/n2", "s1/u2/n1"].map(String::from));
+    assert_eq!(listed(&all), want, "parts order; s1/u3 has expired; s10 and s2 are other prefixes");
+    assert_eq!(
+        all.iter()
+            .find(|r| r.parts == parts(&["s1", "u1", "n1"]))
+            .and_then(|r| r.data.as_deref().map(|d| d.get().to_owned())),
+        Some(r#"{"answer":"A"}"#.to_owned())
+    );
+
+    let mut paged = Vec::new();
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let page = store.list(&n, &parts(&["s1"]), after.as_deref(), 7).await.expect("list");
+        paged.extend(listed(&page));
+        match page.last() {
+            Some(last) if page.len() == 7 => after = Some(last.parts.encode()),
+            _ => break,
+        }
+    }
+    assert_eq!(paged, want, "pages from a cursor give the same, once each");
+
+    let deeper = store.list(&n, &parts(&["s1", "u1"]), None, 100).await.expect("list");
+    assert_eq!(listed(&deeper), ["s1/u1/n1", "s1/u1/n2"]);
+    assert!(store.list(&n, &parts(&["s3"]), None, 100).await.expect("list").is_empty());
+    h.clock.advance(TEN_SECONDS);
+    let later = store.list(&n, &parts(&["s1", "u1"]), None, 100).await.expect("list");
+    assert_eq!(listed(&later), ["s1/u1/n1"], "expired claims are absent");
+}
+
+/// Deleting a prefix removes its live claims in bounded steps, answers how many, and leaves
+/// other prefixes and namespaces alone; the keys can be claimed again.
+pub async fn delete_prefix_removes_only_that_prefix<S: ClaimStore + ?Sized>(h: &Harness<S>) {
+    let (store, n) = (&h.store, ns("survey"));
+    let mut claims: Vec<_> = (0..25).map(|i| new_claim(&["s1", &format!("u{i}")], None, None)).collect();
+    claims.push(new_claim(&["s10", "u1"], None, None));
+    claims.push(new_claim(&["s1"], None, None));
+    store.claim(&n, claims).await.expect("claim");
+    store.claim(&ns("other"), vec![new_claim(&["s1", "u1"], None, None)]).await.expect("claim");
+
+    assert_eq!(store.delete_prefix(&n, &parts(&["s1"]), 10).await.expect("delete"), 10, "at most the limit");
+    let mut rest = 10;
+    while rest > 0 {
+        rest = store.delete_prefix(&n, &parts(&["s1"]), 10).await.expect("delete");
+    }
+    assert!(store.list(&n, &parts(&["s1"]), None, 100).await.expect("list").is_empty());
+    assert_eq!(listed(&store.list(&n, &parts(&["s10"]), None, 100).await.expect("list")), ["s10/u1"]);
+    assert!(store.get(&ns("other"), &id(&["s1", "u1"])).await.expect("get").is_some(), "another namespace");
+    assert!(!store.prefix_exists(&n, &parts(&["s1"])).await.expect("prefix"));
+    assert!(store.claim(&n, vec![new_claim(&["s1", "u3"], None, None)]).await.expect("claim")[0].claimed);
+    assert_eq!(store.delete_prefix(&n, &parts(&["nothing"]), 10).await.expect("delete"), 0);
+}
+
+/// A record imported from another store keeps when it was made, and its TTL counts from then:
+/// one made 80 days ago with 90 days to live expires in 10; one whose time ran out is absent.
+pub async fn an_imported_claim_keeps_when_it_was_made<S: ClaimStore + ?Sized>(h: &Harness<S>) {
+    let (store, n) = (&h.store, ns("notified_articles"));
+    let day = Duration::from_secs(86_400);
+    let ago = |d: u64| idem_core::Timestamp(crate::START.millis() - (day * d as u32).as_millis() as i64);
+    let import = |key: &str, made| idem_core::NewClaim {
+        created_at: Some(made),
+        ..new_claim(&[key], Some(r#"{"legacy":true}"#), Some(day * 90))
+    };
+    let out = store.claim(&n, vec![import("https://a", ago(80)), import("https://b", ago(100))]).await.expect("claim");
+    assert_eq!(out[0].record.created_at, ago(80));
+    assert_eq!(out[0].record.expires_at, Some(crate::START.plus(day * 10)), "90 days from when it was made");
+    let got = store.get(&n, &id(&["https://a"])).await.expect("get").expect("live");
+    assert_eq!(got.created_at, ago(80));
+    assert!(store.get(&n, &id(&["https://b"])).await.expect("get").is_none(), "its 90 days ended 10 days ago");
+    let future = idem_core::Timestamp(crate::START.millis() + 3_600_000);
+    let out = store.claim(&n, vec![import("https://c", future)]).await.expect("claim");
+    assert_eq!(out[0].record.created_at, crate::START, "never later than now");
 }

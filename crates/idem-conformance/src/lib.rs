@@ -77,7 +77,7 @@ pub fn id(p: &[&str]) -> ClaimId {
 
 pub fn new_claim(p: &[&str], data: Option<&str>, ttl: Option<Duration>) -> NewClaim {
     let data = data.map(|d| RawValue::from_string(d.to_owned()).expect("test data is JSON"));
-    NewClaim { parts: parts(p), data, ttl, client: None }
+    NewClaim { parts: parts(p), data, ttl, client: None, created_at: None }
 }
 
 /// The [`ClaimStore`](idem_core::ClaimStore) suite, as a module `claim_store`.
@@ -101,6 +101,9 @@ macro_rules! claim_suite {
             claims_are_counted_per_namespace,
             a_retry_with_its_client_token_is_told_it_won,
             a_race_with_client_tokens_tells_one_caller_it_won,
+            list_pages_a_prefix_in_parts_order,
+            delete_prefix_removes_only_that_prefix,
+            an_imported_claim_keeps_when_it_was_made,
         );
     };
 }

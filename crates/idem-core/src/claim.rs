@@ -18,6 +18,17 @@ pub struct NewClaim {
     /// The caller's token for this request: a retry with the same token is told it won a claim
     /// that its earlier attempt stored ([`ClientToken`]).
     pub client: Option<ClientToken>,
+    /// When the claim was made, for a record imported from another store (never after now): its
+    /// TTL counts from then. `None`: now.
+    pub created_at: Option<Timestamp>,
+}
+
+impl NewClaim {
+    /// When the claim is made, claimed at `now`, and when it expires.
+    pub fn times(&self, now: Timestamp) -> (Timestamp, Option<Timestamp>) {
+        let created = self.created_at.map_or(now, |at| at.min(now));
+        (created, self.ttl.map(|ttl| created.plus(ttl)))
+    }
 }
 
 /// A stored claim.

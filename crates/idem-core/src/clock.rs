@@ -23,12 +23,28 @@ impl Timestamp {
     }
 
     /// RFC 3339 in UTC with millisecond precision, e.g. `2026-11-21T16:35:51.123Z`.
+    /// RFC 3339 in UTC with exactly six fractional digits and `Z`, always the same length
+    /// (`2026-11-18T11:06:40.123000Z`), so that strict parsers (.NET's `ParseExact`, a fixed
+    /// `strptime` format) read every one.
     pub fn to_rfc3339(self) -> String {
         let nanos = i128::from(self.0) * 1_000_000;
         OffsetDateTime::from_unix_timestamp_nanos(nanos)
             .ok()
-            .and_then(|t| t.format(&Rfc3339).ok())
-            .unwrap_or_else(|| "9999-12-31T23:59:59.999Z".to_owned())
+            .filter(|t| (0..=9999).contains(&t.year()))
+            .map(|t| {
+                let (date, time) = (t.date(), t.time());
+                format!(
+                    "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+                    date.year(),
+                    u8::from(date.month()),
+                    date.day(),
+                    time.hour(),
+                    time.minute(),
+                    time.second(),
+                    time.microsecond()
+                )
+            })
+            .unwrap_or_else(|| "9999-12-31T23:59:59.999000Z".to_owned())
     }
 
     pub fn parse_rfc3339(text: &str) -> Option<Self> {
@@ -77,11 +93,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn formats_rfc3339_utc_with_millis() {
-        assert_eq!(Timestamp(0).to_rfc3339(), "1970-01-01T00:00:00Z");
-        assert_eq!(Timestamp(1_795_000_000_123).to_rfc3339(), "2026-11-18T11:06:40.123Z");
-        let t = Timestamp(1_795_000_000_123);
-        assert_eq!(Timestamp::parse_rfc3339(&t.to_rfc3339()), Some(t));
+    fn formats_rfc3339_utc_with_exactly_six_fractional_digits() {
+        assert_eq!(Timestamp(0).to_rfc3339(), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(Timestamp(1_795_000_000_123).to_rfc3339(), "2026-11-18T11:06:40.123000Z");
+        assert_eq!(Timestamp(1_795_000_000_900).to_rfc3339(), "2026-11-18T11:06:40.900000Z");
+        for ms in [0, 1, 10, 100, 999, 1_795_000_000_120, 253_402_300_799_999] {
+            let text = Timestamp(ms).to_rfc3339();
+            assert_eq!(text.len(), 27, "{text}");
+            assert_eq!(Timestamp::parse_rfc3339(&text), Some(Timestamp(ms)), "{text}");
+        }
+        assert_eq!(Timestamp(i64::MAX).to_rfc3339(), "9999-12-31T23:59:59.999000Z");
+        assert_eq!(Timestamp::parse_rfc3339("2026-11-18T11:06:40.9Z"), Some(Timestamp(1_795_000_000_900)));
     }
 
     #[test]

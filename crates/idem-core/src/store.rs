@@ -47,6 +47,21 @@ pub trait ClaimStore: Send + Sync + 'static {
     /// Deletes a claim; `false` when there was no live claim with that id.
     async fn delete(&self, ns: &Namespace, id: &ClaimId) -> Result<bool, StoreError>;
 
+    /// Live claims whose parts begin with `prefix` (at least one part), in the order of their
+    /// encoded parts ([`Parts::encode`]), after the claim whose encoded parts are `after` (the last
+    /// of the previous page), at most `limit`. Read from an index of the namespace, never a scan
+    /// of others.
+    async fn list(
+        &self,
+        ns: &Namespace,
+        prefix: &Parts,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<ClaimRecord>, StoreError>;
+
+    /// Deletes up to `limit` live claims whose parts begin with `prefix`; says how many went.
+    async fn delete_prefix(&self, ns: &Namespace, prefix: &Parts, limit: usize) -> Result<usize, StoreError>;
+
     /// Deletes up to `limit` expired claims and says how many went.
     async fn sweep_expired(&self, limit: usize) -> Result<usize, StoreError>;
 

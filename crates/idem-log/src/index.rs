@@ -8,6 +8,10 @@
 //!
 //! Prefix lookups use a second map from a tag of (namespace, proper prefix) to the tags of the
 //! claims under that prefix; a claim of `n` parts is a member of its `n - 1` proper prefixes.
+//! Claims without expiry are only counted there (a count answers "is any live?"), except under
+//! their first part, where every claim is listed, so that a prefix's claims can be listed and
+//! deleted (a prefix of any length reads its first part's members and keeps those under it): one
+//! tag more per claim of several parts.
 //!
 //! Both are split into shards, each behind its own lock, so that readers on every core proceed
 //! while the writer applies a group, and the sweeper walks one shard at a time.
@@ -194,11 +198,13 @@ impl Members {
 }
 
 /// The claims under one proper prefix: those without expiry only counted (they stay until
-/// deleted, so a count answers "is any live?"), those with one listed by tag.
+/// deleted, so a count answers "is any live?"), those with one listed by tag; under a first part,
+/// those without expiry listed too (`listed`), for listing a prefix's claims.
 #[derive(Debug, Default)]
 struct Prefix {
     forever: u32,
     expiring: Option<Members>,
+    listed: Option<Members>,
 }
 
 /// What the index says of a prefix, before any record is read.
@@ -320,23 +326,53 @@ impl Index {
             return;
         }
         let member = claim_tag(ns, id);
-        for prefix in proper_prefix_tags(ns, parts) {
+        for (depth, prefix) in proper_prefix_tags(ns, parts).into_iter().enumerate() {
+            let first = depth == 0;
             let mut shard = self.shards[prefix_shard(prefix)].write().unwrap_or_else(|e| e.into_inner());
             let entry = shard.prefixes.entry(prefix).or_default();
             match before {
-                Some(e) if forever(&e) => entry.forever = entry.forever.saturating_sub(1),
+                Some(e) if forever(&e) => {
+                    entry.forever = entry.forever.saturating_sub(1);
+                    if first && entry.listed.as_mut().is_some_and(|m| m.remove(member)) {
+                        entry.listed = None;
+                    }
+                }
                 Some(_) if entry.expiring.as_mut().is_some_and(|m| m.remove(member)) => entry.expiring = None,
                 _ => {}
             }
             match after {
-                Some(e) if forever(&e) => entry.forever += 1,
+                Some(e) if forever(&e) => {
+                    entry.forever += 1;
+                    if first {
+                        entry.listed.get_or_insert_with(|| Members::Few(Vec::new())).insert(member);
+                    }
+                }
                 Some(_) => entry.expiring.get_or_insert_with(|| Members::Few(Vec::new())).insert(member),
                 None => {}
             }
-            if entry.forever == 0 && entry.expiring.is_none() {
+            if entry.forever == 0 && entry.expiring.is_none() && entry.listed.is_none() {
                 shard.prefixes.remove(&prefix);
             }
         }
+    }
+
+    /// Every claim under a first part (the tag of `(namespace, first part)`), live at `now`: the
+    /// callers read their records to keep those of this namespace and prefix (tags may collide).
+    pub fn under_first_part(&self, prefix: u128, now: i64) -> Vec<ClaimEntry> {
+        let home = prefix_shard(prefix);
+        let shard = self.shards[home].read().unwrap_or_else(|e| e.into_inner());
+        let Some(found) = shard.prefixes.get(&prefix) else { return Vec::new() };
+        let members = found.expiring.iter().chain(found.listed.iter()).flat_map(|m| m.iter());
+        members
+            .filter_map(|member| {
+                if shard_of(member) == home {
+                    shard.claims.get(&member).copied()
+                } else {
+                    self.read(member).claims.get(&member).copied()
+                }
+            })
+            .filter(|e| e.is_live(now))
+            .collect()
     }
 
     /// A prefix's claims: a claim without expiry settles it; else up to `want` members whose
@@ -506,6 +542,24 @@ mod tests {
             index.update_claim(Slot::Main, "n", id, b"p\0x\0", Some(entry), None);
         }
         assert_eq!(candidates(index.prefix(prefix, 0, 1)), Some(0), "an emptied prefix is gone");
+        assert!(index.shards.iter().all(|s| s.read().map(|s| s.prefixes.is_empty()).unwrap_or(false)));
+    }
+
+    #[test]
+    fn every_claim_is_listed_under_its_first_part_and_only_there() {
+        let index = Index::default();
+        let loc = Loc { segment: 1, offset: 16 };
+        let (first, deeper) = (prefix_tag("n", b"s1\0"), prefix_tag("n", b"s1\0u1\0"));
+        let forever = ClaimEntry::new(loc, 10, NEVER);
+        let expiring = ClaimEntry::new(loc, 10, T + 10);
+        index.update_claim(Slot::Main, "n", &ClaimId([1; 32]), b"s1\0u1\0n1\0", None, Some(forever));
+        index.update_claim(Slot::Main, "n", &ClaimId([2; 32]), b"s1\0u2\0", None, Some(expiring));
+        assert_eq!(index.under_first_part(first, T).len(), 2, "with and without expiry");
+        assert_eq!(index.under_first_part(first, T + 10).len(), 1, "the expired one is not live");
+        assert!(index.under_first_part(deeper, T).is_empty(), "deeper prefixes only count claims without expiry");
+        index.update_claim(Slot::Main, "n", &ClaimId([1; 32]), b"s1\0u1\0n1\0", Some(forever), None);
+        index.update_claim(Slot::Main, "n", &ClaimId([2; 32]), b"s1\0u2\0", Some(expiring), None);
+        assert!(index.under_first_part(first, T).is_empty());
         assert!(index.shards.iter().all(|s| s.read().map(|s| s.prefixes.is_empty()).unwrap_or(false)));
     }
 }

@@ -255,6 +255,44 @@ impl Shared {
         Ok(false)
     }
 
+    /// Live claims under `prefix` (at least one part), in the order of their encoded parts, after
+    /// `after`, at most `limit`. The index lists every claim under its first part: those are read
+    /// and kept when they are of this namespace and under the whole prefix; with the claim whose
+    /// parts are the prefix itself and the (tiny) overflow. A page reads every claim under the
+    /// prefix's first part.
+    fn list(
+        &self,
+        ns: &str,
+        prefix: &Parts,
+        after: Option<&[u8]>,
+        limit: usize,
+        now: i64,
+    ) -> Result<Vec<ClaimRec>, StoreError> {
+        let encoded = prefix.encode();
+        let first = match encoded.iter().position(|b| *b == 0) {
+            Some(end) => &encoded[..=end],
+            None => return Ok(Vec::new()),
+        };
+        let mut found: Vec<ClaimRec> = Vec::new();
+        if let Some(exact) = self.live_claim(ns, &prefix.id(), now)? {
+            found.push(exact);
+        }
+        let members = self.index.under_first_part(prefix_tag(ns, first), now);
+        for entry in members.into_iter().chain(self.index.live_overflow(now)) {
+            // A member whose segment was retired meanwhile was expired (live ones move first).
+            if let Some(rec) = self.read_claim(entry)? {
+                found.push(rec);
+            }
+        }
+        found.retain(|rec| {
+            rec.ns == ns && rec.parts.starts_with(&encoded) && after.is_none_or(|after| rec.parts.as_slice() > after)
+        });
+        found.sort_by(|a, b| a.parts.cmp(&b.parts));
+        found.dedup_by(|a, b| a.id == b.id);
+        found.truncate(limit);
+        Ok(found)
+    }
+
     /// Every item's live claim, or `None` as soon as one has none.
     fn all_claimed(&self, ns: &Namespace, items: &[NewClaim]) -> Result<Option<Vec<ClaimOutcome>>, StoreError> {
         let now = self.clock.now().millis();
@@ -505,6 +543,28 @@ impl ClaimStore for LogStore {
 
     async fn sweep_expired(&self, limit: usize) -> Result<usize, StoreError> {
         self.send(|reply| Command::SweepClaims { limit, reply }).await
+    }
+
+    async fn list(
+        &self,
+        ns: &Namespace,
+        prefix: &Parts,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<ClaimRecord>, StoreError> {
+        let now = self.shared.clock.now().millis();
+        let found = self.shared.list(ns.as_str(), prefix, after, limit, now)?;
+        found.iter().map(|rec| claim_record(ns, rec)).collect()
+    }
+
+    async fn delete_prefix(&self, ns: &Namespace, prefix: &Parts, limit: usize) -> Result<usize, StoreError> {
+        let now = self.shared.clock.now().millis();
+        let ids: Vec<ClaimId> = self.shared.list(ns.as_str(), prefix, None, limit, now)?.iter().map(|r| r.id).collect();
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let ns = ns.clone();
+        self.send(|reply| Command::DeleteMany { ns, ids, reply }).await
     }
 
     /// Live claims per namespace, kept as claims come and go (no scan): exact to the second.

@@ -16,7 +16,7 @@ use crate::{TxError, commit_error, retryable, store_error};
 /// `claimed` again only for the client token that stored it.
 const CLAIM: &str = "WITH ins AS (
         INSERT INTO claims (ns, id, parts, data, created_at, expires_at, client_token)
-        VALUES ($1, $2, $3, $4, $5, $6, $7)
+        VALUES ($1, $2, $3, $4, $8, $6, $7)
         ON CONFLICT (ns, id) DO UPDATE SET parts = excluded.parts, data = excluded.data,
             created_at = excluded.created_at, expires_at = excluded.expires_at, client_token = excluded.client_token
         WHERE claims.expires_at IS NOT NULL AND claims.expires_at <= $5
@@ -97,17 +97,22 @@ async fn run_batch(
 ) -> Result<Vec<Option<Row>>, TxError> {
     let tx = client.transaction().await?;
     let stmt = tx.prepare_cached(CLAIM).await?;
-    type Encoded<'a> = (Vec<u8>, Option<&'a str>, Option<i64>, Option<Vec<u8>>);
+    type Encoded<'a> = (Vec<u8>, Option<&'a str>, i64, Option<i64>, Option<Vec<u8>>);
     let encoded: Vec<Encoded<'_>> = keyed
         .iter()
         .map(|(_, _, c)| {
-            let expires = c.ttl.map(|t| now.plus(t).millis());
-            (c.parts.encode(), c.data.as_deref().map(RawValue::get), expires, c.client.map(|t| t.0.to_vec()))
+            let (created, expires) = c.times(now);
+            let data = c.data.as_deref().map(RawValue::get);
+            (c.parts.encode(), data, created.millis(), expires.map(Timestamp::millis), c.client.map(|t| t.0.to_vec()))
         })
         .collect();
-    let queries = keyed.iter().zip(&encoded).map(|((_, id, _), (parts, data, expires, token))| {
+    let queries = keyed.iter().zip(&encoded).map(|((_, id, _), (parts, data, created, expires, token))| {
         let (tx, stmt) = (&tx, &stmt);
-        async move { tx.query_opt(stmt, &[&ns.as_str(), &&id.0[..], parts, data, &now.millis(), expires, token]).await }
+        async move {
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] =
+                [&ns.as_str(), &&id.0[..], parts, data, &now.millis(), expires, token, created];
+            tx.query_opt(stmt, &params).await
+        }
     });
     let rows = try_join_all(queries).await?;
     tx.commit().await.map_err(TxError::Commit)?;
@@ -136,4 +141,56 @@ pub async fn lookup(
         found.insert(id, record(ns, id, row)?.record);
     }
     Ok(ids.iter().map(|id| found.get(id).cloned()).collect())
+}
+
+/// Live claims under `prefix` in parts order after `after`: a range of the `(ns, parts)` index.
+pub async fn list(
+    client: &Object,
+    ns: &Namespace,
+    prefix: &Parts,
+    after: Option<&[u8]>,
+    limit: usize,
+    now: Timestamp,
+) -> Result<Vec<ClaimRecord>, StoreError> {
+    let statement = client
+        .prepare_cached(
+            "SELECT parts, data, created_at, expires_at, false, id FROM claims
+             WHERE ns = $1 AND parts >= $2 AND parts < $3 AND parts > $4
+             AND (expires_at IS NULL OR expires_at > $5) ORDER BY parts LIMIT $6",
+        )
+        .await
+        .map_err(store_error)?;
+    let after: &[u8] = after.unwrap_or(&[]);
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+        [&ns.as_str(), &prefix.encode(), &prefix.prefix_upper_bound(), &after, &now.millis(), &(limit as i64)];
+    let rows = client.query(&statement, &params).await.map_err(store_error)?;
+    rows.iter()
+        .map(|row| {
+            let id_bytes: Vec<u8> = row.get(5);
+            let id = ClaimId::from_slice(&id_bytes).ok_or_else(|| StoreError::Internal("bad claim id".into()))?;
+            record(ns, id, row).map(|o| o.record)
+        })
+        .collect()
+}
+
+/// Deletes up to `limit` live claims under `prefix`; says how many went. (Expired ones are the
+/// sweeper's.)
+pub async fn delete_prefix(
+    client: &Object,
+    ns: &Namespace,
+    prefix: &Parts,
+    limit: usize,
+    now: Timestamp,
+) -> Result<usize, StoreError> {
+    let statement = client
+        .prepare_cached(
+            "DELETE FROM claims WHERE (ns, id) IN (SELECT ns, id FROM claims
+                 WHERE ns = $1 AND parts >= $2 AND parts < $3 AND (expires_at IS NULL OR expires_at > $5)
+                 ORDER BY parts LIMIT $4)",
+        )
+        .await
+        .map_err(store_error)?;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+        [&ns.as_str(), &prefix.encode(), &prefix.prefix_upper_bound(), &(limit as i64), &now.millis()];
+    Ok(client.execute(&statement, &params).await.map_err(commit_error)? as usize)
 }

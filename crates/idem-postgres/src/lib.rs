@@ -262,6 +262,22 @@ impl ClaimStore for PgStore {
         })
     }
 
+    async fn list(
+        &self,
+        ns: &Namespace,
+        prefix: &Parts,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<ClaimRecord>, StoreError> {
+        let now = self.now();
+        with_conn!(self.db, false, |client| claim::list(&client, ns, prefix, after, limit, now).await)
+    }
+
+    async fn delete_prefix(&self, ns: &Namespace, prefix: &Parts, limit: usize) -> Result<usize, StoreError> {
+        let now = self.now();
+        with_conn!(self.db, true, |client| claim::delete_prefix(&client, ns, prefix, limit, now).await)
+    }
+
     async fn count_claims(&self) -> Result<Vec<(String, u64)>, StoreError> {
         with_conn!(self.db, false, |client| {
             let rows = client.query("SELECT ns, count(*) FROM claims GROUP BY ns", &[]).await.map_err(store_error)?;

@@ -81,7 +81,17 @@ const FAMILIES: &[(Kind, &str, &str)] = &[
     (
         Kind::Counter,
         "idem_gateway_background_calls_total",
-        "Upstream calls that outlived upstream_timeout, by route and how they ended (forwarded, released, upstream_error, too_large, lease_lost, store_error; over_limit and abandoned: dropped, the key held until its lease ends).",
+        "Upstream calls that outlived upstream_timeout, by route and how they ended (forwarded, released, upstream_error, too_large, lease_lost, store_error, unstored; over_limit and abandoned: dropped, the key held until its lease ends).",
+    ),
+    (
+        Kind::Gauge,
+        "idem_gateway_unstored_responses",
+        "Gateway responses (and releases) kept in memory until the store takes them.",
+    ),
+    (
+        Kind::Counter,
+        "idem_gateway_unstored_total",
+        "Gateway responses the store could not take at once, by route and how they ended (stored, released; lease_lost, dropped, abandoned: given up, the key free once its lease ends).",
     ),
     (
         Kind::Counter,
@@ -195,6 +205,13 @@ pub fn register_configured(config: &crate::config::Config) {
             metrics::counter!("idem_gateway_background_calls_total", "route" => path.clone(), "outcome" => outcome)
                 .increment(0);
         }
+        for outcome in ["stored", "lease_lost"] {
+            metrics::counter!("idem_gateway_unstored_total", "route" => path.clone(), "outcome" => outcome)
+                .increment(0);
+        }
+    }
+    if config.gateway.is_some() {
+        metrics::gauge!("idem_gateway_unstored_responses").set(0.0);
     }
     metrics::counter!("idem_receipt_replays_total").increment(0);
     metrics::counter!("idem_receipt_discards_total").increment(0);
@@ -203,6 +220,7 @@ pub fn register_configured(config: &crate::config::Config) {
     metrics::counter!("idem_store_compactions_total").increment(0);
     metrics::counter!("idem_store_command_errors_total").increment(0);
     metrics::counter!("idem_errors_total", "kind" => "store-unavailable").increment(0);
+    metrics::counter!("idem_errors_total", "kind" => "outcome-unknown").increment(0);
     metrics::counter!("idem_sweeper_deleted_total").increment(0);
     metrics::gauge!("idem_jobs_due").set(0.0);
     metrics::gauge!("idem_jobs_oldest_due_age_seconds").set(0.0);

@@ -1,7 +1,9 @@
 <?php
-// Seed 003's handler in plain PHP 8.2 (no Composer): idem delivers each partner event here,
-// signed with Standard Webhooks; this script verifies the signature, processes each event once
-// (idem delivers at least once, so the same webhook-id can come again) and answers 204.
+// Seed 003's handler in plain PHP 8.2 on idem's PHP client (no Composer): idem delivers each
+// partner event here, signed with Standard Webhooks; Idem\verifyWebhook() checks the signature
+// (several during a secret rotation, the timestamp within 5 minutes, in constant time), this script
+// processes each event once (idem delivers at least once, so the same webhook-id can come again)
+// and answers 204.
 //
 // Run:  IDEM_SIGNING_SECRET=whsec_… php -S 127.0.0.1:9000 handler.php
 //       (the secret is the source's signing_secret in idem.toml; handler_url = "http://127.0.0.1:9000/handle").
@@ -17,53 +19,9 @@
 
 declare(strict_types=1);
 
-const TOLERANCE_SECONDS = 300; // Standard Webhooks: the timestamp must be within 5 minutes of now
-
-/** The source's signing secret as raw bytes: "whsec_" + base64. Null when unset or not base64. */
-function signing_key(): ?string
-{
-    $secret = getenv('IDEM_SIGNING_SECRET');
-    if ($secret === false || $secret === '') {
-        return null;
-    }
-    if (str_starts_with($secret, 'whsec_')) {
-        $secret = substr($secret, strlen('whsec_'));
-    }
-    $key = base64_decode($secret, true);
-    return ($key === false || $key === '') ? null : $key;
-}
-
-/**
- * Verifies idem's Standard Webhooks signature: webhook-signature lists space-separated
- * "v1,<base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{raw body}">" (several during a
- * secret rotation; one match is enough). Returns null when the request is genuine, else why not.
- */
-function verify(string $key, string $id, string $timestamp, string $signatures, string $body): ?string
-{
-    if ($id === '' || $timestamp === '' || $signatures === '') {
-        return 'missing webhook-id, webhook-timestamp or webhook-signature';
-    }
-    if (!preg_match('/^\d{1,15}$/', $timestamp)) {
-        return 'webhook-timestamp is not a Unix time';
-    }
-    if (abs(time() - (int) $timestamp) > TOLERANCE_SECONDS) {
-        return 'webhook-timestamp is more than 5 minutes away'; // a replayed old request
-    }
-    $expected = hash_hmac('sha256', "$id.$timestamp.$body", $key, true);
-    $matched = false;
-    foreach (preg_split('/\s+/', trim($signatures)) as $entry) {
-        [$version, $sig] = array_pad(explode(',', $entry, 2), 2, '');
-        $candidate = base64_decode($sig, true);
-        if ($version !== 'v1' || $candidate === false) {
-            continue;
-        }
-        // hash_equals takes the same time whatever the bytes: no timing leak of the signature.
-        if (hash_equals($expected, $candidate)) {
-            $matched = true;
-        }
-    }
-    return $matched ? null : 'no matching signature';
-}
+// The PHP client (clients/php), without Composer. With Composer: `composer require idem/client`
+// (a path or VCS repository, see clients/php/README.md) and vendor/autoload.php instead.
+require __DIR__ . '/../../../clients/php/autoload.php';
 
 function state_dir(): string
 {
@@ -98,7 +56,7 @@ function process_event(string $webhookId, array $event, int $attempt): void
  * webhook-id into a table with a unique index on it in the same database transaction as the work
  * (in Laravel, DB::transaction() around ProcessedWebhook::create(['id' => $id]) and the work), so
  * that the mark and the work commit or roll back together; or it uses idem's Operations API
- * (begin / complete with the webhook-id as the key).
+ * through the client: $idem->operations->run('partner-events', key: $webhookId, fn: $work).
  */
 function once(string $webhookId, callable $work): bool
 {
@@ -151,23 +109,21 @@ if ($method !== 'POST' || ($path !== '/handle' && $path !== '/results')) {
     return;
 }
 
-$key = signing_key();
-if ($key === null) {
+$secret = getenv('IDEM_SIGNING_SECRET') ?: '';
+$body = file_get_contents('php://input');   // the raw body, exactly as signed
+$id = $_SERVER['HTTP_WEBHOOK_ID'] ?? '';
+try {
+    $event = Idem\verifyWebhook($secret, getallheaders(), $body);
+} catch (Idem\WebhookVerificationException $e) {
+    record('bad_signatures.jsonl', ['webhook_id' => $id, 'why' => $e->getMessage()]);
+    answer(401, ['error' => 'bad signature']);
+    return;
+} catch (InvalidArgumentException $e) {
     error_log('IDEM_SIGNING_SECRET is not set or is not whsec_ + base64: refusing every delivery');
     answer(500, ['error' => 'the handler has no signing secret']); // idem retries; nothing runs
     return;
 }
 
-$body = file_get_contents('php://input');   // the raw body, exactly as signed
-$id = $_SERVER['HTTP_WEBHOOK_ID'] ?? '';
-$why = verify($key, $id, trim($_SERVER['HTTP_WEBHOOK_TIMESTAMP'] ?? ''), $_SERVER['HTTP_WEBHOOK_SIGNATURE'] ?? '', $body);
-if ($why !== null) {
-    record('bad_signatures.jsonl', ['webhook_id' => $id, 'why' => $why]);
-    answer(401, ['error' => 'bad signature']);
-    return;
-}
-
-$event = json_decode($body, true);
 if (!is_array($event)) {
     answer(400, ['error' => 'the event is not a JSON object']);
     return;

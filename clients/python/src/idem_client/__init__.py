@@ -9,6 +9,8 @@ Standard Webhooks verification.
 
 from ._async import AsyncClaims, AsyncIdem, AsyncOperations, AsyncReceipts
 from ._errors import (
+    OUTCOME_UNKNOWN,
+    STORE_UNAVAILABLE,
     ForbiddenError,
     IdemConnectionError,
     IdemError,
@@ -38,6 +40,8 @@ __all__ = [
     "LeaseLostError",
     "IdemConnectionError",
     "WebhookVerificationError",
+    "OUTCOME_UNKNOWN",
+    "STORE_UNAVAILABLE",
     "ClaimResult",
     "ClaimRecord",
     "LookupResult",

@@ -23,6 +23,7 @@ from urllib.parse import quote
 
 import httpx
 
+from ._client_token import client_token as _client_token
 from ._errors import NOT_FOUND, IdemError, error_from_response
 from ._keys import item_body, key_body
 from ._models import BeginResult, ClaimRecord, ClaimResult, LookupResult, ReceiptPage
@@ -125,19 +126,29 @@ _404 = frozenset({404})
 # Claims (docs/reference/api.md#claims)
 
 
+# A claim's, a batch's and a begin's body is encoded once, with its client_token, and every retry
+# of the Call sends those same bytes: the token is the same on each attempt of one logical call.
+
+
 def claim(
-    ns: str, key: Optional[str], parts: Optional[Sequence[str]], data: Any, ttl_seconds: Optional[int]
+    ns: str,
+    key: Optional[str],
+    parts: Optional[Sequence[str]],
+    data: Any,
+    ttl_seconds: Optional[int],
+    client_token: Optional[str] = None,
 ) -> Call[ClaimResult]:
     body = key_body(key, parts)
     if data is not None:
         body["data"] = data
     if ttl_seconds is not None:
         body["ttl_seconds"] = ttl_seconds
+    body["client_token"] = _client_token(client_token)
     return Call("POST", f"/v1/claims/{_seg(ns)}", lambda r: _claim_result(_obj(r)), encode_json(body))
 
 
-def claim_batch(ns: str, items: Sequence[Item]) -> Call[List[ClaimResult]]:
-    body = {"items": [item_body(i) for i in items]}
+def claim_batch(ns: str, items: Sequence[Item], client_token: Optional[str] = None) -> Call[List[ClaimResult]]:
+    body = {"items": [item_body(i) for i in items], "client_token": _client_token(client_token)}
     return Call(
         "POST",
         f"/v1/claims/{_seg(ns)}/batch",
@@ -182,6 +193,10 @@ def claim_delete(ns: str, id: str) -> Call[bool]:
 # Operations (docs/reference/api.md#operations)
 
 
+def _fence(value: Any) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _begin_result(response: httpx.Response) -> BeginResult:
     body = _obj(response)
     return BeginResult(
@@ -189,6 +204,7 @@ def _begin_result(response: httpx.Response) -> BeginResult:
         id=str(body.get("id", "")),
         token=body.get("token"),
         lease_expires_at=body.get("lease_expires_at"),
+        fence=_fence(body.get("fence")),
         result=body.get("result"),
         completed_at=body.get("completed_at"),
         expires_at=body.get("expires_at"),
@@ -204,6 +220,7 @@ def op_begin(
     lease_seconds: Optional[int],
     ttl_seconds: Optional[int],
     wait_seconds: Optional[int],
+    client_token: Optional[str] = None,
 ) -> Call[BeginResult]:
     body = key_body(key, parts)
     if request is not None:
@@ -214,6 +231,7 @@ def op_begin(
         body["ttl_seconds"] = ttl_seconds
     if wait_seconds:
         body["wait_seconds"] = wait_seconds
+    body["client_token"] = _client_token(client_token)
     return Call(
         "POST",
         f"/v1/operations/{_seg(ns)}/begin",

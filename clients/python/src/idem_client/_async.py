@@ -40,6 +40,7 @@ from ._base import (
     request_kwargs,
     roundtrip,
 )
+from ._client_token import client_token as _client_token
 from ._errors import InProgressError, LeaseLostError, connection_error
 from ._keys import resolve_id
 from ._models import BeginResult, ClaimRecord, ClaimResult, LookupResult, ReceiptPage
@@ -209,11 +210,14 @@ class AsyncClaims:
         parts: Optional[Sequence[str]] = None,
         data: Any = None,
         ttl_seconds: Optional[int] = None,
+        client_token: Optional[str] = None,
     ) -> ClaimResult:
-        return await self._c._call(_api.claim(ns, key, parts, data, ttl_seconds))
+        return await self._c._call(_api.claim(ns, key, parts, data, ttl_seconds, client_token))
 
-    async def claim_batch(self, ns: str, items: Sequence[Item]) -> List[ClaimResult]:
-        return await self._c._call(_api.claim_batch(ns, items))
+    async def claim_batch(
+        self, ns: str, items: Sequence[Item], *, client_token: Optional[str] = None
+    ) -> List[ClaimResult]:
+        return await self._c._call(_api.claim_batch(ns, items, client_token))
 
     async def lookup(self, ns: str, items: Sequence[Item]) -> List[LookupResult]:
         return await self._c._call(_api.lookup(ns, items))
@@ -272,9 +276,12 @@ class AsyncOperations:
         lease_seconds: Optional[int] = None,
         ttl_seconds: Optional[int] = None,
         wait_seconds: Optional[int] = None,
+        client_token: Optional[str] = None,
     ) -> BeginResult:
         return await self._c._call(
-            _api.op_begin(ns, key, parts, request, lease_seconds, ttl_seconds, wait_seconds)
+            _api.op_begin(
+                ns, key, parts, request, lease_seconds, ttl_seconds, wait_seconds, client_token
+            )
         )
 
     async def complete(self, ns: str, id: str, token: str, result: Any = None) -> Dict[str, Any]:
@@ -317,11 +324,14 @@ class AsyncOperations:
         lease_seconds: Optional[int] = None,
         ttl_seconds: Optional[int] = None,
         wait_timeout: Optional[float] = None,
+        client_token: Optional[str] = None,
     ) -> T:
         """Run ``await fn()`` once per key and return its result (see ``Idem.operations.run``);
         the lease is extended by a task while ``fn`` runs. ``fn`` may also be a plain function."""
+        # One token for every begin of this run: each is the same request, asked again.
+        token_of_call = _client_token(client_token)
         begun = await self._begin_waiting(
-            ns, key, parts, request, lease_seconds, ttl_seconds, wait_timeout
+            ns, key, parts, request, lease_seconds, ttl_seconds, wait_timeout, token_of_call
         )
         if not begun.started:
             return cast(T, begun.result)
@@ -351,6 +361,7 @@ class AsyncOperations:
         lease_seconds: Optional[int],
         ttl_seconds: Optional[int],
         wait_timeout: Optional[float],
+        client_token: str,
     ) -> BeginResult:
         clock = self._c._clock
         limit = self._c._options.wait_timeout if wait_timeout is None else wait_timeout
@@ -368,6 +379,7 @@ class AsyncOperations:
                     lease_seconds=lease_seconds,
                     ttl_seconds=ttl_seconds,
                     wait_seconds=asked,
+                    client_token=client_token,
                 )
             except InProgressError as exc:
                 now = clock()

@@ -14,6 +14,11 @@ IN_PROGRESS = "urn:idem:problem:in-progress"
 FINGERPRINT_MISMATCH = "urn:idem:problem:fingerprint-mismatch"
 LEASE_LOST = "urn:idem:problem:lease-lost"
 FORBIDDEN = "urn:idem:problem:forbidden"
+#: A 503: the store could not be used; nothing was changed.
+STORE_UNAVAILABLE = "urn:idem:problem:store-unavailable"
+#: A 503: the store's answer was lost after a write was sent; it may or may not have been made.
+#: The client retries it with the call's own client token, which tells which.
+OUTCOME_UNKNOWN = "urn:idem:problem:outcome-unknown"
 #: A 404 meaning "no such record": the only 404 that ``get`` and ``delete`` read as absent.
 NOT_FOUND = "urn:idem:problem:not-found"
 #: A 404 for a path that is no route at all (a wrong base URL): always an error.
@@ -77,7 +82,12 @@ class MismatchError(IdemError):
 
 
 class UnavailableError(IdemError):
-    """503: the store cannot be reached or written; nothing was changed. Retry later."""
+    """503, after the client's own retries: the store cannot be reached or written.
+
+    ``type`` says which: :data:`STORE_UNAVAILABLE` (nothing was changed; retry later) or
+    :data:`OUTCOME_UNKNOWN` (the write may or may not have been made). After the latter, ask
+    again with the same ``client_token`` to learn which: a claim that was made answers
+    ``claimed`` true, a begin that took the key its lease."""
 
 
 class IdemConnectionError(UnavailableError):

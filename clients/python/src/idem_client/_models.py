@@ -54,9 +54,15 @@ class ReceiptPage:
 class BeginResult:
     """The answer to ``operations.begin``.
 
-    ``status == "started"``: the caller holds the key (``token``, ``lease_expires_at``) and
-    must do the work, then ``complete`` or ``release``. ``status == "completed"``: the work
-    was done before; ``result`` is what it returned. ``raw`` is the whole response body.
+    ``status == "started"``: the caller holds the key (``token``, ``lease_expires_at``,
+    ``fence``) and must do the work, then ``complete`` or ``release``. ``status ==
+    "completed"``: the work was done before; ``result`` is what it returned. ``raw`` is the
+    whole response body.
+
+    ``fence`` (``None`` unless started) is the lease's fencing number: every later take of the
+    key gets a greater one. Send it with the work's writes so that what they write to can
+    refuse a write whose fence is smaller than one it has seen, from a holder paused past its
+    lease.
     """
 
     status: str
@@ -67,6 +73,7 @@ class BeginResult:
     completed_at: Optional[str]
     expires_at: Optional[str]
     raw: Dict[str, Any]
+    fence: Optional[int] = None
 
     @property
     def started(self) -> bool:
@@ -79,5 +86,6 @@ class BeginResult:
     def __repr__(self) -> str:  # never show the lease token
         return (
             f"BeginResult(status={self.status!r}, id={self.id!r}, "
-            f"lease_expires_at={self.lease_expires_at!r}, completed_at={self.completed_at!r})"
+            f"lease_expires_at={self.lease_expires_at!r}, fence={self.fence!r}, "
+            f"completed_at={self.completed_at!r})"
         )

@@ -27,6 +27,7 @@ from ._base import (
     request_kwargs,
     roundtrip,
 )
+from ._client_token import client_token as _client_token
 from ._errors import InProgressError, LeaseLostError, connection_error
 from ._keys import resolve_id
 from ._models import BeginResult, ClaimRecord, ClaimResult, LookupResult, ReceiptPage
@@ -207,13 +208,21 @@ class Claims:
         parts: Optional[Sequence[str]] = None,
         data: Any = None,
         ttl_seconds: Optional[int] = None,
+        client_token: Optional[str] = None,
     ) -> ClaimResult:
-        """Claim a key: ``.claimed`` is true for exactly one caller; ``.record`` is the record."""
-        return self._c._call(_api.claim(ns, key, parts, data, ttl_seconds))
+        """Claim a key: ``.claimed`` is true for exactly one caller; ``.record`` is the record.
 
-    def claim_batch(self, ns: str, items: Sequence[Item]) -> List[ClaimResult]:
-        """Claim 1 to 10,000 keys in one call; results in request order."""
-        return self._c._call(_api.claim_batch(ns, items))
+        Every attempt of the call sends the same ``client_token`` (a fresh UUID v4 unless one is
+        given: 1 to 255 printable ASCII, e.g. to keep across a restart), so a retry after a lost
+        answer is still told ``claimed`` true. Never give one token to two different claims."""
+        return self._c._call(_api.claim(ns, key, parts, data, ttl_seconds, client_token))
+
+    def claim_batch(
+        self, ns: str, items: Sequence[Item], *, client_token: Optional[str] = None
+    ) -> List[ClaimResult]:
+        """Claim 1 to 10,000 keys in one call; results in request order. One ``client_token``
+        for the whole call (as :meth:`claim`'s): a retry is told each item as first decided."""
+        return self._c._call(_api.claim_batch(ns, items, client_token))
 
     def lookup(self, ns: str, items: Sequence[Item]) -> List[LookupResult]:
         """Which of these keys exist: ``[{"id", "exists", "record"?}]`` in request order."""
@@ -277,13 +286,18 @@ class Operations:
         lease_seconds: Optional[int] = None,
         ttl_seconds: Optional[int] = None,
         wait_seconds: Optional[int] = None,
+        client_token: Optional[str] = None,
     ) -> BeginResult:
         """Take the key (``status == "started"``, with a ``token``) or get the stored result
         (``status == "completed"``). Raises :class:`InProgressError` while someone else holds
         it (after waiting up to ``wait_seconds`` on the server) and :class:`MismatchError`
-        for another ``request``."""
+        for another ``request``. Every attempt sends the same ``client_token`` (as
+        :meth:`Claims.claim`'s), so a retry of a begin that took the key, its answer lost, gets
+        the same lease (``token``, ``fence``) back."""
         return self._c._call(
-            _api.op_begin(ns, key, parts, request, lease_seconds, ttl_seconds, wait_seconds)
+            _api.op_begin(
+                ns, key, parts, request, lease_seconds, ttl_seconds, wait_seconds, client_token
+            )
         )
 
     def complete(self, ns: str, id: str, token: str, result: Any = None) -> Dict[str, Any]:
@@ -333,6 +347,7 @@ class Operations:
         lease_seconds: Optional[int] = None,
         ttl_seconds: Optional[int] = None,
         wait_timeout: Optional[float] = None,
+        client_token: Optional[str] = None,
     ) -> T:
         """Run ``fn`` once per key and return its result.
 
@@ -342,8 +357,16 @@ class Operations:
         calling ``fn``. If ``fn`` raises, the key is released (so a later call runs it again)
         and the exception propagates. While another caller holds the key, waits for it (up to
         ``wait_timeout`` seconds, default the client's) and then raises :class:`InProgressError`.
+
+        Every begin of one run (its retries, and those sent while waiting) carries one
+        ``client_token`` (``client_token=``, else a fresh UUID v4), so a begin that took the key
+        but whose answer was lost still hands this call the lease.
         """
-        begun = self._begin_waiting(ns, key, parts, request, lease_seconds, ttl_seconds, wait_timeout)
+        # One token for every begin of this run: each is the same request, asked again.
+        token_of_call = _client_token(client_token)
+        begun = self._begin_waiting(
+            ns, key, parts, request, lease_seconds, ttl_seconds, wait_timeout, token_of_call
+        )
         if not begun.started:
             return cast(T, begun.result)
         token = begun.token or ""
@@ -370,6 +393,7 @@ class Operations:
         lease_seconds: Optional[int],
         ttl_seconds: Optional[int],
         wait_timeout: Optional[float],
+        client_token: str,
     ) -> BeginResult:
         clock = self._c._clock
         limit = self._c._options.wait_timeout if wait_timeout is None else wait_timeout
@@ -387,6 +411,7 @@ class Operations:
                     lease_seconds=lease_seconds,
                     ttl_seconds=ttl_seconds,
                     wait_seconds=asked,
+                    client_token=client_token,
                 )
             except InProgressError as exc:
                 now = clock()

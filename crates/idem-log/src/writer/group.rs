@@ -179,6 +179,11 @@ impl<'a> Group<'a> {
                 ran(reply, result)
             }
             Command::Delete { ns, id, reply } => ran(reply, self.delete(&Rc::from(ns.as_str()), &id)),
+            Command::DeleteMany { ns, ids, reply } => {
+                let ns: Rc<str> = Rc::from(ns.as_str());
+                let deleted = ids.iter().try_fold(0, |n, id| self.delete(&ns, id).map(|gone| n + usize::from(gone)));
+                ran(reply, deleted)
+            }
             Command::SweepClaims { limit, reply } => ran(reply, self.sweep_claims(limit, sweep_cursor)),
             Command::Begin { request, reply } => ran(reply, self.begin(request)),
             Command::Complete { id, token, result, ttl, reply } => ran(reply, self.complete(&id, token, result, ttl)),
@@ -268,13 +273,14 @@ impl<'a> Group<'a> {
             known if !known.is_empty() => known,
             _ => item.parts.encode(),
         };
-        let expires_at = item.ttl.map_or(NEVER, |ttl| Timestamp(now).plus(ttl).millis());
+        let (created_at, expires_at) = item.times(Timestamp(now));
+        let (created_at, expires_at) = (created_at.millis(), expires_at.map_or(NEVER, Timestamp::millis));
         let fields = ClaimFields {
             ns: shared_ns,
             id: &id,
             parts: &parts,
             data: item.data.as_deref().map(RawValue::get),
-            created_at: now,
+            created_at,
             expires_at,
             client: item.client.as_ref().map(|t| &t.0),
         };
@@ -290,12 +296,12 @@ impl<'a> Group<'a> {
             id,
             parts: item.parts,
             data: item.data.clone(),
-            created_at: Timestamp(now),
+            created_at: Timestamp(created_at),
             expires_at: (expires_at != NEVER).then_some(Timestamp(expires_at)),
         };
         let touched = self.touch_claim(shared_ns, &id)?;
         touched.parts = parts;
-        touched.current = Some(Current { entry, created_at: now, data: item.data, client: item.client.map(|t| t.0) });
+        touched.current = Some(Current { entry, created_at, data: item.data, client: item.client.map(|t| t.0) });
         Ok(ClaimOutcome { claimed: true, record })
     }
 

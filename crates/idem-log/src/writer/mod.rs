@@ -48,6 +48,12 @@ pub enum Command {
         id: ClaimId,
         reply: Reply<bool>,
     },
+    /// Deletes these claims (those still live); answers how many went.
+    DeleteMany {
+        ns: Namespace,
+        ids: Vec<ClaimId>,
+        reply: Reply<usize>,
+    },
     SweepClaims {
         limit: usize,
         reply: Reply<usize>,
@@ -124,6 +130,7 @@ impl Command {
     fn weight(&self) -> usize {
         match self {
             Command::Claim { items, .. } => items.len().max(1),
+            Command::DeleteMany { ids, .. } => ids.len().max(1),
             Command::Relocate { records, .. } => records.len().max(1),
             Command::Import { records, .. } => records.len().max(1),
             Command::SweepClaims { limit, .. } | Command::SweepRequests { limit, .. } => *limit,
@@ -447,9 +454,10 @@ fn abandon(command: Command) -> Pending {
         Command::Delete { reply, .. } | Command::Release { reply, .. } | Command::Complete { reply, .. } => {
             pending(reply, closed())
         }
-        Command::SweepClaims { reply, .. } | Command::SweepRequests { reply, .. } | Command::Relocate { reply, .. } => {
-            pending(reply, closed())
-        }
+        Command::SweepClaims { reply, .. }
+        | Command::SweepRequests { reply, .. }
+        | Command::Relocate { reply, .. }
+        | Command::DeleteMany { reply, .. } => pending(reply, closed()),
         Command::Begin { reply, .. } => pending(reply, closed()),
         Command::Extend { reply, .. } => pending(reply, closed()),
         Command::Forget { reply, .. } => pending(reply, closed()),

@@ -223,6 +223,7 @@ pub async fn run(store: &LogStore, op: &Op) -> Result<(Answer, Option<(LeaseToke
                     data: data.as_ref().map(|d| RawValue::from_string(d.clone()).expect("json")),
                     ttl: *ttl,
                     client: client_token(client),
+                    created_at: None,
                 })
                 .collect();
             let out = store.claim(&namespace(ns), claims).await.map_err(e)?;

@@ -5,11 +5,11 @@
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use idem_core::claim::MAX_DATA_BYTES;
-use idem_core::{ClaimId, ClaimOutcome, ClaimRecord, ClientToken, Invalid, Namespace, NewClaim, Parts};
+use idem_core::{ClaimId, ClaimOutcome, ClaimRecord, ClientToken, Invalid, Namespace, NewClaim, Parts, Timestamp};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use utoipa::ToSchema;
@@ -82,6 +82,11 @@ pub struct ClaimRequest {
     /// again. 1 to 255 printable ASCII characters; a UUID is a good choice.
     #[schema(nullable = false, min_length = 1, max_length = 255, pattern = "^[ -~]+$")]
     pub client_token: Option<String>,
+    /// For a record imported from another store (`idem import`): when it was first made, RFC 3339,
+    /// not in the future. Its TTL counts from then (an import of a record whose TTL has run out is
+    /// absent at once). Default: now.
+    #[schema(nullable = false, format = DateTime)]
+    pub created_at: Option<String>,
 }
 
 /// A `client_token` as given, validated.
@@ -90,8 +95,8 @@ pub fn client_token(text: Option<&str>) -> Result<Option<ClientToken>, Invalid> 
 }
 
 impl ClaimRequest {
-    /// Validates the request and resolves its TTL against the namespace default.
-    pub fn into_new_claim(self, default_ttl: Option<Duration>) -> Result<NewClaim, Invalid> {
+    /// Validates the request (at `now`) and resolves its TTL against the namespace default.
+    pub fn into_new_claim(self, default_ttl: Option<Duration>, now: Timestamp) -> Result<NewClaim, Invalid> {
         let parts = KeyRef { key: self.key, parts: self.parts }.resolve()?;
         if let Some(data) = &self.data
             && data.get().len() > MAX_DATA_BYTES
@@ -108,7 +113,21 @@ impl ClaimRequest {
         };
         let data = self.data.filter(|d| d.get() != "null");
         let client = client_token(self.client_token.as_deref())?;
-        Ok(NewClaim { parts, data, ttl, client })
+        let created_at = self
+            .created_at
+            .as_deref()
+            .map(|text| {
+                let at = Timestamp::parse_rfc3339(text).ok_or_else(|| {
+                    Invalid::new("created_at", "must be an RFC 3339 time such as 2026-01-31T12:00:00Z")
+                })?;
+                // A minute of clock skew between the importer and idem is no error.
+                if at.millis() > now.millis() + 60_000 {
+                    return Err(Invalid::new("created_at", "must not be in the future"));
+                }
+                Ok(at)
+            })
+            .transpose()?;
+        Ok(NewClaim { parts, data, ttl, client, created_at })
     }
 }
 
@@ -250,7 +269,7 @@ pub async fn create(
     path: ClaimPath,
     ApiJson(body): ApiJson<ClaimRequest>,
 ) -> Result<Response, ApiError> {
-    let claim = body.into_new_claim(state.config.default_ttl(path.ns.as_str()))?;
+    let claim = body.into_new_claim(state.config.default_ttl(path.ns.as_str()), state.clock.now())?;
     let mut outcomes = state.stores.claims.claim(&path.ns, vec![claim]).await?;
     count_claims(&path.ns, &outcomes);
     let outcome = outcomes.pop().ok_or(ApiError::Internal)?;
@@ -273,14 +292,14 @@ pub async fn batch(
     ApiJson(body): ApiJson<BatchRequest>,
 ) -> Result<Json<BatchResponse>, ApiError> {
     check_item_count(body.items.len())?;
-    let default_ttl = state.config.default_ttl(path.ns.as_str());
+    let (default_ttl, now) = (state.config.default_ttl(path.ns.as_str()), state.clock.now());
     let batch_token = client_token(body.client_token.as_deref())?;
     let claims = body
         .items
         .into_iter()
         .enumerate()
         .map(|(i, item)| {
-            let claim = item.into_new_claim(default_ttl).map_err(|e| e.within(&format!("items[{i}]")))?;
+            let claim = item.into_new_claim(default_ttl, now).map_err(|e| e.within(&format!("items[{i}]")))?;
             Ok(NewClaim { client: claim.client.or(batch_token.map(|t| t.item(i))), ..claim })
         })
         .collect::<Result<Vec<_>, Invalid>>()?;
@@ -386,4 +405,146 @@ pub async fn delete(State(state): State<AppState>, path: ClaimPath) -> Result<St
     } else {
         Err(ApiError::NotFound(format!("no claim {id} in namespace {}", path.ns)))
     }
+}
+
+/// Claims listed at most per page.
+pub const MAX_PAGE: usize = 1000;
+/// A listing's page when `limit` is not given.
+const DEFAULT_PAGE: usize = 100;
+/// Claims one prefix delete removes at most; `more` says when some remain.
+pub const MAX_DELETE: usize = 100_000;
+/// Claims deleted per store call (each call within its own time limit).
+const DELETE_STEP: usize = 1000;
+
+/// The query of a listing (`GET`) or a prefix delete (`DELETE`) of `/v1/claims/{ns}`.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code, reason = "only its IntoParams is used, to describe the query; `list_query` reads it")]
+pub struct ListParams {
+    /// One part of the prefix, repeated for each part in order (`?prefix=scenario-1&prefix=user-3`):
+    /// 1 to 16 parts, each non-empty, at most 1 KiB, without NUL.
+    #[param(style = Form, explode, min_items = 1, max_items = 16)]
+    pub prefix: Vec<String>,
+    /// 1 to 1000; default 100 (a listing only).
+    #[param(nullable = false, minimum = 1, maximum = 1000)]
+    pub limit: Option<usize>,
+    /// The `next` of the previous page (a listing only).
+    #[param(nullable = false, pattern = "^[A-Za-z0-9_-]+$")]
+    pub after: Option<String>,
+}
+
+/// A listing's query, read: the prefix, the page size, where the page starts.
+struct ListQuery {
+    prefix: Parts,
+    limit: usize,
+    after: Option<Vec<u8>>,
+}
+
+/// Reads `prefix` (repeated), `limit` and `after`; `listing`: whether the last two are allowed.
+fn list_query(raw: Option<&str>, listing: bool) -> Result<ListQuery, Invalid> {
+    use base64::Engine;
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(raw.unwrap_or(""))
+        .map_err(|_| Invalid::new("query", "is not a valid query string"))?;
+    let (mut prefix, mut limit, mut after) = (Vec::new(), None, None);
+    for (name, value) in pairs {
+        match name.as_str() {
+            "prefix" => prefix.push(value),
+            "limit" if listing => {
+                let n = value.parse::<usize>().ok().filter(|n| (1..=MAX_PAGE).contains(n));
+                limit = Some(n.ok_or_else(|| Invalid::new("limit", format!("must be 1 to {MAX_PAGE}")))?);
+            }
+            "after" if listing => {
+                let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(value.as_bytes()).ok();
+                let bytes =
+                    bytes.filter(|b| !b.is_empty() && b.len() <= Parts::MAX_PARTS * (Parts::MAX_PART_BYTES + 1));
+                after = Some(bytes.ok_or_else(|| Invalid::new("after", "is not a cursor from this API"))?);
+            }
+            other => {
+                let allowed = if listing { "prefix, limit and after" } else { "prefix" };
+                return Err(Invalid::new(other, format!("is not a parameter here: give {allowed}")));
+            }
+        }
+    }
+    if prefix.is_empty() {
+        return Err(Invalid::new(
+            "prefix",
+            "at least one part is required, repeated for each part in order: ?prefix=scenario-1&prefix=user-3",
+        ));
+    }
+    let prefix = Parts::new(prefix).map_err(|e| e.within("prefix"))?;
+    Ok(ListQuery { prefix, limit: limit.unwrap_or(DEFAULT_PAGE), after })
+}
+
+/// A page of claims, in the order of their parts.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ClaimPage {
+    pub items: Vec<Record>,
+    /// Give it as `after` for the next page; null: this is the last.
+    #[schema(required)]
+    pub next: Option<String>,
+}
+
+/// What a prefix delete did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Deleted {
+    /// Live claims deleted.
+    pub deleted: u64,
+    /// Some remain (a call deletes at most 100,000): call again.
+    pub more: bool,
+}
+
+/// List the live claims whose parts begin with a prefix, in parts order, a page at a time.
+#[utoipa::path(get, path = "/v1/claims/{ns}", operation_id = "listClaims", tag = "claims",
+    params(NsParam, ListParams),
+    responses(
+        (status = 200, description = "A page of claims in parts order, and the cursor of the next", body = ClaimPage),
+        (status = 400, description = "Invalid request", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn list(
+    State(state): State<AppState>,
+    path: ClaimPath,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<ClaimPage>, ApiError> {
+    use base64::Engine;
+    let q = list_query(raw.as_deref(), true)?;
+    // One more than asked: whether there is a next page, without an empty last one.
+    let mut found = state.stores.claims.list(&path.ns, &q.prefix, q.after.as_deref(), q.limit + 1).await?;
+    let more = found.len() > q.limit;
+    found.truncate(q.limit);
+    count_lookup(&path.ns, "list", found.len());
+    let next = more
+        .then(|| found.last().map(|r| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(r.parts.encode())))
+        .flatten();
+    Ok(Json(ClaimPage { items: found.into_iter().map(Record::from).collect(), next }))
+}
+
+/// Delete every live claim whose parts begin with a prefix (at least one part): up to 100,000 a
+/// call, and `more` says when some remain.
+#[utoipa::path(delete, path = "/v1/claims/{ns}", operation_id = "deleteClaimsByPrefix", tag = "claims",
+    params(NsParam, ListParams),
+    responses(
+        (status = 200, description = "How many were deleted", body = Deleted),
+        (status = 400, description = "Invalid request: a prefix of at least one part is required", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn delete_prefix(
+    State(state): State<AppState>,
+    path: ClaimPath,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<Deleted>, ApiError> {
+    let q = list_query(raw.as_deref(), false)?;
+    let mut deleted = 0;
+    let more = loop {
+        let gone = state.stores.claims.delete_prefix(&path.ns, &q.prefix, DELETE_STEP).await?;
+        deleted += gone;
+        if gone < DELETE_STEP {
+            break false;
+        }
+        if deleted >= MAX_DELETE {
+            break true;
+        }
+    };
+    metrics::counter!("idem_claims_deleted_total", "namespace" => path.ns.as_str().to_owned())
+        .increment(deleted as u64);
+    tracing::info!(token = path.caller.name(), namespace = path.ns.as_str(), deleted, "claims deleted by prefix");
+    Ok(Json(Deleted { deleted: deleted as u64, more }))
 }

@@ -25,7 +25,7 @@ pub const REPLAYED: (&str, &str) = ("idempotent-replayed", "true");
 /// the OpenAPI document) open to all.
 pub fn routes(state: AppState) -> Router<AppState> {
     let v1 = Router::new()
-        .route("/v1/claims/{ns}", post(claim::create))
+        .route("/v1/claims/{ns}", post(claim::create).get(claim::list).delete(claim::delete_prefix))
         .route("/v1/claims/{ns}/batch", post(claim::batch))
         .route("/v1/claims/{ns}/lookup", post(claim::lookup))
         .route("/v1/claims/{ns}/prefix", post(claim::prefix))

@@ -36,7 +36,7 @@ use crate::web::error::Problem;
     info(title = "idem", description = "Make side effects happen once: claims, idempotency keys, operations, events."),
     paths(
         crate::api::claim::create, crate::api::claim::batch, crate::api::claim::lookup, crate::api::claim::prefix,
-        crate::api::claim::read, crate::api::claim::delete,
+        crate::api::claim::read, crate::api::claim::delete, crate::api::claim::list, crate::api::claim::delete_prefix,
         crate::api::operation::begin, crate::api::operation::complete, crate::api::operation::release,
         crate::api::operation::extend, crate::api::operation::read, crate::api::operation::delete,
         crate::api::event::intake, crate::api::receipt::read, crate::api::receipt::list, crate::api::receipt::replay,

@@ -51,6 +51,11 @@ impl ApiClient {
 
     /// A client for `base` (`http://` or `https://`); an `https://` server's certificate is verified
     /// against the system's roots plus `ca_file`'s.
+    /// The base URL requests go to.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
     pub fn with_ca(base: &str, token: Option<String>, ca_file: Option<&Path>) -> Result<Self, ClientError> {
         let base = base.trim_end_matches('/').to_owned();
         let web = base.starts_with("http://") || base.starts_with("https://");
@@ -114,9 +119,9 @@ impl ApiClient {
 
 #[derive(Debug, Args)]
 pub struct ClientArgs {
-    /// The server's base URL.
-    #[arg(long, env = "IDEM_SERVER", default_value = "http://127.0.0.1:7070")]
-    pub server: String,
+    /// The server's base URL [env: IDEM_URL, or IDEM_SERVER; default: http://127.0.0.1:7070].
+    #[arg(long, env = "IDEM_URL")]
+    pub server: Option<String>,
     /// Bearer token, when the server requires one.
     #[arg(long, env = "IDEM_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
@@ -141,9 +146,34 @@ impl Failure {
     }
 }
 
+/// Where the server is when neither `--server` nor `IDEM_URL` says.
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7070";
+
+impl ClientArgs {
+    /// `--server`, else `IDEM_URL` (clap reads both), else `IDEM_SERVER` (its older name), else
+    /// the default.
+    pub fn server(&self) -> String {
+        self.server
+            .clone()
+            .or_else(|| std::env::var("IDEM_SERVER").ok().filter(|s| !s.is_empty()))
+            .unwrap_or_else(|| DEFAULT_SERVER.to_owned())
+    }
+}
+
 pub fn connect(client: &ClientArgs) -> Result<ApiClient, Failure> {
-    ApiClient::with_ca(&client.server, client.token.clone(), client.ca_file.as_deref())
+    ApiClient::with_ca(&client.server(), client.token.clone(), client.ca_file.as_deref())
         .map_err(|e| Failure::usage(e.to_string()))
+}
+
+/// Whether a failed answer is idem's own: RFC 9457 problem+json with an `urn:idem:problem:` type.
+/// Anything else (a web server's 404 page, a proxy's error) comes from something that is not idem.
+pub fn is_idem_problem(reply: &Reply, problem: &serde_json::Value) -> bool {
+    let problem_json = reply
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("application/problem+json"));
+    problem_json && problem.get("type").and_then(|t| t.as_str()).is_some_and(|t| t.starts_with("urn:idem:problem:"))
 }
 
 /// Sends a request; a non-2xx answer becomes a failure carrying the problem's detail.
@@ -153,11 +183,22 @@ pub async fn send(
     path: &str,
     body: Option<&serde_json::Value>,
 ) -> Result<Reply, Failure> {
-    let reply = client.send(method, path, body).await.map_err(|e| Failure::runtime(e.to_string()))?;
+    let reply = client.send(method, path, body).await.map_err(|e| {
+        Failure::runtime(format!(
+            "{e}\n(is idem running there? point the CLI elsewhere with --server URL or IDEM_URL=URL)"
+        ))
+    })?;
     if reply.status.is_success() {
         return Ok(reply);
     }
     let problem = reply.json();
+    if !is_idem_problem(&reply, &problem) {
+        return Err(Failure::runtime(format!(
+            "{} answered {} to {path} without an idem problem document: it does not look like idem (check --server or IDEM_URL)",
+            client.base(),
+            reply.status
+        )));
+    }
     let detail = problem.get("detail").and_then(|d| d.as_str()).unwrap_or("");
     let field = problem.get("field").and_then(|f| f.as_str()).map(|f| format!(" (field {f})")).unwrap_or_default();
     let message = format!("server answered {}: {detail}{field}", reply.status);

@@ -38,6 +38,8 @@ struct Line {
     parts: Option<Vec<String>>,
     data: Option<Box<RawValue>>,
     ttl_seconds: Option<u64>,
+    /// When a legacy record was made: kept as the claim's `created_at`, its TTL counting from it.
+    created_at: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -99,9 +101,15 @@ fn parse_line(text: &str, default_ns: Option<&str>) -> Result<(String, serde_jso
     Namespace::new(ns).map_err(|e| e.to_string())?;
     let data =
         line.data.map(|d| serde_json::from_str::<serde_json::Value>(d.get())).transpose().map_err(|e| e.to_string())?;
-    let item = serde_json::json!({"key": line.key, "parts": line.parts, "data": data, "ttl_seconds": line.ttl_seconds});
+    let item = serde_json::json!({
+        "key": line.key,
+        "parts": line.parts,
+        "data": data,
+        "ttl_seconds": line.ttl_seconds,
+        "created_at": line.created_at,
+    });
     let check: ClaimRequest = serde_json::from_value(item.clone()).map_err(|e| e.to_string())?;
-    check.into_new_claim(None).map_err(|e| e.to_string())?;
+    check.into_new_claim(None, idem_core::Clock::now(&idem_core::SystemClock)).map_err(|e| e.to_string())?;
     let item = strip_nulls(item);
     Ok((ns.to_owned(), item))
 }

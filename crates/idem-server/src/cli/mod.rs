@@ -295,12 +295,27 @@ pub enum ClaimsCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// Delete a claim (exit 1 when absent).
+    /// Delete a claim (exit 1 when absent), or with --prefix every claim whose parts begin so.
     Delete {
         namespace: String,
         id: Option<String>,
         #[command(flatten)]
         key: KeyArgs,
+        /// Delete every live claim whose parts begin with these; repeat for each part, in order.
+        #[arg(long = "prefix", conflicts_with_all = ["id", "key", "part"])]
+        prefix: Vec<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Print the live claims whose parts begin with a prefix, one JSON record per line, in parts order.
+    List {
+        namespace: String,
+        /// A part of the prefix; repeat for each part, in order (at least one).
+        #[arg(long = "prefix", required = true)]
+        prefix: Vec<String>,
+        /// Print at most this many.
+        #[arg(long)]
+        limit: Option<usize>,
         #[command(flatten)]
         client: ClientArgs,
     },

@@ -4,7 +4,7 @@
 use http::Method;
 use idem_core::{ClaimId, Namespace, Parts};
 
-use super::client::{Failure, connect, send};
+use super::client::{ApiClient, Failure, connect, send};
 use super::{ClaimsCommand, KeyArgs, OperationsCommand, Output, ReceiptsCommand};
 
 fn key_parts(key: KeyArgs) -> Result<Option<Parts>, Failure> {
@@ -45,10 +45,18 @@ pub(super) async fn claims(command: ClaimsCommand) -> Result<(), Failure> {
             let id = claim_id(id, key)?;
             send(&connect(&client)?, Method::GET, &format!("/v1/claims/{namespace}/{id}"), None).await?
         }
-        ClaimsCommand::Delete { namespace, id, key, client } => {
+        ClaimsCommand::Delete { namespace, prefix, client, .. } if !prefix.is_empty() => {
+            check_namespace(&namespace)?;
+            return delete_prefix(&connect(&client)?, &namespace, &prefix).await;
+        }
+        ClaimsCommand::Delete { namespace, id, key, client, .. } => {
             check_namespace(&namespace)?;
             let id = claim_id(id, key)?;
             send(&connect(&client)?, Method::DELETE, &format!("/v1/claims/{namespace}/{id}"), None).await?
+        }
+        ClaimsCommand::List { namespace, prefix, limit, client } => {
+            check_namespace(&namespace)?;
+            return list(&connect(&client)?, &namespace, &prefix, limit).await;
         }
     };
     if !reply.body.is_empty() {
@@ -57,6 +65,51 @@ pub(super) async fn claims(command: ClaimsCommand) -> Result<(), Failure> {
     if reply.json()["claimed"] == serde_json::Value::Bool(false) {
         return Err(Failure { code: 3, message: "already claimed: the record printed is the existing one".into() });
     }
+    Ok(())
+}
+
+/// `?prefix=a&prefix=b`, each part encoded.
+fn prefix_query(prefix: &[String]) -> String {
+    let pairs: Vec<(&str, &str)> = prefix.iter().map(|p| ("prefix", p.as_str())).collect();
+    serde_urlencoded::to_string(pairs).unwrap_or_default()
+}
+
+/// Prints every live claim under `prefix`, one JSON record per line, following the pages.
+async fn list(client: &ApiClient, namespace: &str, prefix: &[String], limit: Option<usize>) -> Result<(), Failure> {
+    let mut left = limit.unwrap_or(usize::MAX);
+    let mut after: Option<String> = None;
+    while left > 0 {
+        let page = left.min(1000);
+        let mut path = format!("/v1/claims/{namespace}?{}&limit={page}", prefix_query(prefix));
+        if let Some(after) = &after {
+            path.push_str(&format!("&after={after}"));
+        }
+        let reply = send(client, Method::GET, &path, None).await?.json();
+        let items = reply["items"].as_array().cloned().unwrap_or_default();
+        for item in &items {
+            println!("{item}");
+        }
+        left = left.saturating_sub(items.len());
+        match reply["next"].as_str() {
+            Some(next) => after = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    Ok(())
+}
+
+/// Deletes every live claim under `prefix` (a call at a time while some remain); prints how many.
+async fn delete_prefix(client: &ApiClient, namespace: &str, prefix: &[String]) -> Result<(), Failure> {
+    let path = format!("/v1/claims/{namespace}?{}", prefix_query(prefix));
+    let mut deleted = 0;
+    loop {
+        let reply = send(client, Method::DELETE, &path, None).await?.json();
+        deleted += reply["deleted"].as_u64().unwrap_or(0);
+        if reply["more"] != serde_json::Value::Bool(true) {
+            break;
+        }
+    }
+    println!("{}", serde_json::json!({ "deleted": deleted }));
     Ok(())
 }
 

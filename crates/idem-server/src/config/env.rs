@@ -7,13 +7,14 @@
 use super::ConfigError;
 
 /// Environment variables that belong to the command line, not to the config tree.
-const NOT_CONFIG_ENV: &[&str] = &["IDEM_CONFIG", "IDEM_SERVER", "IDEM_TOKEN", "IDEM_CA_FILE", "IDEM_DATABASE_URL"];
+const NOT_CONFIG_ENV: &[&str] =
+    &["IDEM_CONFIG", "IDEM_URL", "IDEM_SERVER", "IDEM_TOKEN", "IDEM_CA_FILE", "IDEM_DATABASE_URL"];
 /// Variables of idem's own test suite (`IDEM_TEST_DATABASE_URL`), never config.
 const TEST_ENV_PREFIX: &str = "IDEM_TEST_";
 /// The config's top-level keys. An `IDEM_` variable is config when the first segment of its name
 /// (up to `__`) is one of these, and is then checked strictly (`IDEM_LIMITS__MAX_BODY_BYTE` is an
 /// error). Any other `IDEM_` variable belongs to someone else (`IDEM_SIGNING_SECRET`, read by a
-/// handler; `IDEM_TOKEN` and `IDEM_SERVER`, read by the clients): it is ignored, with a warning
+/// handler): it is ignored, with a warning
 /// that suggests the config key it may be a typo of.
 pub const TOP_LEVEL_KEYS: &[&str] = &[
     "listen",

@@ -268,6 +268,7 @@ pub fn need(method: &Method, route: &str) -> Need {
         ("POST", "/v1/claims/{ns}/lookup" | "/v1/claims/{ns}/prefix") => Need::Role(Read, "a lookup"),
         ("POST", "/v1/claims/{ns}" | "/v1/claims/{ns}/batch") => Need::Role(Write, "claiming"),
         ("DELETE", "/v1/claims/{ns}/{id}") => Need::Role(Write, "deleting a claim"),
+        ("DELETE", "/v1/claims/{ns}") => Need::Role(Write, "deleting claims"),
         (
             "POST",
             "/v1/operations/{ns}/begin"

@@ -153,6 +153,7 @@ async fn a_read_token_reads_and_looks_up_but_every_write_is_403_and_changes_noth
     expect(&viewer, Method::GET, &format!("/v1/claims/orders/{id}"), None, 200).await;
     expect(&viewer, Method::POST, "/v1/claims/orders/lookup", Some(json!({"items": [{"key": "o-1"}]})), 200).await;
     expect(&viewer, Method::POST, "/v1/claims/orders/lookup", Some(json!({"prefix": ["o-1"]})), 200).await;
+    expect(&viewer, Method::GET, "/v1/claims/orders?prefix=o-1", None, 200).await;
     expect(&viewer, Method::GET, &format!("/v1/operations/orders/{op_id}"), None, 200).await;
     expect(&viewer, Method::GET, "/v1/receipts", None, 200).await;
     expect(&viewer, Method::GET, &format!("/v1/receipts/{receipt}"), None, 200).await;
@@ -161,6 +162,7 @@ async fn a_read_token_reads_and_looks_up_but_every_write_is_403_and_changes_noth
         (Method::POST, "/v1/claims/orders".into(), Some(json!({"key": "o-2"})), "claiming"),
         (Method::POST, "/v1/claims/orders/batch".into(), Some(json!({"items": [{"key": "o-2"}]})), "claiming"),
         (Method::DELETE, format!("/v1/claims/orders/{id}"), None, "deleting a claim"),
+        (Method::DELETE, "/v1/claims/orders?prefix=o-1".into(), None, "deleting claims"),
         (Method::POST, "/v1/operations/orders/begin".into(), Some(json!({"key": "job-2"})), "operation"),
         (Method::DELETE, format!("/v1/operations/orders/{op_id}"), None, "deleting an operation"),
         (Method::POST, format!("/v1/receipts/{receipt}/replay"), None, "replaying"),

@@ -135,9 +135,9 @@ async fn ttl_from_request_or_namespace_default_and_exact_expiry() {
     )
     .await;
     let by_default = s.post("/v1/claims/notified_articles", json!({"key": "u"}), 201).await;
-    assert_eq!(by_default["expires_at"], "2026-04-01T00:00:00Z", "90 days after 2026-01-01");
+    assert_eq!(by_default["expires_at"], "2026-04-01T00:00:00.000000Z", "90 days after 2026-01-01");
     let own = s.post("/v1/claims/notified_articles", json!({"key": "v", "ttl_seconds": 60}), 201).await;
-    assert_eq!(own["expires_at"], "2026-01-01T00:01:00Z", "the request's ttl_seconds wins");
+    assert_eq!(own["expires_at"], "2026-01-01T00:01:00.000000Z", "the request's ttl_seconds wins");
     let never = s.post("/v1/claims/other", json!({"key": "w"}), 201).await;
     assert_eq!(never["expires_at"], json!(null));
 
@@ -242,4 +242,64 @@ async fn strict_namespaces_refuse_unknown_ones() {
     crate::support::assert_problem(&reply, 404, "operations too");
     s.post("/v1/operations/survey/begin", json!({"key": "k"}), 201).await;
     s.stop().await;
+}
+
+/// A survey admin lists a scenario's answers a page at a time, in parts order, and resets the
+/// scenario by deleting its prefix (contract §12).
+#[tokio::test]
+async fn a_prefix_is_listed_page_by_page_and_deleted() {
+    let s = TestServer::start().await;
+    let mut items: Vec<_> =
+        (0..25).map(|u| json!({"parts": ["scenario-1", format!("user-{u:02}"), "node-1"], "data": {"u": u}})).collect();
+    items.push(json!({"parts": ["scenario-10", "user-01", "node-1"]}));
+    items.push(json!({"parts": ["scenario-2", "user-01", "node-1"]}));
+    s.post("/v1/claims/survey/batch", json!({"items": items}), 200).await;
+
+    let mut seen = Vec::new();
+    let mut path = "/v1/claims/survey?prefix=scenario-1&limit=10".to_owned();
+    loop {
+        let page = s.expect(Method::GET, &path, None, 200).await;
+        for item in page["items"].as_array().expect("items") {
+            assert_eq!(item["parts"][0], "scenario-1", "only the prefix: {item}");
+            assert!(item["created_at"].as_str().is_some_and(|t| t.len() == 27), "six fractional digits: {item}");
+            seen.push(item["parts"][1].as_str().expect("part").to_owned());
+        }
+        match page["next"].as_str() {
+            Some(next) => path = format!("/v1/claims/survey?prefix=scenario-1&limit=10&after={next}"),
+            None => break,
+        }
+    }
+    let want: Vec<String> = (0..25).map(|u| format!("user-{u:02}")).collect();
+    assert_eq!(seen, want, "every answer once, in order, over three pages");
+    let deeper = s.expect(Method::GET, "/v1/claims/survey?prefix=scenario-1&prefix=user-07", None, 200).await;
+    assert_eq!(deeper["items"].as_array().map(Vec::len), Some(1));
+    assert_eq!(deeper["items"][0]["data"], json!({"u": 7}));
+    assert_eq!(deeper["next"], json!(null));
+
+    for (bad, field) in [
+        ("/v1/claims/survey", "prefix"),
+        ("/v1/claims/survey?prefix=", "prefix"),
+        ("/v1/claims/survey?prefix=a&limit=0", "limit"),
+        ("/v1/claims/survey?prefix=a&limit=1001", "limit"),
+        ("/v1/claims/survey?prefix=a&after=%2A%2A", "after"),
+        ("/v1/claims/survey?prefix=a&colour=blue", "colour"),
+    ] {
+        let problem = s.expect(Method::GET, bad, None, 400).await;
+        assert_eq!(
+            problem["field"].as_str().map(|f| f.split('[').next().unwrap_or(f)),
+            Some(field),
+            "{bad}: {problem}"
+        );
+    }
+    s.expect(Method::DELETE, "/v1/claims/survey", None, 400).await;
+    s.expect(Method::DELETE, "/v1/claims/survey?prefix=a&limit=5", None, 400).await;
+
+    let deleted = s.expect(Method::DELETE, "/v1/claims/survey?prefix=scenario-1", None, 200).await;
+    assert_eq!(deleted, json!({"deleted": 25, "more": false}));
+    let empty = s.expect(Method::GET, "/v1/claims/survey?prefix=scenario-1", None, 200).await;
+    assert_eq!(empty, json!({"items": [], "next": null}));
+    let others = s.expect(Method::GET, "/v1/claims/survey?prefix=scenario-10", None, 200).await;
+    assert_eq!(others["items"].as_array().map(Vec::len), Some(1), "scenario-10 is another prefix");
+    let again = s.post("/v1/claims/survey", json!({"parts": ["scenario-1", "user-03", "node-1"]}), 201).await;
+    assert_eq!(again["claimed"], true, "a deleted answer can be given again");
 }

@@ -130,13 +130,21 @@ async fn import_loads_json_lines_and_reports_bad_lines() {
         r#"{"parts": ["s1", ""]}"#,
         r#"{"namespace": "notified_articles", "key": "https://example.com/x", "ttl_seconds": 3600}"#,
         "not json",
+        r#"{"parts": ["s1", "u3", "n1"], "created_at": "2025-12-24T18:30:00Z"}"#,
+        r#"{"parts": ["s1", "u4", "n1"], "created_at": "next tuesday"}"#,
     ];
     std::fs::write(&file, lines.join("\n")).expect("write");
     let (code, _, stderr) =
         idem(args(&["import", file.to_str().expect("utf-8"), "--namespace", "survey", "--server", &s.url])).await;
     assert_eq!(code, 1, "rejected lines make the import fail: {stderr}");
     assert!(stderr.contains("line 4") && stderr.contains("line 6"), "bad lines are named: {stderr}");
-    assert!(stderr.contains("2 claimed, 1 already present, 2 rejected"), "{stderr}");
+    assert!(stderr.contains("line 8") && stderr.contains("created_at"), "{stderr}");
+    assert!(stderr.contains("3 claimed, 1 already present, 3 rejected"), "{stderr}");
+    let kept = s.post("/v1/claims/survey/lookup", json!({"items": [{"parts": ["s1", "u3", "n1"]}]}), 200).await;
+    assert_eq!(
+        kept["results"][0]["record"]["created_at"], "2025-12-24T18:30:00.000000Z",
+        "a legacy record keeps its time"
+    );
     let out = s.post("/v1/claims/survey/lookup", json!({"items": [{"parts": ["s1", "u2", "n1"]}]}), 200).await;
     assert_eq!(out["results"][0]["record"]["data"], json!({"legacy": true}));
     let out =
@@ -328,4 +336,67 @@ fn the_example_config_checks_clean() {
         assert!(text.contains(section), "the example shows {section}");
     }
     assert!(stdout.contains("[gateway]") && stdout.contains("[[sources]]"), "{stdout}");
+}
+
+/// `idem claims list|delete NS --prefix …` against a server found through IDEM_URL (or its older
+/// name IDEM_SERVER); a refused connection says how to point the CLI elsewhere; a server that is
+/// not idem is said to be so (contract §12).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_list_and_delete_a_prefix_found_through_idem_url() {
+    let s = TestServer::start().await;
+    let items: Vec<_> = (0..1205).map(|i| json!({"parts": ["scenario-1", format!("user-{i:04}")]})).collect();
+    s.post("/v1/claims/survey/batch", json!({"items": items}), 200).await;
+    s.post("/v1/claims/survey", json!({"parts": ["scenario-2", "user-0001"]}), 201).await;
+    let run_env = |argv: Vec<String>, env: Vec<(String, String)>| {
+        tokio::task::spawn_blocking(move || {
+            let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+            let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            run(&argv, &env)
+        })
+    };
+    let url = vec![("IDEM_URL".to_owned(), s.url.clone())];
+    let (code, stdout, stderr) =
+        run_env(args(&["claims", "list", "survey", "--prefix", "scenario-1"]), url.clone()).await.expect("ran");
+    assert_eq!(code, 0, "{stderr}");
+    let lines: Vec<serde_json::Value> =
+        stdout.lines().map(|l| serde_json::from_str(l).expect("a JSON record per line")).collect();
+    assert_eq!(lines.len(), 1205, "every page followed");
+    assert_eq!(lines[0]["parts"], json!(["scenario-1", "user-0000"]));
+    assert_eq!(lines[1204]["parts"], json!(["scenario-1", "user-1204"]), "in parts order");
+    let old_name = vec![("IDEM_SERVER".to_owned(), s.url.clone())];
+    let (code, stdout, stderr) =
+        run_env(args(&["claims", "list", "survey", "--prefix", "scenario-2", "--limit", "5"]), old_name)
+            .await
+            .expect("ran");
+    assert_eq!((code, stdout.lines().count()), (0, 1), "IDEM_SERVER still works: {stderr}");
+
+    let (code, stdout, stderr) =
+        run_env(args(&["claims", "delete", "survey", "--prefix", "scenario-1"]), url.clone()).await.expect("ran");
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(stdout.trim()).expect("json"), json!({"deleted": 1205}));
+    let (_, stdout, _) =
+        run_env(args(&["claims", "list", "survey", "--prefix", "scenario-1"]), url).await.expect("ran");
+    assert!(stdout.is_empty());
+
+    // Nothing listens there: the message names the URL and how to change it.
+    let port = crate::support::binary::free_port();
+    let nobody = vec![("IDEM_URL".to_owned(), format!("http://127.0.0.1:{port}"))];
+    let (code, _, stderr) = run_env(args(&["claims", "get", "survey", "--key", "k"]), nobody).await.expect("ran");
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains(&format!("127.0.0.1:{port}")) && stderr.contains("IDEM_URL") && stderr.contains("--server"),
+        "{stderr}"
+    );
+    // Something that is not idem answers: said so, rather than "404 Not Found".
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let other = format!("http://{}", listener.local_addr().expect("addr"));
+    let app = axum::Router::new().fallback(|| async { (http::StatusCode::NOT_FOUND, "<html>Not Found</html>") });
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (code, _, stderr) =
+        run_env(args(&["claims", "get", "survey", "--key", "k"]), vec![("IDEM_URL".to_owned(), other.clone())])
+            .await
+            .expect("ran");
+    assert_eq!(code, 1);
+    assert!(stderr.contains("does not look like idem") && stderr.contains(&other), "{stderr}");
+    s.stop().await;
 }

@@ -35,7 +35,7 @@ async fn work_runs_once_and_its_result_is_replayed() {
     let first = started(&s, "payments", charge.clone()).await;
     assert_eq!(first["status"], "started");
     assert_eq!(first["id"], id(&["order-7", "charge"]), "the id is the key's claim id, computed locally by clients");
-    assert_eq!(first["lease_expires_at"], "2026-01-01T00:01:00Z", "default lease 60 s");
+    assert_eq!(first["lease_expires_at"], "2026-01-01T00:01:00.000000Z", "default lease 60 s");
     let token = first["token"].as_str().expect("token").to_owned();
     let path = format!("/v1/operations/payments/{}", first["id"].as_str().expect("id"));
 
@@ -53,8 +53,8 @@ async fn work_runs_once_and_its_result_is_replayed() {
     let done = s.post(&format!("{path}/complete"), json!({"token": token, "result": result}), 200).await;
     assert_eq!(done["status"], "completed");
     assert_eq!(done["result"], result);
-    assert_eq!(done["completed_at"], "2026-01-01T00:00:00Z");
-    assert_eq!(done["expires_at"], "2026-01-02T00:00:00Z", "default TTL 24 h from completion");
+    assert_eq!(done["completed_at"], "2026-01-01T00:00:00.000000Z");
+    assert_eq!(done["expires_at"], "2026-01-02T00:00:00.000000Z", "default TTL 24 h from completion");
     let again = s.post(&format!("{path}/complete"), json!({"token": token, "result": {"other": 1}}), 200).await;
     assert_eq!(again["result"], result, "a second complete by the same token answers the stored result");
 
@@ -119,7 +119,7 @@ async fn release_frees_the_key_and_only_the_holder_can_release_or_extend() {
     let token = first["token"].as_str().expect("token").to_owned();
     clock.advance(Duration::from_secs(20));
     let extended = s.post(&format!("{path}/extend"), json!({"token": token, "lease_seconds": 120}), 200).await;
-    assert_eq!(extended, json!({"lease_expires_at": "2026-01-01T00:02:20Z"}));
+    assert_eq!(extended, json!({"lease_expires_at": "2026-01-01T00:02:20.000000Z"}));
     let wrong = json!({"token": "f".repeat(32)});
     for action in ["extend", "release"] {
         let reply = s.client.send(Method::POST, &format!("{path}/{action}"), Some(&wrong)).await.expect(action);
@@ -166,8 +166,12 @@ async fn results_expire_after_their_ttl_and_delete_forgets_them() {
             s.post(&format!("/v1/operations/{ns}/{}/complete", id(&[key])), json!({"token": token}), 200).await
         }
     };
-    assert_eq!(run("hourly", "a", json!({})).await["expires_at"], "2026-01-01T01:00:00Z", "the namespace's default");
-    assert_eq!(run("hourly", "b", json!({"ttl_seconds": 10})).await["expires_at"], "2026-01-01T00:00:10Z");
+    assert_eq!(
+        run("hourly", "a", json!({})).await["expires_at"],
+        "2026-01-01T01:00:00.000000Z",
+        "the namespace's default"
+    );
+    assert_eq!(run("hourly", "b", json!({"ttl_seconds": 10})).await["expires_at"], "2026-01-01T00:00:10.000000Z");
     clock.advance(Duration::from_secs(10));
     let b = format!("/v1/operations/hourly/{}", id(&["b"]));
     assert_problem(&s.client.send(Method::GET, &b, None).await.expect("get"), 404, "expired");
