@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import statistics
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -152,7 +151,6 @@ def check_run(run_dir: Path, events: List[dict], upstream: List[dict], meta: dic
     lease = meta.get("gateway_lease", 6.0)
     client_tokens = meta.get("client_token", False)
     starts = [e["t"] for e in events if e["event"] == "run_start" and e.get("run") == run_id]
-    ends = [e["t"] for e in events if e["event"] == "run_end" and e.get("run") == run_id]
     t_from = starts[0] if starts else 0
     later = [e["t"] for e in events if e["event"] == "run_start" and e["t"] > t_from]
     t_to = min(later) if later else float("inf")

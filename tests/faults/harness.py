@@ -25,11 +25,11 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Dict, List, Optional
 
 from cluster import Cluster, PatroniCluster, StreamingCluster
 from load import Node
-from util import EventLog, kill_pid, pids_matching, port_open, psql, run, say, try_psql, wait_for
+from util import EventLog, kill_pid, pids_matching, port_open, run, say, wait_for
 
 HERE = Path(__file__).resolve().parent
 
@@ -213,17 +213,11 @@ class Harness:
         return env
 
     def cleanup_leftovers(self) -> None:
-        """Whatever an earlier (crashed) run of this suite left: its processes, found by the
-        suite's own files in their command line, and its clusters."""
-        for frag in (str(HERE / "proxy.py"), str(HERE / "upstream.py")):
+        """Whatever an earlier (crashed) run of this suite left: its proxy, upstream and idem
+        nodes (found by the suite's own paths in their command lines, ended by pid), and its
+        clusters (PostgreSQL, Patroni and etcd under their own directories)."""
+        for frag in (str(HERE / "proxy.py"), str(HERE / "upstream.py"), f"/tmp/idem-faults/.nodes-{self.port_base}/"):
             for pid in pids_matching(frag):
-                kill_pid(pid)
-        for pid in pids_matching("idem-faults") + pids_matching("/tests/faults/"):
-            try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if b" serve" in cmd.replace(b"\0", b" ") or b"patroni" in cmd or b"etcd" in cmd:
                 kill_pid(pid)
         StreamingCluster(self.port_base).cleanup()
         PatroniCluster(self.port_base, 3, rest_base=self.port_base + 3000).cleanup()
@@ -291,15 +285,7 @@ class Harness:
         return [Node(n.name, n.api, n.gateway) for n in self.nodes]
 
     def cluster_primary(self) -> Optional[str]:
-        c = self.cluster
-        if isinstance(c, StreamingCluster):
-            return c.primary
-        return c.primary
-
-    def db_port(self) -> int:
-        primary = self.cluster_primary()
-        assert primary, "no primary"
-        return self.cluster.port(primary)
+        return self.cluster.primary  # type: ignore[attr-defined]
 
     def query(self, sql: str) -> str:
         """A query on the current primary (the checker's look at the rows)."""

@@ -166,7 +166,7 @@ class Load:
                 entry["retry_after"] = resp.headers["retry-after"]
         except asyncio.TimeoutError:
             entry["err"] = "timeout"
-        except (ConnectionRefusedError,) as e:
+        except ConnectionRefusedError:
             entry["err"] = "refused"
         except (OSError, asyncio.IncompleteReadError, ValueError, IndexError) as e:
             entry["err"] = type(e).__name__
