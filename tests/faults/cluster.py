@@ -60,6 +60,13 @@ class Cluster:
         r = try_psql(self.port(member), "SHOW transaction_read_only", timeout=4)
         return r == "off" and self.is_primary(member) is True
 
+    def committable(self, member: str) -> bool:
+        """Whether a write commits there now (with synchronous replication, strict mode or a
+        synchronous standby not yet following, a writable primary may still make commits wait)."""
+        r = try_psql(self.port(member), "SET statement_timeout = '2s'; INSERT INTO faults_probe VALUES (now()); SELECT 1",
+                     timeout=4)
+        return r is not None and r.endswith("1")
+
     def find_primary(self) -> Optional[str]:
         for m in self.members:
             if self.is_primary(m):
@@ -68,8 +75,8 @@ class Cluster:
 
     def wait_primary(self, timeout: float = 60, exclude: Optional[str] = None) -> str:
         return wait_for(
-            "a writable primary",
-            lambda: next((m for m in self.members if m != exclude and self.writable(m)), None),
+            "a primary that commits",
+            lambda: next((m for m in self.members if m != exclude and self.writable(m) and self.committable(m)), None),
             timeout,
         )
 
@@ -159,6 +166,7 @@ wal_receiver_timeout = '10s'
         self.primary = first
         wait_for("synchronous standbys", lambda: self.in_sync(first), 60)
         psql(self.port(first), "CREATE DATABASE idem")
+        psql(self.port(first), "CREATE TABLE faults_probe (t timestamptz)")
 
     def start(self, m: str) -> None:
         run(["pg_ctlcluster", "15", self.cname(m), "start"], timeout=120)
@@ -427,6 +435,7 @@ class PatroniCluster(Cluster):
         primary = self.find_primary()
         assert primary
         psql(self.port(primary), "CREATE DATABASE idem")
+        psql(self.port(primary), "CREATE TABLE faults_probe (t timestamptz)")
 
     def start(self, m: str) -> None:
         self.procs[m] = subprocess.Popen(
