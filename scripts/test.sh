@@ -3,13 +3,14 @@
 # TypeScript, Python, Go and PHP clients against the `idem` binary that cargo built (target/debug/idem)
 # (the Go suite also runs the Go example and the PHP handler under `php -S`), then the dashboard in
 # a real headless Chromium, then the OpenAPI document against an independent validator and
-# Schemathesis, then the deploy/ pack.
+# Schemathesis, then the deploy/ pack, then what ships (scripts/check-shipping.sh).
 #
 # Needs: a Rust toolchain, Node 18+ with npm, Python 3.11+ with pip (the Python client supports
 # 3.9+; openapi-python-client, which the OpenAPI check generates a client with, needs 3.11), Go 1.19+, PHP 8.1+'s CLI
 # and PHPUnit (Debian's golang-go, php-cli and phpunit: skipped loudly when missing; .ci/run installs them), and
 # Debian's chromium and chromium-driver (installed here when missing and run as root; .ci/run does
-# the same). Tests that need PostgreSQL run on IDEM_TEST_DATABASE_URL, or, when it is not set, on
+# the same); for scripts/check-shipping.sh, podman and runc, and docker-compose (Debian; each part
+# skipped loudly without, and .ci/run installs them). Tests that need PostgreSQL run on IDEM_TEST_DATABASE_URL, or, when it is not set, on
 # the PostgreSQL of this machine if one answers at 127.0.0.1:5432 (user postgres, database
 # postgres: what Debian's package sets up, and what .ci/run uses); with neither they say loudly that
 # they skipped, and are counted as skipped, not passed.
@@ -97,6 +98,10 @@ if command -v promtool >/dev/null 2>&1 && command -v systemd-analyze >/dev/null 
 else
     say "SKIPPED: promtool (Debian package prometheus) or systemd-analyze (systemd) is not installed; .ci/run installs them"
 fi
+
+say "Shipping (docs/install.md): the release tarball, the client packages from their artefacts, the container image run with Podman, compose and Kubernetes validated"
+python3 -m pip install --quiet --disable-pip-version-check 'kubernetes-validate==1.37.0' 2>&1 | tee -a "$LOG"
+scripts/check-shipping.sh 2>&1 | tee -a "$LOG"
 
 # cargo: "test result: ok. N passed; M failed" (a Rust test that skipped reports as passed: the
 # lines in $IDEM_TEST_SKIPS move it to skipped); node --test: "# pass N" / "# fail M" / "# skipped N";

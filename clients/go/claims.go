@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
+	"strconv"
 	"time"
 )
 
@@ -254,6 +256,106 @@ func (c *Claims) Exists(ctx context.Context, ns string, prefix ...string) (bool,
 		return false, err
 	}
 	return out.Exists, nil
+}
+
+// ClaimFilter selects the claims of List and Each: those whose parts begin with Prefix.
+type ClaimFilter struct {
+	// Prefix is 1 to 16 parts: {"scenario-1"}, {"scenario-1", "user-3"}.
+	Prefix []string
+	// Limit is the page size, 1 to 1000 (0: the server's default, 100).
+	Limit int
+	// After is the Next of the previous page ("": from the first claim).
+	After string
+}
+
+// ClaimPage is one page of claims, in the order of their parts.
+type ClaimPage struct {
+	Items []Record
+	// Next is the After of the next page; "" on the last page.
+	Next string
+}
+
+// prefixQuery is the query of a prefix: the prefix parameter once per part, in order.
+func prefixQuery(what string, prefix []string) (url.Values, error) {
+	if len(prefix) == 0 {
+		return nil, fmt.Errorf("idem: %s needs a prefix of at least one part, such as \"scenario-1\"", what)
+	}
+	return url.Values{"prefix": prefix}, nil
+}
+
+// List returns one page of the live claims whose parts begin with f.Prefix, in the order of their
+// parts (each part compared byte by byte, a shorter one first). Give its Next as f.After for the
+// following page.
+func (c *Claims) List(ctx context.Context, ns string, f ClaimFilter) (*ClaimPage, error) {
+	q, err := prefixQuery("List", f.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	if f.Limit != 0 {
+		q.Set("limit", strconv.Itoa(f.Limit))
+	}
+	if f.After != "" {
+		q.Set("after", f.After)
+	}
+	var out struct {
+		Items []Record `json:"items"`
+		Next  *string  `json:"next"`
+	}
+	if err := c.t.call(ctx, request{method: "GET", path: claimsPath(ns), query: q}, &out); err != nil {
+		return nil, err
+	}
+	page := &ClaimPage{Items: out.Items}
+	if out.Next != nil {
+		page.Next = *out.Next
+	}
+	return page, nil
+}
+
+// Each calls fn with every live claim whose parts begin with f.Prefix, in the order of their
+// parts, fetching page after page (f.Limit a page, from f.After); it stops at the first error,
+// fn's or the server's.
+func (c *Claims) Each(ctx context.Context, ns string, f ClaimFilter, fn func(Record) error) error {
+	for {
+		page, err := c.List(ctx, ns, f)
+		if err != nil {
+			return err
+		}
+		for _, r := range page.Items {
+			if err := fn(r); err != nil {
+				return err
+			}
+		}
+		if page.Next == "" || len(page.Items) == 0 {
+			return nil
+		}
+		f.After = page.Next
+	}
+}
+
+// DeletePrefix deletes every live claim whose parts begin with prefix (at least one part) and
+// returns how many it deleted. The server deletes up to 100,000 a call and says when more
+// remain: DeletePrefix calls again until none do. DeletePrefix(ctx, "survey", "scenario-1")
+// resets a scenario.
+func (c *Claims) DeletePrefix(ctx context.Context, ns string, prefix ...string) (int64, error) {
+	q, err := prefixQuery("DeletePrefix", prefix)
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for {
+		var out struct {
+			Deleted int64 `json:"deleted"`
+			More    bool  `json:"more"`
+		}
+		if err := c.t.call(ctx, request{method: "DELETE", path: claimsPath(ns), query: q}, &out); err != nil {
+			return total, err
+		}
+		total += out.Deleted
+		// A call that deleted nothing cannot have more to delete: never loop on a confused answer.
+		if !out.More || out.Deleted == 0 {
+			return total, nil
+		}
+	}
 }
 
 // Get returns the live claim of a key (Key, Parts or ID), or nil, nil when there is none.

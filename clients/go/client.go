@@ -6,9 +6,13 @@ import (
 	"math/rand"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 )
+
+// DefaultURL is where a client looks for idem when New is given no URL and IDEM_URL is unset.
+const DefaultURL = "http://127.0.0.1:7070"
 
 // Client talks to one idem server. Make one with New and share it: it is safe for concurrent use.
 type Client struct {
@@ -28,11 +32,11 @@ type Client struct {
 // Option configures a Client (see New).
 type Option func(*transport)
 
-// WithToken sends Authorization: Bearer <token> on every call. An empty token sends none, so
-// WithToken(os.Getenv("IDEM_TOKEN")) works with and without auth. The token never appears in an
-// error or a log line of the client.
+// WithToken sends Authorization: Bearer <token> on every call. An empty token sends none, even
+// when IDEM_TOKEN is set. Without WithToken, the client sends the IDEM_TOKEN environment variable,
+// if set. The token never appears in an error or a log line of the client.
 func WithToken(token string) Option {
-	return func(t *transport) { t.token = token }
+	return func(t *transport) { t.token, t.tokenSet = token, true }
 }
 
 // WithTimeout is the time limit of each HTTP attempt (default 30 s); a Begin that asks the server
@@ -61,9 +65,17 @@ func WithHTTPClient(hc *http.Client) Option {
 }
 
 // New makes a client of the idem server at baseURL, e.g. "http://127.0.0.1:7070" (a base path is
-// kept: "https://host/idem"). A baseURL that is not an http:// or https:// URL makes every call
-// return an error saying so.
+// kept: "https://host/idem"); "" is the IDEM_URL environment variable, else DefaultURL. A baseURL
+// that is not an http:// or https:// URL makes every call return an error saying so. Without
+// WithToken, the IDEM_TOKEN environment variable, if set, is the token.
 func New(baseURL string, opts ...Option) *Client {
+	from := ""
+	if baseURL == "" {
+		baseURL, from = os.Getenv("IDEM_URL"), " (IDEM_URL)"
+		if baseURL == "" {
+			baseURL, from = DefaultURL, ""
+		}
+	}
 	t := &transport{
 		timeout:   30 * time.Second,
 		retries:   3,
@@ -75,12 +87,15 @@ func New(baseURL string, opts ...Option) *Client {
 	u, err := url.Parse(strings.TrimRight(baseURL, "/"))
 	switch {
 	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-		t.err = fmt.Errorf("idem: the server URL must be http:// or https:// and name a host, not %q", baseURL)
+		t.err = fmt.Errorf("idem: the server URL%s must be http:// or https:// and name a host, not %q", from, baseURL)
 	default:
 		t.base = u.String()
 	}
 	for _, o := range opts {
 		o(t)
+	}
+	if !t.tokenSet {
+		t.token = os.Getenv("IDEM_TOKEN")
 	}
 	return &Client{
 		Claims:     &Claims{t: t},

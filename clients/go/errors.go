@@ -66,6 +66,11 @@ var (
 	// ErrConnection: no answer at all (connection refused or reset, or the per-attempt timeout),
 	// on every attempt. Status is 0.
 	ErrConnection = errors.New("idem: no answer")
+	// ErrNotIdem: an error answer that is not an idem problem document (application/problem+json
+	// with a urn:idem:problem: type), such as another web server's 404 page or a proxy's error:
+	// the URL given to New (or IDEM_URL) does not look like idem. The *Error still has the
+	// answer's Status and matches the sentinels of that status.
+	ErrNotIdem = errors.New("idem: does not look like idem")
 )
 
 // Error is an error answer from idem: the RFC 9457 problem's members, or, with Status 0, a call
@@ -87,6 +92,9 @@ type Error struct {
 	Method, Path string
 	// Attempts is how many times the call was sent.
 	Attempts int
+	// NotIdem is true when the answer was not an idem problem document (see ErrNotIdem); Detail
+	// then says so.
+	NotIdem bool
 	// Err is the cause when no answer came.
 	Err error
 }
@@ -109,6 +117,9 @@ func (e *Error) Error() string {
 		}
 		if e.Attempts > 1 {
 			fmt.Fprintf(&b, " (%d attempts)", e.Attempts)
+		}
+		if e.Detail != "" {
+			fmt.Fprintf(&b, "; %s", e.Detail)
 		}
 		return b.String()
 	}
@@ -150,6 +161,8 @@ func (e *Error) Is(target error) bool {
 		return e.Status == 404 && e.Type == ProblemNoSuchRoute
 	case ErrConnection:
 		return e.Status == 0
+	case ErrNotIdem:
+		return e.NotIdem
 	}
 	return false
 }

@@ -139,8 +139,14 @@ func TestNoRetryAndSentinels(t *testing.T) {
 		c := idem.New(s.URL, idem.WithBackoff(time.Millisecond, 10*time.Millisecond))
 		_, err := c.Operations.Begin(context.Background(), "ns", idem.Key("k"))
 		var e *idem.Error
-		if !errors.As(err, &e) || e.Status != tc.status || e.Type != tc.typ || e.Title != fmt.Sprintf("T%d", tc.status) || e.Detail != "d" {
+		if !errors.As(err, &e) || e.Status != tc.status || e.Type != tc.typ || e.Title != fmt.Sprintf("T%d", tc.status) {
 			t.Fatalf("%d %s: %#v", tc.status, tc.typ, err)
+		}
+		// A type that is not idem's: the answer does not look like idem, and says so.
+		notIdem := !strings.HasPrefix(tc.typ, "urn:idem:problem:")
+		if e.NotIdem != notIdem || errors.Is(err, idem.ErrNotIdem) != notIdem ||
+			(!notIdem && e.Detail != "d") || (notIdem && !strings.HasSuffix(e.Detail, "(check the URL given to idem.New, or IDEM_URL) [its detail: d]")) {
+			t.Fatalf("%d %s: NotIdem %v, Detail %q", tc.status, tc.typ, e.NotIdem, e.Detail)
 		}
 		if n.Load() != 1 {
 			t.Fatalf("%d was retried: %d requests", tc.status, n.Load())
@@ -199,8 +205,9 @@ func TestConnectionRefused(t *testing.T) {
 	if !errors.Is(err, idem.ErrConnection) || !errors.As(err, &e) || e.Status != 0 || e.Attempts != 3 || e.Type != idem.ProblemConnection {
 		t.Fatalf("%#v", err)
 	}
-	if msg := err.Error(); !strings.Contains(msg, addr) || !strings.Contains(msg, "refused") {
-		t.Fatalf("the message must name the address and the cause: %s", msg)
+	if msg := err.Error(); !strings.Contains(msg, "no answer from http://"+addr) || !strings.Contains(msg, "refused") ||
+		!strings.HasSuffix(msg, "(3 attempts); is idem running there? To point the client elsewhere, give idem.New its URL or set IDEM_URL") {
+		t.Fatalf("the message must name the address, the cause and how to look elsewhere: %s", msg)
 	}
 }
 

@@ -23,6 +23,7 @@ type transport struct {
 	base      string
 	err       error // a bad base URL, returned by every call
 	token     string
+	tokenSet  bool // WithToken was given: IDEM_TOKEN is not read
 	timeout   time.Duration
 	retries   int
 	baseDelay time.Duration
@@ -106,7 +107,7 @@ func (t *transport) do(ctx context.Context, req request) (*response, error) {
 				continue
 			}
 		}
-		return nil, problemError(req, status, header, answer, retryAfter, attempt+1)
+		return nil, problemError(req, t.base, status, header, answer, retryAfter, attempt+1)
 	}
 }
 
@@ -147,16 +148,21 @@ func (t *transport) once(ctx context.Context, req request, u string, body []byte
 
 func (t *transport) noAnswer(req request, attempts int, cause error, timedOut bool) *Error {
 	e := &Error{Method: req.method, Path: req.path, Attempts: attempts, Err: cause, Type: ProblemConnection, Title: "no answer from " + t.base}
-	if timedOut {
+	switch {
+	case timedOut:
 		e.Type = ProblemTimeout
 		e.Title = fmt.Sprintf("no answer from %s within %s", t.base, t.timeout+req.extraTimeout)
+	case !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded):
+		// Not the caller's own context: idem is not there, or not at that address.
+		e.Detail = "is idem running there? To point the client elsewhere, give idem.New its URL or set IDEM_URL"
 	}
 	return e
 }
 
 // problemError builds the *Error of an error answer from its problem+json body (or, for a body
-// that is not one, from the status alone).
-func problemError(req request, status int, header http.Header, body []byte, retryAfter time.Duration, attempts int) *Error {
+// that is not one, from the status alone). An answer that is not an idem problem document says
+// that base does not look like idem.
+func problemError(req request, base string, status int, header http.Header, body []byte, retryAfter time.Duration, attempts int) *Error {
 	e := &Error{Status: status, Type: "about:blank", Title: http.StatusText(status), RetryAfter: retryAfter,
 		Method: req.method, Path: req.path, Attempts: attempts}
 	var p struct {
@@ -182,7 +188,24 @@ func problemError(req request, status int, header http.Header, body []byte, retr
 	if e.Title == "" {
 		e.Title = fmt.Sprintf("HTTP %d", status)
 	}
+	if !isIdemProblem(ct, p.Type) {
+		theirs := ""
+		if p.Detail != nil && *p.Detail != "" {
+			theirs = fmt.Sprintf(" [its detail: %s]", *p.Detail)
+		}
+		e.NotIdem = true
+		e.Detail = fmt.Sprintf("%s answered %d without an idem problem document: it does not look like idem "+
+			"(check the URL given to idem.New, or IDEM_URL)%s", base, status, theirs)
+	}
 	return e
+}
+
+// isIdemProblem reports whether an error answer is idem's own: application/problem+json whose
+// type is one of idem's (urn:idem:problem:…). Anything else (a web server's 404 page, a proxy's
+// error) comes from something that is not idem.
+func isIdemProblem(contentType string, typ *string) bool {
+	ct := strings.ToLower(strings.TrimSpace(contentType))
+	return strings.HasPrefix(ct, "application/problem+json") && typ != nil && strings.HasPrefix(*typ, "urn:idem:problem:")
 }
 
 // parseRetryAfter reads delta-seconds or an HTTP date.

@@ -38,6 +38,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// The client reads IDEM_URL and IDEM_TOKEN when none is given: the tests give theirs, and a
+	// developer's own settings must not reach them.
+	os.Unsetenv("IDEM_URL")
+	os.Unsetenv("IDEM_TOKEN")
 	bin = os.Getenv("IDEM_BIN")
 	if bin == "" {
 		bin = os.Getenv("IDEM_TEST_BIN")

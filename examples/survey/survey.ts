@@ -20,7 +20,7 @@
 import { Idem, IdemError, claimId } from "idem-client";
 
 const idem = new Idem({ url: process.env.IDEM_URL ?? "http://127.0.0.1:7070", token: process.env.IDEM_TOKEN });
-const NS = "survey_answers";
+const NS = "survey";
 // Each run is its own survey scenario, so the example can run again against the same idem: the
 // claims of an earlier run stay (they are the record of who answered) and do not get in the way.
 const SCENARIO = `scenario-${Date.now().toString(36)}-${Math.floor(Math.random() * 1e6).toString(36)}`;

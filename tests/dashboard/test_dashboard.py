@@ -171,6 +171,35 @@ def test_a_dead_receipt_is_discarded(idem: Idem, browser: WebDriver) -> None:
     assert not by_testid(browser, "discard").is_enabled()
 
 
+def test_a_scenarios_answers_are_listed_page_by_page_and_deleted(idem: Idem, browser: WebDriver) -> None:
+    """A survey admin lists a scenario's answers on the lookup page and resets the scenario."""
+    items = [{"parts": ["scenario-7", f"user-{u:03}", "node-1"], "data": {"answer": "A"}} for u in range(60)]
+    items.append({"parts": ["scenario-70", "user-001", "node-1"]})
+    status, _ = idem.api("POST", "/v1/claims/survey/batch", {"items": items})
+    assert status == 200
+    sign_in(browser, idem, "/ui/lookup")
+    by_testid(browser, "lookup-ns").send_keys("survey")
+    by_testid(browser, "lookup-key").send_keys("scenario-7")
+    browser.find_element(By.CSS_SELECTOR, 'input[name="prefix"]').click()
+    click(browser, "lookup-submit")
+    rows = until("the first page", lambda: browser.find_elements(By.CSS_SELECTOR, '[data-testid="claim-row"]'))
+    assert len(rows) == 50
+    assert rows[0].text.startswith("scenario-7 / user-000 / node-1"), rows[0].text
+    assert "scenario-70" not in browser.page_source, "another prefix"
+    screenshot(browser, "lookup-prefix.png")
+    click(browser, "claims-next")
+    until("the second page", lambda: len(browser.find_elements(By.CSS_SELECTOR, '[data-testid="claim-row"]')) == 10)
+    last = browser.find_elements(By.CSS_SELECTOR, '[data-testid="claim-row"]')[-1]
+    assert last.text.startswith("scenario-7 / user-059"), last.text
+    assert not browser.find_elements(By.CSS_SELECTOR, '[data-testid="claims-next"]'), "the last page"
+    click(browser, "prefix-delete")
+    until("deleted", lambda: "Deleted 60 claims under scenario-7" in browser.page_source)
+    status, page = idem.api("GET", "/v1/claims/survey?prefix=scenario-7")
+    assert (status, page) == (200, {"items": [], "next": None})
+    status, page = idem.api("GET", "/v1/claims/survey?prefix=scenario-70")
+    assert len(page["items"]) == 1, "the other scenario is untouched"
+
+
 def test_live_refresh_shows_new_receipts_and_pauses(idem: Idem, browser: WebDriver) -> None:
     sign_in(browser, idem, "/ui/receipts")
     until("the empty state", lambda: "No receipts yet" in browser.page_source)
@@ -209,13 +238,14 @@ def test_a_read_token_sees_every_page_and_no_action(idem: Idem, browser: WebDriv
         f"/ui/receipts/{receipt}": "receipt-status",
         "/ui/replay?status=dead&count=1": "bulk-matching",
         "/ui/lookup?kind=claim&ns=orders&key=o-1": "lookup-result",
+        "/ui/lookup?kind=claim&ns=orders&key=o-1&prefix=1": "lookup-result",
     }
     for path, shown in pages.items():
         browser.get(idem.url + path)
         seen = by_testid(browser, shown)
         if shown == "bulk-matching":
             assert seen.get_attribute("data-count") == "1", "a viewer may count"
-        for action in ("replay", "discard", "bulk-confirm", "lookup-delete"):
+        for action in ("replay", "discard", "bulk-confirm", "lookup-delete", "prefix-delete"):
             assert not browser.find_elements(By.CSS_SELECTOR, f'[data-testid="{action}"]'), f"{path}: no {action} button"
     # The action itself, sent as the dashboard's script would, is refused and changes nothing.
     status = browser.execute_async_script(

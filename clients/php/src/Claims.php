@@ -122,6 +122,87 @@ final class Claims
         return $this->client->call('DELETE', $path, absentOk: true)->status !== 404;
     }
 
+    /**
+     * One page of the live claims whose parts begin with $prefix (1 to 16 parts; a string is one
+     * part), in the order of their parts: ->items (records) and ->next, which is the after: of the
+     * next page (null on the last).
+     *
+     * @param string|list<string> $prefix
+     * @param int|null $limit 1 to 1000 (the server's default: 100)
+     */
+    public function list(string $ns, string|array $prefix, ?int $limit = null, ?string $after = null): ClaimPage
+    {
+        $query = ['prefix' => self::prefix($prefix)];
+        if ($limit !== null) {
+            $query['limit'] = (string) $limit;
+        }
+        if ($after !== null) {
+            $query['after'] = $after;
+        }
+        $response = $this->client->call('GET', '/v1/claims/' . Client::segment($ns), query: $query);
+        $body = Client::json($response);
+        $items = $body['items'] ?? null;
+        if (!is_array($items) || !array_is_list($items)) {
+            throw new IdemException($response->status, 'about:blank', 'Invalid response', 'expected items');
+        }
+        $next = $body['next'] ?? null;
+        return new ClaimPage($items, is_string($next) && $next !== '' ? $next : null);
+    }
+
+    /**
+     * Every live claim whose parts begin with $prefix, in the order of their parts, page after page.
+     *
+     * @param string|list<string> $prefix
+     * @param int|null $pageSize claims fetched a call, 1 to 1000 (the server's default: 100)
+     * @return \Generator<int, array<string, mixed>>
+     */
+    public function iterate(string $ns, string|array $prefix, ?int $pageSize = null): \Generator
+    {
+        $after = null;
+        do {
+            $page = $this->list($ns, $prefix, $pageSize, $after);
+            yield from $page->items;
+            $after = $page->next;
+        } while ($after !== null && $page->items !== []);
+    }
+
+    /**
+     * Deletes every live claim whose parts begin with $prefix (at least one part); answers how
+     * many were deleted. The server deletes up to 100,000 a call and says when more remain: this
+     * calls again until none do.
+     *
+     * @param string|list<string> $prefix
+     */
+    public function deletePrefix(string $ns, string|array $prefix): int
+    {
+        $query = ['prefix' => self::prefix($prefix)];
+        $total = 0;
+        do {
+            $response = $this->client->call('DELETE', '/v1/claims/' . Client::segment($ns), query: $query);
+            $body = Client::json($response);
+            $deleted = $body['deleted'] ?? null;
+            if (!is_int($deleted)) {
+                throw new IdemException($response->status, 'about:blank', 'Invalid response', 'expected deleted');
+            }
+            $total += $deleted;
+            // A call that deleted nothing cannot have more to delete: never loop on a confused answer.
+        } while (($body['more'] ?? false) === true && $deleted > 0);
+        return $total;
+    }
+
+    /**
+     * @param string|list<string> $prefix
+     * @return list<string>
+     */
+    private static function prefix(string|array $prefix): array
+    {
+        $parts = is_string($prefix) ? [$prefix] : array_values($prefix);
+        if ($parts === []) {
+            throw new \InvalidArgumentException("a prefix is at least one part, e.g. ['scenario-1']");
+        }
+        return $parts;
+    }
+
     /** @return list<array<string, mixed>> */
     private static function results(Http\Response $response): array
     {

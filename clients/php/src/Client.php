@@ -49,7 +49,8 @@ final class Client
     /**
      * @param string|null $url the server, e.g. http://127.0.0.1:7070; default: the IDEM_URL
      *                         environment variable, else http://127.0.0.1:7070
-     * @param string|null $token the bearer token when the server has [auth] tokens
+     * @param string|null $token the bearer token when the server has [auth] tokens; default: the
+     *                           IDEM_TOKEN environment variable, if set ('' sends none)
      * @param float $timeout seconds per HTTP attempt (a begin that waits on the server gets its wait on top)
      * @param int $retries how many times a call is retried on connection errors and 502/503/504
      * @param float $waitTimeout how long operations->run() waits, in all, for another holder of the key
@@ -74,7 +75,11 @@ final class Client
         ?callable $clock = null,
         ?callable $rand = null,
     ) {
-        $this->url = self::checkUrl($url ?? (getenv('IDEM_URL') ?: self::DEFAULT_URL));
+        $fromEnv = $url === null ? getenv('IDEM_URL') : false;
+        $this->url = self::checkUrl($url ?? ($fromEnv ?: self::DEFAULT_URL), $fromEnv ? 'IDEM_URL' : 'the URL');
+        if ($token === null && !array_key_exists('authorization', array_change_key_case($headers))) {
+            $token = getenv('IDEM_TOKEN') ?: null;
+        }
         $this->rand = $rand !== null ? \Closure::fromCallable($rand) : null;
         $this->policy = new RetryPolicy($retries, $backoff, $maxBackoff, $maxRetryAfter, $this->rand);
         $this->transport = $transport ?? new StreamTransport();
@@ -102,7 +107,7 @@ final class Client
     {
         return new self(
             $this->url,
-            null, // the Authorization header is among $this->headers
+            '', // the Authorization header is among $this->headers: IDEM_TOKEN is not read again
             $timeout ?? $this->timeout,
             $retries ?? $this->policy->retries,
             $this->policy->backoff,
@@ -129,7 +134,7 @@ final class Client
      * $absentOk (get and delete read it as "absent").
      *
      * @internal
-     * @param array<string, string> $query
+     * @param array<string, string|list<string>> $query a list is the parameter repeated, in order
      * @throws IdemException
      */
     public function call(
@@ -140,7 +145,7 @@ final class Client
         bool $absentOk = false,
         float $extraTimeout = 0.0,
     ): Response {
-        $url = $this->url . $path . ($query === [] ? '' : '?' . http_build_query($query, '', '&', PHP_QUERY_RFC3986));
+        $url = $this->url . $path . ($query === [] ? '' : '?' . self::query($query));
         $headers = $body === null ? $this->headers : $this->headers + ['Content-Type' => 'application/json'];
         for ($attempt = 0;; $attempt++) {
             try {
@@ -161,7 +166,7 @@ final class Client
             ($this->sleep)($delay);
         }
         if ($response->status >= 400 && !($absentOk && self::isAbsent($response))) {
-            throw IdemException::fromResponse($response);
+            throw IdemException::fromResponse($response, $this->where(), "$method $path");
         }
         return $response;
     }
@@ -235,10 +240,32 @@ final class Client
         return is_array($body) && ($body['type'] ?? null) === IdemException::NOT_FOUND;
     }
 
-    private function connectionError(TransportException $e, string $method, string $path, int $attempts): ConnectionException
+    /**
+     * A query string: name=value pairs, RFC 3986-escaped; a list value repeats its name.
+     *
+     * @param array<string, string|list<string>> $query
+     */
+    private static function query(array $query): string
+    {
+        $pairs = [];
+        foreach ($query as $name => $values) {
+            foreach ((array) $values as $value) {
+                $pairs[] = rawurlencode((string) $name) . '=' . rawurlencode((string) $value);
+            }
+        }
+        return implode('&', $pairs);
+    }
+
+    /** The base URL as an error shows it: without any user, password or query. */
+    private function where(): string
     {
         $parts = parse_url($this->url);
-        $where = ($parts['scheme'] ?? 'http') . '://' . ($parts['host'] ?? '') . (isset($parts['port']) ? ':' . $parts['port'] : '') . ($parts['path'] ?? '');
+        return ($parts['scheme'] ?? 'http') . '://' . ($parts['host'] ?? '') . (isset($parts['port']) ? ':' . $parts['port'] : '') . ($parts['path'] ?? '');
+    }
+
+    private function connectionError(TransportException $e, string $method, string $path, int $attempts): ConnectionException
+    {
+        $where = $this->where();
         $cause = $e->getMessage();
         if ($e->timedOut) {
             $reason = "no answer in time ($cause)";
@@ -248,6 +275,9 @@ final class Client
             $reason = $cause;
         }
         $detail = "cannot reach idem at $where: $reason ($method $path, $attempts attempt" . ($attempts === 1 ? '' : 's') . ')';
+        if (!$e->timedOut) {
+            $detail .= '; to point the client elsewhere, give it url: or set IDEM_URL';
+        }
         return new ConnectionException(
             0,
             $e->timedOut ? IdemException::TIMEOUT : IdemException::CONNECTION,
@@ -259,11 +289,11 @@ final class Client
         );
     }
 
-    private static function checkUrl(string $url): string
+    private static function checkUrl(string $url, string $name = 'the URL'): string
     {
         $parts = parse_url($url);
         if ($parts === false || !in_array($parts['scheme'] ?? '', ['http', 'https'], true) || ($parts['host'] ?? '') === '') {
-            throw new \InvalidArgumentException('the URL must be http:// or https://, such as http://127.0.0.1:7070');
+            throw new \InvalidArgumentException("$name must be http:// or https://, such as http://127.0.0.1:7070");
         }
         if (isset($parts['user']) || isset($parts['pass'])) {
             // Credentials belong in token:, never in a URL that may be logged.

@@ -42,6 +42,9 @@ class IdemException extends \RuntimeException
      * @param string $type the problem type URI; "about:blank" when the body was not a problem
      * @param string|null $field for a bad request, the field at fault: "parts[0]", "items[3].key"
      * @param float|null $retryAfter the answer's Retry-After in seconds, when it had one
+     * @param bool $notIdem the answer was not an idem problem document (application/problem+json
+     *                      with a urn:idem:problem: type), such as another web server's 404 page:
+     *                      the client's URL (or IDEM_URL) does not look like idem
      */
     public function __construct(
         public readonly int $status,
@@ -51,6 +54,7 @@ class IdemException extends \RuntimeException
         public readonly ?string $field = null,
         public readonly ?float $retryAfter = null,
         ?\Throwable $previous = null,
+        public readonly bool $notIdem = false,
     ) {
         parent::__construct(self::describe($status, $title, $detail, $field), $status, $previous);
     }
@@ -65,8 +69,13 @@ class IdemException extends \RuntimeException
         return $text;
     }
 
-    /** The exception for an error answer (problem+json or not): the subclass its status and type call for. */
-    public static function fromResponse(Response $response): self
+    /**
+     * The exception for an error answer (problem+json or not): the subclass its status and type
+     * call for. One that is not an idem problem document says that $base does not look like idem.
+     *
+     * @param string $what the call, e.g. "POST /v1/claims/survey"
+     */
+    public static function fromResponse(Response $response, string $base = 'the server', string $what = 'a call'): self
     {
         $status = $response->status;
         $retryAfter = RetryPolicy::parseRetryAfter($response->header('retry-after'));
@@ -89,6 +98,12 @@ class IdemException extends \RuntimeException
             $detail = substr($response->body, 0, 200);
             $field = null;
         }
+        $notIdem = !self::isIdemProblem($response, $body);
+        if ($notIdem) {
+            $theirs = is_array($body) && $detail !== '' ? " [its detail: $detail]" : '';
+            $detail = "$base answered $status to $what without an idem problem document: it does not look like idem "
+                . "(check the client's url: or IDEM_URL)$theirs";
+        }
         $class = match (true) {
             $status === 401 => UnauthorizedException::class,
             $status === 403 => ForbiddenException::class,
@@ -98,7 +113,18 @@ class IdemException extends \RuntimeException
             $status === 503 => UnavailableException::class,
             default => self::class,
         };
-        return new $class($status, $type, $title, $detail, $field, $retryAfter);
+        return new $class($status, $type, $title, $detail, $field, $retryAfter, null, $notIdem);
+    }
+
+    /**
+     * Whether an error answer is idem's own: application/problem+json whose type is one of idem's
+     * (urn:idem:problem:…). Anything else (a web server's 404 page, a proxy's error) is not idem's.
+     */
+    private static function isIdemProblem(Response $response, mixed $body): bool
+    {
+        $contentType = strtolower(trim((string) $response->header('content-type')));
+        $type = is_array($body) ? ($body['type'] ?? null) : null;
+        return str_starts_with($contentType, 'application/problem+json') && is_string($type) && str_starts_with($type, 'urn:idem:problem:');
     }
 
     private static function str(mixed $value): string

@@ -209,7 +209,8 @@ final class ClaimsTest extends IdemTestCase
             self::assertSame(0, $e->status);
             self::assertSame(IdemException::CONNECTION, $e->type);
             self::assertStringContainsString('refused', $e->detail);
-            self::assertStringContainsString('3 attempts', $e->detail);
+            self::assertStringContainsString("cannot reach idem at $idem->url", $e->detail);
+            self::assertStringEndsWith('3 attempts); to point the client elsewhere, give it url: or set IDEM_URL', $e->detail);
         }
         self::assertCount(2, $slept);
     }

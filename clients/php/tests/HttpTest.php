@@ -229,7 +229,85 @@ final class HttpTest extends TestCase
             self::fail('no exception');
         } catch (IdemException $e) {
             self::assertSame([502, 'about:blank', 'Bad Gateway'], [$e->status, $e->type, $e->title]);
-            self::assertStringContainsString('bad gateway', $e->detail);
+            self::assertTrue($e->notIdem);
+            self::assertSame('http://idem.test:7070 answered 502 to POST /v1/claims/ns without an idem problem document: it does not look like idem (check the client\'s url: or IDEM_URL)', $e->detail);
+        }
+    }
+
+    /** @return iterable<string, array{Response, bool}> */
+    public static function foreignAnswers(): iterable
+    {
+        yield 'idem\'s own problem' => [FakeTransport::problem(404, 'no-such-route'), false];
+        yield 'an idem type, but not problem+json' => [new Response(404, ['Content-Type' => 'application/json'], '{"type":"urn:idem:problem:no-such-route","title":"T"}', 'Not Found'), true];
+        yield 'problem+json of another kind' => [new Response(404, ['Content-Type' => 'application/problem+json'], '{"type":"https://example.com/probs/gone","title":"Gone","detail":"theirs"}', 'Not Found'), true];
+        yield 'an HTML page' => [new Response(404, ['Content-Type' => 'text/html'], '<html>nginx</html>', 'Not Found'), true];
+    }
+
+    /** @dataProvider foreignAnswers */
+    public function testOnlyAProblemDocumentWithAnIdemTypeIsIdemsOwn(Response $answer, bool $notIdem): void
+    {
+        try {
+            $this->client(new FakeTransport($answer))->claims->get('ns', key: 'k');
+            self::fail('no exception');
+        } catch (IdemException $e) {
+            self::assertSame([404, $notIdem], [$e->status, $e->notIdem]);
+            self::assertSame($notIdem, str_contains($e->getMessage(), 'does not look like idem'), $e->getMessage());
+            self::assertSame($notIdem && str_contains($answer->body, 'theirs'), str_ends_with($e->detail, '[its detail: theirs]'));
+        }
+    }
+
+    public function testTheTokenDefaultsToIdemToken(): void
+    {
+        $before = getenv('IDEM_TOKEN');
+        try {
+            putenv('IDEM_TOKEN=env-t0ken');
+            $answers = array_fill(0, 5, FakeTransport::json(200, ['exists' => true]));
+            $t = new FakeTransport(...$answers);
+            $this->client($t)->claims->exists('ns', 'a');
+            $this->client($t, token: 'given')->claims->exists('ns', 'a');
+            $this->client($t, token: '')->claims->exists('ns', 'a');
+            $this->client($t, headers: ['authorization' => 'Basic b3du'])->claims->exists('ns', 'a');
+            $this->client($t)->withOptions(retries: 0)->claims->exists('ns', 'a');
+            $auth = array_map(static fn (array $s): ?string => $s['headers']['Authorization'] ?? $s['headers']['authorization'] ?? null, $t->sent);
+            self::assertSame(['Bearer env-t0ken', 'Bearer given', null, 'Basic b3du', 'Bearer env-t0ken'], $auth);
+        } finally {
+            putenv($before === false ? 'IDEM_TOKEN' : "IDEM_TOKEN=$before");
+        }
+    }
+
+    public function testListIterateAndDeletePrefixRequestsAndAnswers(): void
+    {
+        $times = ['2026-11-18T11:06:40.123000Z', '2026-11-18T11:06:40.9Z', '2026-11-18T11:06:40Z'];
+        $items = array_map(static fn (string $t): array => ['namespace' => 'survey', 'id' => 'x', 'parts' => ['a', 'b'], 'data' => null, 'created_at' => $t, 'expires_at' => null], $times);
+        $t = new FakeTransport(
+            FakeTransport::json(200, ['items' => $items, 'next' => 'YQBiAA']),
+            FakeTransport::json(200, ['items' => array_slice($items, 0, 2), 'next' => 'c1']),
+            FakeTransport::json(200, ['items' => array_slice($items, 2), 'next' => null]),
+            FakeTransport::json(200, ['deleted' => 100000, 'more' => true]),
+            FakeTransport::json(200, ['deleted' => 7, 'more' => false]),
+            FakeTransport::json(200, ['deleted' => 0, 'more' => true]),
+        );
+        $c = $this->client($t);
+        $page = $c->claims->list('survey', ['a b', 'c/d'], limit: 3, after: 'YQBhAA');
+        self::assertSame([$items, 'YQBiAA'], [$page->items, $page->next]);
+        self::assertSame('GET', $t->sent[0]['method']);
+        self::assertSame('http://idem.test:7070/v1/claims/survey?prefix=a%20b&prefix=c%2Fd&limit=3&after=YQBhAA', $t->sent[0]['url']);
+        // Timestamps come as the server wrote them, any precision, and DateTimeImmutable reads each.
+        self::assertSame($times, array_column($page->items, 'created_at'));
+        self::assertSame(['123000', '900000', '000000'], array_map(static fn (array $r): string => (new \DateTimeImmutable($r['created_at']))->format('u'), $page->items));
+
+        self::assertSame($items, iterator_to_array($c->claims->iterate('survey', 'a', pageSize: 2), false));
+        self::assertSame(['http://idem.test:7070/v1/claims/survey?prefix=a&limit=2', 'http://idem.test:7070/v1/claims/survey?prefix=a&limit=2&after=c1'], [$t->sent[1]['url'], $t->sent[2]['url']]);
+
+        self::assertSame(100007, $c->claims->deletePrefix('survey', ['scenario-1', 'user-3']));
+        self::assertSame([['DELETE', 'http://idem.test:7070/v1/claims/survey?prefix=scenario-1&prefix=user-3']], array_unique(array_map(static fn (array $s): array => [$s['method'], $s['url']], array_slice($t->sent, 3, 2)), SORT_REGULAR));
+        self::assertSame(0, $c->claims->deletePrefix('survey', 'x'), 'an answer that deleted nothing ends the loop');
+        self::assertCount(6, $t->sent);
+        try {
+            $c->claims->list('survey', []);
+            self::fail('an empty prefix was sent');
+        } catch (\InvalidArgumentException) {
+            self::assertCount(6, $t->sent);
         }
     }
 
@@ -357,6 +435,13 @@ final class HttpTest extends TestCase
         try {
             putenv('IDEM_URL=http://from-env:9999');
             self::assertSame('http://from-env:9999', (new Client())->url);
+            putenv('IDEM_URL=localhost:7070');
+            try {
+                new Client();
+                self::fail('a bad IDEM_URL was accepted');
+            } catch (\InvalidArgumentException $e) {
+                self::assertStringStartsWith('IDEM_URL must be http:// or https://', $e->getMessage());
+            }
             putenv('IDEM_URL');
             self::assertSame(Client::DEFAULT_URL, (new Client())->url);
         } finally {

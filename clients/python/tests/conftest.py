@@ -19,6 +19,11 @@ from typing import Iterator, List, Optional
 import httpx
 import pytest
 
+# The client reads IDEM_URL and IDEM_TOKEN when none is given: the tests give theirs, and a
+# developer's own settings must not reach them.
+os.environ.pop("IDEM_URL", None)
+os.environ.pop("IDEM_TOKEN", None)
+
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_BIN = REPO / "target" / "debug" / "idem"
 

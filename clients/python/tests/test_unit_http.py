@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+from datetime import datetime
 from typing import Any, Callable, Dict, List
 
 import socket
@@ -249,7 +251,7 @@ def test_connection_errors_are_retried_then_wrapped() -> None:
     assert len(rec.requests) == 2
     message = str(info.value)
     assert f"cannot reach idem at {URL}: connection refused (is idem running there?)" in message, message
-    assert "POST /v1/claims/ns, 2 attempts" in message, message
+    assert "POST /v1/claims/ns, 2 attempts); to point the client elsewhere, give it url= or set IDEM_URL" in message, message
 
 
 def test_a_real_refused_connection_names_the_host_and_the_cause() -> None:
@@ -280,6 +282,52 @@ def test_a_404_that_is_not_idems_not_found_raises_instead_of_answering_absent() 
             assert info.value.status == 404
     absent = httpx.Response(404, json={"type": "urn:idem:problem:not-found", "title": "Not found", "status": 404, "detail": "no claim"})
     assert make(Recorder(absent), FakeClock()).claims.get("survey", key="k") is None
+
+
+@pytest.mark.parametrize(
+    "answer,not_idem",
+    [
+        (problem(404, "no-such-route", "no route"), False),
+        (httpx.Response(404, json={"type": "urn:idem:problem:no-such-route", "title": "T"}), True),
+        (httpx.Response(404, json={"type": "https://example.com/probs/gone", "title": "Gone", "detail": "theirs"}, headers={"content-type": "application/problem+json"}), True),
+        (httpx.Response(404, text="Not Found"), True),
+        (httpx.Response(502, html="<html>Bad Gateway</html>"), True),
+    ],
+)
+def test_only_problem_json_with_an_idem_type_is_idems_own_answer(answer: httpx.Response, not_idem: bool) -> None:
+    with pytest.raises(IdemError) as info:
+        make(Recorder(answer), FakeClock(), retries=0).claims.get("survey", key="k")
+    e = info.value
+    assert e.status == answer.status_code and e.not_idem is not_idem
+    assert ("does not look like idem" in str(e)) is not_idem, str(e)
+    if not_idem:
+        assert f"{URL} answered {answer.status_code} to GET /v1/claims/survey/" in str(e), str(e)
+    if "theirs" in answer.text:
+        assert "[its detail: theirs]" in str(e)
+
+
+def test_no_url_is_idem_url_else_the_default_and_no_token_is_idem_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    rec = Recorder(httpx.Response(200, json={"exists": True}))
+    transport = httpx.MockTransport(rec)
+    monkeypatch.setenv("IDEM_URL", "http://from-env.test:9999/")
+    monkeypatch.setenv("IDEM_TOKEN", "env-t0ken")
+    Idem(transport=transport).claims.exists("ns", ["a"])
+    assert str(rec.requests[-1].url) == "http://from-env.test:9999/v1/claims/ns/prefix"
+    assert rec.requests[-1].headers["authorization"] == "Bearer env-t0ken"
+    Idem(URL, token="given", transport=transport).claims.exists("ns", ["a"])
+    assert str(rec.requests[-1].url) == f"{URL}/v1/claims/ns/prefix"
+    assert rec.requests[-1].headers["authorization"] == "Bearer given"
+    Idem(token="", transport=transport).claims.exists("ns", ["a"])
+    assert "authorization" not in rec.requests[-1].headers, 'token="" sends none'
+    assert repr(AsyncIdem()) == "AsyncIdem(url='http://from-env.test:9999/')"
+    monkeypatch.setenv("IDEM_URL", "127.0.0.1:7070")
+    with pytest.raises(ValueError, match="^IDEM_URL must be an http:// or https:// URL"):
+        Idem()
+    monkeypatch.delenv("IDEM_URL")
+    monkeypatch.delenv("IDEM_TOKEN")
+    Idem(transport=transport).claims.exists("ns", ["a"])
+    assert str(rec.requests[-1].url) == "http://127.0.0.1:7070/v1/claims/ns/prefix"
+    assert "authorization" not in rec.requests[-1].headers
 
 
 def test_retries_zero_means_one_attempt() -> None:
@@ -346,6 +394,42 @@ def test_receipts_list_params_and_paging() -> None:
     last = idem.receipts.list(cursor="r2")
     assert last.next_cursor is None and last.items == [{"id": "r1"}]
     assert [r["id"] for r in idem.receipts.iter(page_size=2)] == ["r3", "r2", "r1"]
+
+
+def test_claims_list_iter_and_delete_prefix_requests_and_answers() -> None:
+    items = [dict(record(False, ["a", "b"]), created_at=t) for t in ("2026-11-18T11:06:40.123000Z", "2026-11-18T11:06:40.9Z", "2026-11-18T11:06:40Z")]
+    for item in items:
+        item.pop("claimed")
+    rec = Recorder(httpx.Response(200, json={"items": items, "next": "YQBiAA"}))
+    page = make(rec, FakeClock()).claims.list("survey", ["a b", "c/d"], limit=3, after="YQBhAA")
+    assert page.items == items and page.next == "YQBiAA"
+    assert [r["created_at"] for r in page.items] == ["2026-11-18T11:06:40.123000Z", "2026-11-18T11:06:40.9Z", "2026-11-18T11:06:40Z"]
+    if sys.version_info >= (3, 11):  # as the README says: fromisoformat reads every form from 3.11 on
+        micros = [datetime.fromisoformat(r["created_at"]).microsecond for r in page.items]
+        assert micros == [123000, 900000, 0]
+    assert rec.requests[0].method == "GET"
+    assert str(rec.requests[0].url) == f"{URL}/v1/claims/survey?prefix=a+b&prefix=c%2Fd&limit=3&after=YQBhAA"
+
+    pages = {None: {"items": items[:2], "next": "c1"}, "c1": {"items": items[2:], "next": None}}
+    sent: List[httpx.Request] = []
+
+    def paging(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(200, json=pages[request.url.params.get("after")])
+
+    seen = list(Idem(URL, transport=httpx.MockTransport(paging)).claims.iter("survey", "a", page_size=2))
+    assert seen == items
+    assert [str(r.url) for r in sent] == [f"{URL}/v1/claims/survey?prefix=a&limit=2", f"{URL}/v1/claims/survey?prefix=a&limit=2&after=c1"]
+
+    rec = Recorder(httpx.Response(200, json={"deleted": 100000, "more": True}), httpx.Response(200, json={"deleted": 7, "more": False}))
+    assert make(rec, FakeClock()).claims.delete_prefix("survey", ["scenario-1", "user-3"]) == 100007
+    assert [(r.method, str(r.url)) for r in rec.requests] == [("DELETE", f"{URL}/v1/claims/survey?prefix=scenario-1&prefix=user-3")] * 2
+    stuck = Recorder(httpx.Response(200, json={"deleted": 0, "more": True}))
+    assert make(stuck, FakeClock()).claims.delete_prefix("survey", ["x"]) == 0
+    assert len(stuck.requests) == 1, "an answer that deleted nothing ends the loop"
+    with pytest.raises(ValueError):
+        make(stuck, FakeClock()).claims.list("survey", [])
+    assert len(stuck.requests) == 1, "nothing sent for an empty prefix"
 
 
 def test_receipts_get_and_replay() -> None:

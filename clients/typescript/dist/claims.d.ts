@@ -50,6 +50,27 @@ export interface LookupResult<D = unknown> {
 export type ExistsQuery = {
     prefix: readonly string[];
 } | KeyRef;
+/** What `list` takes: a prefix of 1 to 16 parts, and optionally the page's size and start. */
+export interface ClaimListOptions {
+    /** The claims whose parts begin with these (`["scenario-1"]`, `["scenario-1", "user-3"]`). */
+    prefix: readonly string[];
+    /** 1 to 1000 (server default 100). */
+    limit?: number | undefined;
+    /** The `next` of the previous page. */
+    after?: string | null | undefined;
+}
+/** What `iterate` takes: the prefix, and how many claims to fetch a call. */
+export interface ClaimIterateOptions {
+    prefix: readonly string[];
+    /** Claims fetched a call, 1 to 1000 (server default 100). */
+    pageSize?: number | undefined;
+}
+/** A page of claims, in the order of their parts. */
+export interface ClaimPage<D = unknown> {
+    items: ClaimRecord<D>[];
+    /** Give it as `after` for the next page; `null` on the last page. */
+    next: string | null;
+}
 export declare class Claims {
     #private;
     /** @internal */
@@ -74,6 +95,20 @@ export declare class Claims {
      * server, not a scan.) `{ key }` / `{ parts }`: does this exact key have a live claim?
      */
     exists(ns: string, query: ExistsQuery): Promise<boolean>;
+    /**
+     * One page of the live claims whose parts begin with `prefix`, in the order of their parts:
+     * `{ items, next }`. Pass `next` as `after` for the following page; it is `null` on the last.
+     */
+    list<D = unknown>(ns: string, options: ClaimListOptions): Promise<ClaimPage<D>>;
+    /** Every live claim whose parts begin with `prefix`, in the order of their parts, page after page. */
+    iterate<D = unknown>(ns: string, options: ClaimIterateOptions): AsyncGenerator<ClaimRecord<D>, void, undefined>;
+    /**
+     * Delete every live claim whose parts begin with `prefix` (at least one part); answers how many
+     * were deleted. The server deletes up to 100,000 a call: this calls again while it says more remain.
+     */
+    deletePrefix(ns: string, options: {
+        prefix: readonly string[];
+    }): Promise<number>;
     /** The live claim for a key (`{ key }`, `{ parts }`) or an id, or `null` when there is none. */
     get<D = unknown>(ns: string, ref: KeyRef | string): Promise<ClaimRecord<D> | null>;
     /** Delete a claim by key or id: `true` when it was deleted, `false` when there was none. */

@@ -1,5 +1,6 @@
 /** `idem.claims`: the Claims API (docs/reference/api.md#claims). */
 import { clientTokenOf } from "./client-token.js";
+import { IdemError } from "./errors.js";
 import { idOf, keyBody, segment } from "./keys.js";
 function claimBody(item) {
     const body = keyBody(item);
@@ -14,6 +15,17 @@ function splitClaim(raw) {
     return { claimed, record };
 }
 const base = (ns) => `/v1/claims/${segment(ns, "namespace")}`;
+/** An answer of the wrong shape (a server that answers 200 to anything, say). */
+function invalid(res, expected) {
+    return new IdemError({ status: res?.status ?? 0, title: "Invalid response", detail: expected });
+}
+/** A prefix as the query takes it: at least one part (the server checks each part). */
+function prefixOf(prefix) {
+    if (!Array.isArray(prefix) || prefix.length === 0) {
+        throw new TypeError("Idem: a prefix is at least one part, e.g. { prefix: [\"scenario-1\"] }");
+    }
+    return prefix;
+}
 export class Claims {
     #http;
     /** @internal */
@@ -58,6 +70,48 @@ export class Claims {
         }
         const [result] = await this.lookup(ns, [query]);
         return result?.exists ?? false;
+    }
+    /**
+     * One page of the live claims whose parts begin with `prefix`, in the order of their parts:
+     * `{ items, next }`. Pass `next` as `after` for the following page; it is `null` on the last.
+     */
+    async list(ns, options) {
+        const res = await this.#http.call("GET", base(ns), {
+            query: { prefix: prefixOf(options.prefix), limit: options.limit, after: options.after ?? undefined },
+        });
+        const page = res?.body;
+        if (!Array.isArray(page?.items))
+            throw invalid(res, "expected { items, next }");
+        return { items: page.items, next: typeof page.next === "string" && page.next ? page.next : null };
+    }
+    /** Every live claim whose parts begin with `prefix`, in the order of their parts, page after page. */
+    async *iterate(ns, options) {
+        let after = null;
+        for (;;) {
+            const page = await this.list(ns, { prefix: options.prefix, limit: options.pageSize, after });
+            yield* page.items;
+            if (page.next === null || page.items.length === 0)
+                return;
+            after = page.next;
+        }
+    }
+    /**
+     * Delete every live claim whose parts begin with `prefix` (at least one part); answers how many
+     * were deleted. The server deletes up to 100,000 a call: this calls again while it says more remain.
+     */
+    async deletePrefix(ns, options) {
+        const query = { prefix: prefixOf(options.prefix) };
+        let deleted = 0;
+        for (;;) {
+            const res = await this.#http.call("DELETE", base(ns), { query });
+            const step = res?.body;
+            if (typeof step?.deleted !== "number")
+                throw invalid(res, "expected { deleted, more }");
+            deleted += step.deleted;
+            // A call that deleted nothing cannot have more to delete: never loop on a confused answer.
+            if (step.more !== true || step.deleted === 0)
+                return deleted;
+        }
     }
     /** The live claim for a key (`{ key }`, `{ parts }`) or an id, or `null` when there is none. */
     async get(ns, ref) {

@@ -1,4 +1,4 @@
-/** The client: `new Idem({ url, token? })` with `claims`, `operations` and `receipts`. */
+/** The client: `new Idem({ url?, token? })` with `claims`, `operations` and `receipts`. */
 import { Claims } from "./claims.js";
 import { Transport } from "./http.js";
 import { Operations } from "./operations.js";
@@ -11,10 +11,12 @@ export class Idem {
     /** Receipts of inbound events: list, get, replay. */
     receipts;
     /**
-     * `new Idem({ url, token?, timeoutMs?, retries?, fetch? })`, or `new Idem(url)`.
-     * The token is kept private: it is sent only as `Authorization: Bearer …`.
+     * `new Idem({ url?, token?, timeoutMs?, retries?, fetch? })`, `new Idem(url)`, or `new Idem()`.
+     * Without a `url`, the `IDEM_URL` environment variable, else `http://127.0.0.1:7070`; without a
+     * `token` (`undefined`), `IDEM_TOKEN` if set. The token is kept private: it is sent only as
+     * `Authorization: Bearer …`.
      */
-    constructor(options) {
+    constructor(options = {}) {
         const http = new Transport(typeof options === "string" ? { url: options } : options);
         this.claims = new Claims(http);
         this.operations = new Operations(http);

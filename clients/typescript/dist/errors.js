@@ -26,7 +26,8 @@ export const PROBLEM_TIMEOUT = "urn:idem:client:timeout";
 /**
  * An error answer from idem (or a failure to get one, see {@link ConnectionError}).
  * `status`, `type`, `title`, `detail` and `field` are the problem+json members; `type` defaults to
- * `"about:blank"` when the body was not a problem (e.g. a proxy's HTML page).
+ * `"about:blank"` when the body was not a problem (e.g. a proxy's HTML page). An answer that is not
+ * an idem problem document has `notIdem` set, and its message says the URL does not look like idem.
  */
 export class IdemError extends Error {
     /** The HTTP status; `0` for a {@link ConnectionError}. */
@@ -41,6 +42,12 @@ export class IdemError extends Error {
     retryAfterSeconds;
     /** The problem body as received. */
     problem;
+    /**
+     * `true` when the answer was not an idem problem document (`application/problem+json` with a
+     * `urn:idem:problem:` type): a 404 page of another web server, a proxy's error. The client's
+     * `url` (or `IDEM_URL`) probably points at something that is not idem.
+     */
+    notIdem;
     constructor(init) {
         const title = init.title ?? "Error";
         let message = init.status > 0 ? `${init.status} ${title}` : title;
@@ -57,6 +64,7 @@ export class IdemError extends Error {
         this.field = init.field;
         this.retryAfterSeconds = init.retryAfterSeconds;
         this.problem = init.problem;
+        this.notIdem = init.notIdem ?? false;
     }
 }
 /**

@@ -22,10 +22,16 @@ export interface FetchInit {
 /** The standard `fetch` (Node 18+, Deno, Bun, browsers) or anything shaped like it. */
 export type FetchLike = (url: string, init: FetchInit) => Promise<FetchResponseLike>;
 export interface IdemOptions {
-    /** The idem server, e.g. `http://127.0.0.1:7070` (a base path is kept: `https://h/idem`). */
-    url: string;
-    /** Sent as `Authorization: Bearer <token>` when set. Never put in a URL or an error message. */
-    token?: string | undefined;
+    /**
+     * The idem server, e.g. `http://127.0.0.1:7070` (a base path is kept: `https://h/idem`).
+     * Default: the `IDEM_URL` environment variable, else {@link DEFAULT_URL}.
+     */
+    url?: string | undefined;
+    /**
+     * Sent as `Authorization: Bearer <token>` when set. Never put in a URL or an error message.
+     * Default (`undefined`): the `IDEM_TOKEN` environment variable, if set; `null` or `""`: no token.
+     */
+    token?: string | null | undefined;
     /** Time limit of each HTTP attempt, in milliseconds (default 30,000). */
     timeoutMs?: number | undefined;
     /** Retries after the first attempt on connection errors, timeouts and 502/503/504 (default 3). */
@@ -46,7 +52,8 @@ export interface IdemOptions {
 }
 export interface CallOptions {
     body?: unknown;
-    query?: Record<string, string | number | undefined>;
+    /** Query parameters; an array is the parameter repeated, in order (`prefix=a&prefix=b`). */
+    query?: Record<string, string | number | readonly string[] | undefined>;
     /** Answer `null` instead of throwing on a 404. */
     nullOn404?: boolean;
     /** Added to the per-attempt timeout (for calls the server may hold open, like a waiting begin). */
@@ -56,6 +63,13 @@ export interface CallResult {
     status: number;
     body: unknown;
 }
+/** Where the client looks for idem when neither `url` nor `IDEM_URL` says. */
+export declare const DEFAULT_URL = "http://127.0.0.1:7070";
+/**
+ * An environment variable, where the runtime has them: Node's and Bun's `process.env`, Deno's
+ * `Deno.env` (undefined without `--allow-env`), none in a browser.
+ */
+export declare function envVar(name: string): string | undefined;
 export declare const defaultSleep: (ms: number) => Promise<void>;
 /** `Retry-After` as seconds: delta-seconds or an HTTP date. */
 export declare function parseRetryAfter(value: string | null, nowMs?: number): number | undefined;

@@ -5,6 +5,22 @@
  */
 import { ConnectionError, errorFor, IdemError, PROBLEM_CONNECTION, PROBLEM_NOT_FOUND, PROBLEM_TIMEOUT, } from "./errors.js";
 const RETRY_STATUSES = new Set([502, 503, 504]);
+/** Where the client looks for idem when neither `url` nor `IDEM_URL` says. */
+export const DEFAULT_URL = "http://127.0.0.1:7070";
+/**
+ * An environment variable, where the runtime has them: Node's and Bun's `process.env`, Deno's
+ * `Deno.env` (undefined without `--allow-env`), none in a browser.
+ */
+export function envVar(name) {
+    const g = globalThis;
+    try {
+        const value = g.process?.env?.[name] ?? g.Deno?.env?.get(name);
+        return value === "" ? undefined : value;
+    }
+    catch {
+        return undefined; // Deno without the permission
+    }
+}
 export const defaultSleep = (ms) => new Promise((resolve) => {
     setTimeout(resolve, ms);
 });
@@ -31,11 +47,14 @@ export class Transport {
     sleep;
     random;
     constructor(options) {
-        if (typeof options.url !== "string" || !/^https?:\/\//i.test(options.url)) {
-            throw new TypeError("Idem: url must be an http:// or https:// URL");
+        const url = options.url ?? envVar("IDEM_URL") ?? DEFAULT_URL;
+        if (typeof url !== "string" || !/^https?:\/\//i.test(url)) {
+            const from = options.url === undefined ? " (IDEM_URL)" : "";
+            throw new TypeError(`Idem: url${from} must be an http:// or https:// URL`);
         }
-        this.#base = options.url.replace(/\/+$/, "");
-        this.#authorization = options.token ? `Bearer ${options.token}` : undefined;
+        this.#base = url.replace(/\/+$/, "");
+        const token = options.token === undefined ? envVar("IDEM_TOKEN") : options.token;
+        this.#authorization = token ? `Bearer ${token}` : undefined;
         const globalFetch = globalThis.fetch;
         const f = options.fetch ?? (globalFetch ? globalFetch.bind(globalThis) : undefined);
         if (!f)
@@ -61,7 +80,10 @@ export class Transport {
         if (options.query) {
             const params = new URLSearchParams();
             for (const [name, value] of Object.entries(options.query)) {
-                if (value !== undefined)
+                if (Array.isArray(value))
+                    for (const v of value)
+                        params.append(name, v);
+                else if (value !== undefined)
                     params.set(name, String(value));
             }
             const qs = params.toString();
@@ -113,7 +135,8 @@ export class Transport {
                     title: timedOut ? "Timed out" : "Connection failed",
                     detail: timedOut
                         ? `no answer from idem at ${where(this.#base)} within ${timeoutMs} ms (${what}, ${attempt + 1} attempts)`
-                        : `cannot reach idem at ${where(this.#base)}: ${describe(cause)} (${what}, ${attempt + 1} attempts)`,
+                        : `cannot reach idem at ${where(this.#base)}: ${describe(cause)} (${what}, ${attempt + 1} attempts); ` +
+                            "to point the client elsewhere, give its `url` option or set IDEM_URL",
                     cause,
                 });
             }
@@ -133,7 +156,7 @@ export class Transport {
                     continue;
                 }
             }
-            throw problemError(status, statusText, contentType, text, retryAfterSeconds, what);
+            throw problemError(status, statusText, contentType, text, retryAfterSeconds, what, where(this.#base));
         }
     }
 }
@@ -201,7 +224,7 @@ function problemType(contentType, text) {
         return undefined;
     }
 }
-function problemError(status, statusText, contentType, text, retryAfterSeconds, what) {
+function problemError(status, statusText, contentType, text, retryAfterSeconds, what, base) {
     let problem;
     if (text && (contentType === null || /json/i.test(contentType))) {
         try {
@@ -214,13 +237,31 @@ function problemError(status, statusText, contentType, text, retryAfterSeconds, 
         }
     }
     const str = (v) => (typeof v === "string" ? v : undefined);
+    const notIdem = !isIdemProblem(contentType, problem);
+    let detail = str(problem?.detail) ?? (problem ? undefined : `${what} answered ${status}`);
+    if (notIdem) {
+        detail =
+            `${base} answered ${status} to ${what} without an idem problem document: it does not look like idem ` +
+                "(check the client's `url` option or IDEM_URL)" +
+                (problem?.detail !== undefined ? ` [its detail: ${String(problem.detail)}]` : "");
+    }
     return errorFor({
         status,
         type: str(problem?.type),
         title: str(problem?.title) ?? (statusText || `HTTP ${status}`),
-        detail: str(problem?.detail) ?? (problem ? undefined : `${what} answered ${status}`),
+        detail,
         field: str(problem?.field),
         retryAfterSeconds,
         problem,
+        notIdem,
     });
+}
+/**
+ * Whether an error answer is idem's own: `application/problem+json` whose `type` is one of idem's
+ * (`urn:idem:problem:…`). Anything else (a web server's 404 page, a proxy's error) comes from
+ * something that is not idem.
+ */
+function isIdemProblem(contentType, problem) {
+    const problemJson = contentType !== null && /^application\/problem\+json\b/i.test(contentType.trim());
+    return problemJson && typeof problem?.type === "string" && problem.type.startsWith("urn:idem:problem:");
 }

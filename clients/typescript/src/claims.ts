@@ -1,7 +1,8 @@
 /** `idem.claims`: the Claims API (docs/reference/api.md#claims). */
 
 import { clientTokenOf } from "./client-token.js";
-import type { Transport } from "./http.js";
+import { IdemError } from "./errors.js";
+import type { CallResult, Transport } from "./http.js";
 import { idOf, keyBody, segment, type KeyRef } from "./keys.js";
 
 /** A stored claim, with the fields as the API names them. */
@@ -58,6 +59,30 @@ export interface LookupResult<D = unknown> {
 /** For `exists`: a prefix of parts, or one exact key. */
 export type ExistsQuery = { prefix: readonly string[] } | KeyRef;
 
+/** What `list` takes: a prefix of 1 to 16 parts, and optionally the page's size and start. */
+export interface ClaimListOptions {
+  /** The claims whose parts begin with these (`["scenario-1"]`, `["scenario-1", "user-3"]`). */
+  prefix: readonly string[];
+  /** 1 to 1000 (server default 100). */
+  limit?: number | undefined;
+  /** The `next` of the previous page. */
+  after?: string | null | undefined;
+}
+
+/** What `iterate` takes: the prefix, and how many claims to fetch a call. */
+export interface ClaimIterateOptions {
+  prefix: readonly string[];
+  /** Claims fetched a call, 1 to 1000 (server default 100). */
+  pageSize?: number | undefined;
+}
+
+/** A page of claims, in the order of their parts. */
+export interface ClaimPage<D = unknown> {
+  items: ClaimRecord<D>[];
+  /** Give it as `after` for the next page; `null` on the last page. */
+  next: string | null;
+}
+
 function claimBody(item: ClaimInput): Record<string, unknown> {
   const body: Record<string, unknown> = keyBody(item);
   if (item.data !== undefined) body["data"] = item.data;
@@ -71,6 +96,19 @@ function splitClaim<D>(raw: unknown): ClaimResult<D> {
 }
 
 const base = (ns: string): string => `/v1/claims/${segment(ns, "namespace")}`;
+
+/** An answer of the wrong shape (a server that answers 200 to anything, say). */
+function invalid(res: CallResult | null, expected: string): IdemError {
+  return new IdemError({ status: res?.status ?? 0, title: "Invalid response", detail: expected });
+}
+
+/** A prefix as the query takes it: at least one part (the server checks each part). */
+function prefixOf(prefix: readonly string[]): readonly string[] {
+  if (!Array.isArray(prefix) || prefix.length === 0) {
+    throw new TypeError("Idem: a prefix is at least one part, e.g. { prefix: [\"scenario-1\"] }");
+  }
+  return prefix;
+}
 
 export class Claims {
   readonly #http: Transport;
@@ -125,6 +163,47 @@ export class Claims {
     }
     const [result] = await this.lookup(ns, [query as KeyRef]);
     return result?.exists ?? false;
+  }
+
+  /**
+   * One page of the live claims whose parts begin with `prefix`, in the order of their parts:
+   * `{ items, next }`. Pass `next` as `after` for the following page; it is `null` on the last.
+   */
+  async list<D = unknown>(ns: string, options: ClaimListOptions): Promise<ClaimPage<D>> {
+    const res = await this.#http.call("GET", base(ns), {
+      query: { prefix: prefixOf(options.prefix), limit: options.limit, after: options.after ?? undefined },
+    });
+    const page = res?.body as { items?: unknown; next?: unknown } | undefined;
+    if (!Array.isArray(page?.items)) throw invalid(res, "expected { items, next }");
+    return { items: page.items as ClaimRecord<D>[], next: typeof page.next === "string" && page.next ? page.next : null };
+  }
+
+  /** Every live claim whose parts begin with `prefix`, in the order of their parts, page after page. */
+  async *iterate<D = unknown>(ns: string, options: ClaimIterateOptions): AsyncGenerator<ClaimRecord<D>, void, undefined> {
+    let after: string | null = null;
+    for (;;) {
+      const page: ClaimPage<D> = await this.list<D>(ns, { prefix: options.prefix, limit: options.pageSize, after });
+      yield* page.items;
+      if (page.next === null || page.items.length === 0) return;
+      after = page.next;
+    }
+  }
+
+  /**
+   * Delete every live claim whose parts begin with `prefix` (at least one part); answers how many
+   * were deleted. The server deletes up to 100,000 a call: this calls again while it says more remain.
+   */
+  async deletePrefix(ns: string, options: { prefix: readonly string[] }): Promise<number> {
+    const query = { prefix: prefixOf(options.prefix) };
+    let deleted = 0;
+    for (;;) {
+      const res = await this.#http.call("DELETE", base(ns), { query });
+      const step = res?.body as { deleted?: unknown; more?: unknown } | undefined;
+      if (typeof step?.deleted !== "number") throw invalid(res, "expected { deleted, more }");
+      deleted += step.deleted;
+      // A call that deleted nothing cannot have more to delete: never loop on a confused answer.
+      if (step.more !== true || step.deleted === 0) return deleted;
+    }
   }
 
   /** The live claim for a key (`{ key }`, `{ parts }`) or an id, or `null` when there is none. */

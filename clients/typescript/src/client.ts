@@ -1,4 +1,4 @@
-/** The client: `new Idem({ url, token? })` with `claims`, `operations` and `receipts`. */
+/** The client: `new Idem({ url?, token? })` with `claims`, `operations` and `receipts`. */
 
 import { Claims } from "./claims.js";
 import { Transport, type IdemOptions } from "./http.js";
@@ -14,10 +14,12 @@ export class Idem {
   readonly receipts: Receipts;
 
   /**
-   * `new Idem({ url, token?, timeoutMs?, retries?, fetch? })`, or `new Idem(url)`.
-   * The token is kept private: it is sent only as `Authorization: Bearer …`.
+   * `new Idem({ url?, token?, timeoutMs?, retries?, fetch? })`, `new Idem(url)`, or `new Idem()`.
+   * Without a `url`, the `IDEM_URL` environment variable, else `http://127.0.0.1:7070`; without a
+   * `token` (`undefined`), `IDEM_TOKEN` if set. The token is kept private: it is sent only as
+   * `Authorization: Bearer …`.
    */
-  constructor(options: IdemOptions | string) {
+  constructor(options: IdemOptions | string = {}) {
     const http = new Transport(typeof options === "string" ? { url: options } : options);
     this.claims = new Claims(http);
     this.operations = new Operations(http);

@@ -46,13 +46,16 @@ export interface IdemErrorInit {
   retryAfterSeconds?: number | undefined;
   /** The whole problem body as received (it may hold extension members). */
   problem?: Problem | undefined;
+  /** The answer was not an idem problem document (see {@link IdemError.notIdem}). */
+  notIdem?: boolean | undefined;
   cause?: unknown;
 }
 
 /**
  * An error answer from idem (or a failure to get one, see {@link ConnectionError}).
  * `status`, `type`, `title`, `detail` and `field` are the problem+json members; `type` defaults to
- * `"about:blank"` when the body was not a problem (e.g. a proxy's HTML page).
+ * `"about:blank"` when the body was not a problem (e.g. a proxy's HTML page). An answer that is not
+ * an idem problem document has `notIdem` set, and its message says the URL does not look like idem.
  */
 export class IdemError extends Error {
   /** The HTTP status; `0` for a {@link ConnectionError}. */
@@ -67,6 +70,12 @@ export class IdemError extends Error {
   readonly retryAfterSeconds: number | undefined;
   /** The problem body as received. */
   readonly problem: Problem | undefined;
+  /**
+   * `true` when the answer was not an idem problem document (`application/problem+json` with a
+   * `urn:idem:problem:` type): a 404 page of another web server, a proxy's error. The client's
+   * `url` (or `IDEM_URL`) probably points at something that is not idem.
+   */
+  readonly notIdem: boolean;
 
   constructor(init: IdemErrorInit) {
     const title = init.title ?? "Error";
@@ -82,6 +91,7 @@ export class IdemError extends Error {
     this.field = init.field;
     this.retryAfterSeconds = init.retryAfterSeconds;
     this.problem = init.problem;
+    this.notIdem = init.notIdem ?? false;
   }
 }
 

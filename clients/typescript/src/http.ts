@@ -34,10 +34,16 @@ export interface FetchInit {
 export type FetchLike = (url: string, init: FetchInit) => Promise<FetchResponseLike>;
 
 export interface IdemOptions {
-  /** The idem server, e.g. `http://127.0.0.1:7070` (a base path is kept: `https://h/idem`). */
-  url: string;
-  /** Sent as `Authorization: Bearer <token>` when set. Never put in a URL or an error message. */
-  token?: string | undefined;
+  /**
+   * The idem server, e.g. `http://127.0.0.1:7070` (a base path is kept: `https://h/idem`).
+   * Default: the `IDEM_URL` environment variable, else {@link DEFAULT_URL}.
+   */
+  url?: string | undefined;
+  /**
+   * Sent as `Authorization: Bearer <token>` when set. Never put in a URL or an error message.
+   * Default (`undefined`): the `IDEM_TOKEN` environment variable, if set; `null` or `""`: no token.
+   */
+  token?: string | null | undefined;
   /** Time limit of each HTTP attempt, in milliseconds (default 30,000). */
   timeoutMs?: number | undefined;
   /** Retries after the first attempt on connection errors, timeouts and 502/503/504 (default 3). */
@@ -59,7 +65,8 @@ export interface IdemOptions {
 
 export interface CallOptions {
   body?: unknown;
-  query?: Record<string, string | number | undefined>;
+  /** Query parameters; an array is the parameter repeated, in order (`prefix=a&prefix=b`). */
+  query?: Record<string, string | number | readonly string[] | undefined>;
   /** Answer `null` instead of throwing on a 404. */
   nullOn404?: boolean;
   /** Added to the per-attempt timeout (for calls the server may hold open, like a waiting begin). */
@@ -72,6 +79,26 @@ export interface CallResult {
 }
 
 const RETRY_STATUSES = new Set([502, 503, 504]);
+
+/** Where the client looks for idem when neither `url` nor `IDEM_URL` says. */
+export const DEFAULT_URL = "http://127.0.0.1:7070";
+
+/**
+ * An environment variable, where the runtime has them: Node's and Bun's `process.env`, Deno's
+ * `Deno.env` (undefined without `--allow-env`), none in a browser.
+ */
+export function envVar(name: string): string | undefined {
+  const g = globalThis as {
+    process?: { env?: Record<string, string | undefined> };
+    Deno?: { env?: { get(name: string): string | undefined } };
+  };
+  try {
+    const value = g.process?.env?.[name] ?? g.Deno?.env?.get(name);
+    return value === "" ? undefined : value;
+  } catch {
+    return undefined; // Deno without the permission
+  }
+}
 
 export const defaultSleep = (ms: number): Promise<void> =>
   new Promise((resolve) => {
@@ -100,11 +127,14 @@ export class Transport {
   readonly random: () => number;
 
   constructor(options: IdemOptions) {
-    if (typeof options.url !== "string" || !/^https?:\/\//i.test(options.url)) {
-      throw new TypeError("Idem: url must be an http:// or https:// URL");
+    const url = options.url ?? envVar("IDEM_URL") ?? DEFAULT_URL;
+    if (typeof url !== "string" || !/^https?:\/\//i.test(url)) {
+      const from = options.url === undefined ? " (IDEM_URL)" : "";
+      throw new TypeError(`Idem: url${from} must be an http:// or https:// URL`);
     }
-    this.#base = options.url.replace(/\/+$/, "");
-    this.#authorization = options.token ? `Bearer ${options.token}` : undefined;
+    this.#base = url.replace(/\/+$/, "");
+    const token = options.token === undefined ? envVar("IDEM_TOKEN") : options.token;
+    this.#authorization = token ? `Bearer ${token}` : undefined;
     const globalFetch = (globalThis as { fetch?: FetchLike }).fetch;
     const f = options.fetch ?? (globalFetch ? globalFetch.bind(globalThis) : undefined);
     if (!f) throw new TypeError("Idem: no fetch available; pass options.fetch (Node 18+ has one)");
@@ -132,7 +162,8 @@ export class Transport {
     if (options.query) {
       const params = new URLSearchParams();
       for (const [name, value] of Object.entries(options.query)) {
-        if (value !== undefined) params.set(name, String(value));
+        if (Array.isArray(value)) for (const v of value as readonly string[]) params.append(name, v);
+        else if (value !== undefined) params.set(name, String(value));
       }
       const qs = params.toString();
       if (qs) url += `?${qs}`;
@@ -180,7 +211,8 @@ export class Transport {
           title: timedOut ? "Timed out" : "Connection failed",
           detail: timedOut
             ? `no answer from idem at ${where(this.#base)} within ${timeoutMs} ms (${what}, ${attempt + 1} attempts)`
-            : `cannot reach idem at ${where(this.#base)}: ${describe(cause)} (${what}, ${attempt + 1} attempts)`,
+            : `cannot reach idem at ${where(this.#base)}: ${describe(cause)} (${what}, ${attempt + 1} attempts); ` +
+              "to point the client elsewhere, give its `url` option or set IDEM_URL",
           cause,
         });
       }
@@ -201,7 +233,7 @@ export class Transport {
           continue;
         }
       }
-      throw problemError(status, statusText, contentType, text, retryAfterSeconds, what);
+      throw problemError(status, statusText, contentType, text, retryAfterSeconds, what, where(this.#base));
     }
   }
 }
@@ -276,6 +308,7 @@ function problemError(
   text: string,
   retryAfterSeconds: number | undefined,
   what: string,
+  base: string,
 ): IdemError {
   let problem: Problem | undefined;
   if (text && (contentType === null || /json/i.test(contentType))) {
@@ -287,13 +320,32 @@ function problemError(
     }
   }
   const str = (v: unknown): string | undefined => (typeof v === "string" ? v : undefined);
+  const notIdem = !isIdemProblem(contentType, problem);
+  let detail = str(problem?.detail) ?? (problem ? undefined : `${what} answered ${status}`);
+  if (notIdem) {
+    detail =
+      `${base} answered ${status} to ${what} without an idem problem document: it does not look like idem ` +
+      "(check the client's `url` option or IDEM_URL)" +
+      (problem?.detail !== undefined ? ` [its detail: ${String(problem.detail)}]` : "");
+  }
   return errorFor({
     status,
     type: str(problem?.type),
     title: str(problem?.title) ?? (statusText || `HTTP ${status}`),
-    detail: str(problem?.detail) ?? (problem ? undefined : `${what} answered ${status}`),
+    detail,
     field: str(problem?.field),
     retryAfterSeconds,
     problem,
+    notIdem,
   });
+}
+
+/**
+ * Whether an error answer is idem's own: `application/problem+json` whose `type` is one of idem's
+ * (`urn:idem:problem:…`). Anything else (a web server's 404 page, a proxy's error) comes from
+ * something that is not idem.
+ */
+function isIdemProblem(contentType: string | null, problem: Problem | undefined): boolean {
+  const problemJson = contentType !== null && /^application\/problem\+json\b/i.test(contentType.trim());
+  return problemJson && typeof problem?.type === "string" && problem.type.startsWith("urn:idem:problem:");
 }

@@ -28,11 +28,15 @@ export {
   type IdemErrorInit,
   type Problem,
 } from "./errors.js";
+export { DEFAULT_URL } from "./http.js";
 export type { FetchInit, FetchLike, FetchResponseLike, IdemOptions } from "./http.js";
 export type {
   BatchOptions,
   Claims,
   ClaimInput,
+  ClaimIterateOptions,
+  ClaimListOptions,
+  ClaimPage,
   ClaimOptions,
   ClaimRecord,
   ClaimResult,

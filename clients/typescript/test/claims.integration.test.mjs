@@ -3,6 +3,7 @@
 
 import assert from "node:assert/strict";
 import { readFile } from "node:fs/promises";
+import { createServer } from "node:http";
 import { after, before, describe, test } from "node:test";
 
 import { ConnectionError, ForbiddenError, Idem, IdemError, claimId } from "../dist/index.js";
@@ -198,12 +199,135 @@ describe("claims against a real idem", () => {
     assert.equal(badId.status, 400);
   });
 
-  test("a server that is not there: ConnectionError after the retries", async () => {
+  test("a server that is not there: ConnectionError after the retries, naming the URL and IDEM_URL", async () => {
     const port = await freePort();
     const nobody = new Idem({ url: `http://127.0.0.1:${port}`, retries: 2, retryBaseDelayMs: 5 });
     const err = await nobody.claims.claim("ns", { key: "k" }).catch((e) => e);
     assert.ok(err instanceof ConnectionError, String(err));
     assert.equal(err.status, 0);
+    assert.match(err.message, new RegExp(`cannot reach idem at http://127\\.0\\.0\\.1:${port}: connection refused`));
+    assert.match(err.message, /`url` option or set IDEM_URL/);
+  });
+});
+
+/** Parts in the server's order: each part followed by NUL, compared byte by byte (ASCII here). */
+const partsOrder = (a, b) => {
+  const [x, y] = [a.map((p) => `${p}\0`).join(""), b.map((p) => `${p}\0`).join("")];
+  return x < y ? -1 : x > y ? 1 : 0;
+};
+
+describe("listing and deleting a prefix against a real idem", () => {
+  let server;
+  let idem;
+  // scenario-1: 5 users × 5 nodes (25 claims), claimed out of order; neighbours that must stay.
+  const mine = [];
+  for (const u of [4, 1, 5, 3, 2]) for (const n of [3, 5, 1, 4, 2]) mine.push(["scenario-1", `user-${u}`, `node-${n}`]);
+  const neighbours = [["scenario-10", "user-1", "node-1"], ["scenario-2", "user-1", "node-1"], ["scenario-0", "user-9"]];
+  before(async () => {
+    server = await startIdem();
+    idem = new Idem({ url: server.url, retries: 1 });
+    await idem.claims.claimBatch("listing", [...mine, ...neighbours].map((parts, i) => ({ parts, data: { i } })));
+    await idem.claims.claimBatch("listing-other", mine.map((parts) => ({ parts })));
+  });
+  after(async () => {
+    await server?.stop();
+  });
+
+  test("list: pages in parts order, each next leading to the following page, null on the last", async () => {
+    const pages = [];
+    let after = null;
+    do {
+      const page = await idem.claims.list("listing", { prefix: ["scenario-1"], limit: 10, after });
+      pages.push(page);
+      after = page.next;
+    } while (after !== null);
+    assert.deepEqual(pages.map((p) => p.items.length), [10, 10, 5]);
+    assert.equal(typeof pages[0].next, "string");
+    const listed = pages.flatMap((p) => p.items);
+    assert.deepEqual(listed.map((r) => r.parts), [...mine].sort(partsOrder));
+    assert.ok(listed.every((r) => r.namespace === "listing" && r.id === claimId(r.parts) && typeof r.data.i === "number"));
+    assert.match(listed[0].created_at, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/);
+
+    const user3 = await idem.claims.list("listing", { prefix: ["scenario-1", "user-3"] });
+    assert.deepEqual(user3.items.map((r) => r.parts[2]), ["node-1", "node-2", "node-3", "node-4", "node-5"]);
+    assert.equal(user3.next, null);
+    assert.deepEqual(await idem.claims.list("listing", { prefix: ["scenario-1", "user-30"] }), { items: [], next: null });
+    const bad = await idem.claims.list("listing", { prefix: ["scenario-1"], limit: 1001 }).catch((e) => e);
+    assert.ok(bad instanceof IdemError && bad.status === 400 && bad.field === "limit" && !bad.notIdem, String(bad));
+  });
+
+  test("iterate: every claim under the prefix, in parts order, across pages", async () => {
+    const seen = [];
+    for await (const r of idem.claims.iterate("listing", { prefix: ["scenario-1"], pageSize: 7 })) seen.push(r.parts);
+    assert.deepEqual(seen, [...mine].sort(partsOrder));
+  });
+
+  test("deletePrefix: 2 parts, then 1 part; other prefixes and namespaces untouched", async () => {
+    assert.equal(await idem.claims.deletePrefix("listing", { prefix: ["scenario-1", "user-3"] }), 5);
+    assert.equal(await idem.claims.exists("listing", { prefix: ["scenario-1", "user-3"] }), false);
+    assert.equal(await idem.claims.exists("listing", { prefix: ["scenario-1", "user-2"] }), true);
+    assert.equal(await idem.claims.deletePrefix("listing", { prefix: ["scenario-1"] }), 20);
+    assert.equal(await idem.claims.deletePrefix("listing", { prefix: ["scenario-1"] }), 0);
+    assert.deepEqual((await idem.claims.list("listing", { prefix: ["scenario-1"] })).items, []);
+    for (const parts of neighbours) assert.equal(await idem.claims.exists("listing", { parts }), true, parts.join("/"));
+    const other = [];
+    for await (const r of idem.claims.iterate("listing-other", { prefix: ["scenario-1"] })) other.push(r);
+    assert.equal(other.length, 25, "another namespace keeps its claims");
+    // Claimable again once deleted.
+    assert.equal((await idem.claims.claim("listing", { parts: mine[0] })).claimed, true);
+    await assert.rejects(idem.claims.deletePrefix("listing", { prefix: [] }), TypeError);
+  });
+});
+
+/**
+ * A tiny HTTP server standing in for something that is not idem, or for idem's answers the real
+ * one gives only past 100,000 claims. `answer(req, body)` returns `{ status, type?, body }`.
+ */
+async function tinyServer(answer) {
+  const requests = [];
+  const srv = createServer((req, res) => {
+    requests.push({ method: req.method, url: req.url });
+    const { status, type, body } = answer(req, requests.length - 1);
+    res.writeHead(status, { "content-type": type ?? "application/json" });
+    res.end(typeof body === "string" ? body : JSON.stringify(body));
+  });
+  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+  const url = `http://127.0.0.1:${srv.address().port}`;
+  return { url, requests, close: () => new Promise((r) => srv.close(r)) };
+}
+
+describe("against a tiny fake server", () => {
+  test("an HTML 404 (a server that is not idem): IdemError 404 that says the URL does not look like idem", async () => {
+    const fake = await tinyServer(() => ({ status: 404, type: "text/html", body: "<h1>Not Found</h1>" }));
+    try {
+      const idem = new Idem({ url: fake.url, retries: 0 });
+      for (const call of [() => idem.claims.claim("ns", { key: "k" }), () => idem.claims.get("ns", { key: "k" }), () => idem.claims.list("ns", { prefix: ["a"] })]) {
+        const err = await call().catch((e) => e);
+        assert.equal(err.constructor, IdemError, String(err));
+        assert.equal(err.status, 404);
+        assert.equal(err.notIdem, true);
+        assert.match(err.message, new RegExp(`^404 Not Found: ${fake.url.replace(/\./g, "\\.")} answered 404 to \\w+ /v1/claims/ns\\S* without an idem problem document: it does not look like idem`));
+        assert.match(err.message, /IDEM_URL/);
+      }
+    } finally {
+      await fake.close();
+    }
+  });
+
+  test("deletePrefix calls again while the answer says more: true, and sums what was deleted", async () => {
+    const answers = [{ deleted: 100000, more: true }, { deleted: 100000, more: true }, { deleted: 42, more: false }];
+    const fake = await tinyServer((_, i) => ({ status: 200, body: answers[i] ?? { deleted: 0, more: false } }));
+    try {
+      const idem = new Idem({ url: fake.url, retries: 0 });
+      assert.equal(await idem.claims.deletePrefix("survey", { prefix: ["scenario 1", "user/3"] }), 200042);
+      assert.equal(fake.requests.length, 3);
+      for (const r of fake.requests) {
+        assert.equal(r.method, "DELETE");
+        assert.equal(r.url, "/v1/claims/survey?prefix=scenario+1&prefix=user%2F3");
+      }
+    } finally {
+      await fake.close();
+    }
   });
 });
 

@@ -8,6 +8,11 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
+// The client reads IDEM_URL and IDEM_TOKEN when none is given: the tests give theirs, and a
+// developer's own settings must not reach them.
+delete process.env.IDEM_URL;
+delete process.env.IDEM_TOKEN;
+
 export const packageDir = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 
 /** `IDEM_TEST_BIN`, else `../../target/debug/idem` relative to the package folder. */

@@ -12,6 +12,7 @@ import {
   PROBLEM_OUTCOME_UNKNOWN,
   claimId,
   verifyWebhook,
+  type ClaimPage,
   type ClaimRecord,
   type ReceiptPage,
 } from "../dist/index.js";
@@ -36,6 +37,16 @@ export async function usage(): Promise<void> {
   void rec;
   const any: boolean = await idem.claims.exists("survey", { prefix: ["scenario-1", "user-3"] });
   void any;
+  const fromEnv = new Idem();
+  const claimPage: ClaimPage<{ answer: string }> = await fromEnv.claims.list("survey", { prefix: ["scenario-1"], limit: 50, after: null });
+  const nextPage: string | null = claimPage.next;
+  for await (const a of idem.claims.iterate<{ answer: string }>("survey", { prefix: ["scenario-1"], pageSize: 500 })) a.data?.answer.toUpperCase();
+  const removed: number = await idem.claims.deletePrefix("survey", { prefix: ["scenario-1", "user-3"] });
+  void [nextPage, removed, new Idem({ token: null })];
+  // @ts-expect-error a prefix is required
+  await idem.claims.list("survey", {});
+  const notIdem: boolean = new IdemError({ status: 404 }).notIdem;
+  void notIdem;
   const got: ClaimRecord | null = await idem.claims.get("survey", { parts: ["a"] });
   const byId = await idem.claims.get("survey", claimId(["a"]));
   const deleted: boolean = await idem.claims.delete("survey", { parts: ["a"] });

@@ -89,6 +89,34 @@ describe("construction and auth", () => {
     await idem.claims.exists("ns", { prefix: ["a"] });
     assert.equal(calls[0].url, "https://h.test/idem/v1/claims/ns/prefix");
   });
+
+  test("no url: IDEM_URL, else http://127.0.0.1:7070; no token: IDEM_TOKEN; given ones win", async () => {
+    const saved = { url: process.env.IDEM_URL, token: process.env.IDEM_TOKEN };
+    const restore = (name, value) => (value === undefined ? delete process.env[name] : (process.env[name] = value));
+    try {
+      process.env.IDEM_URL = "http://from-env.test:9999/";
+      process.env.IDEM_TOKEN = "env-t0ken";
+      const { fetch, calls } = fakeFetch(() => reply(200, { exists: true }));
+      await new Idem({ fetch }).claims.exists("ns", { prefix: ["a"] });
+      assert.equal(calls[0].url, "http://from-env.test:9999/v1/claims/ns/prefix");
+      assert.equal(calls[0].headers.authorization, "Bearer env-t0ken");
+      await new Idem({ url: URL_, token: "given", fetch }).claims.exists("ns", { prefix: ["a"] });
+      assert.equal(calls[1].url, `${URL_}/v1/claims/ns/prefix`);
+      assert.equal(calls[1].headers.authorization, "Bearer given");
+      await new Idem({ fetch, token: null }).claims.exists("ns", { prefix: ["a"] });
+      assert.equal(calls[2].headers.authorization, undefined, "token: null sends none");
+      process.env.IDEM_URL = "127.0.0.1:7070";
+      assert.throws(() => new Idem({ fetch }), /url \(IDEM_URL\) must be an http:\/\/ or https:\/\/ URL/);
+      delete process.env.IDEM_URL;
+      delete process.env.IDEM_TOKEN;
+      await new Idem({ fetch }).claims.exists("ns", { prefix: ["a"] });
+      assert.equal(calls[3].url, "http://127.0.0.1:7070/v1/claims/ns/prefix");
+      assert.equal(calls[3].headers.authorization, undefined);
+    } finally {
+      restore("IDEM_URL", saved.url);
+      restore("IDEM_TOKEN", saved.token);
+    }
+  });
 });
 
 describe("retries", () => {
@@ -127,7 +155,7 @@ describe("retries", () => {
     assert.equal(err.cause, boom);
     assert.match(err.message, /ECONNREFUSED/);
     assert.match(err.message, /cannot reach idem at http:\/\/idem\.test:7070: connection refused \(is idem running there\?\)/);
-    assert.match(err.message, /POST \/v1\/claims\/ns, 3 attempts/);
+    assert.match(err.message, /POST \/v1\/claims\/ns, 3 attempts\); to point the client elsewhere, give its `url` option or set IDEM_URL$/);
     assert.equal(calls.length, 3);
     assert.equal(waits.length, 2);
   });
@@ -220,14 +248,34 @@ describe("error mapping", () => {
     });
   }
 
-  test("a body that is not a problem: status and statusText", async () => {
+  test("a body that is not a problem: status and statusText, and the URL does not look like idem", async () => {
     const { idem } = client(() => new Response("<h1>nope</h1>", { status: 500, statusText: "Internal Server Error", headers: { "content-type": "text/html" } }));
     const err = await idem.claims.claim("ns", { key: "k" }).catch((e) => e);
     assert.equal(err.constructor, IdemError);
     assert.equal(err.status, 500);
     assert.equal(err.type, "about:blank");
     assert.equal(err.title, "Internal Server Error");
-    assert.match(err.message, /POST \/v1\/claims\/ns answered 500/);
+    assert.equal(err.notIdem, true);
+    assert.match(err.message, /http:\/\/idem\.test:7070 answered 500 to POST \/v1\/claims\/ns without an idem problem document: it does not look like idem/);
+  });
+
+  test("only problem+json with an urn:idem:problem: type is idem's own answer", async () => {
+    const cases = [
+      [() => problem(404, "urn:idem:problem:no-such-route"), false],
+      [() => reply(404, { type: "urn:idem:problem:no-such-route", title: "T" }, { "content-type": "application/json" }), true],
+      [() => problem(404, "https://example.com/probs/not-found", { detail: "theirs" }), true],
+      [() => reply(404, "Not Found", { "content-type": "text/plain" }), true],
+      [() => reply(502, "<html>Bad Gateway</html>", { "content-type": "text/html" }), true],
+    ];
+    for (const [answer, notIdem] of cases) {
+      const { idem } = client(answer, { retries: 0 });
+      const err = await idem.claims.get("ns", { key: "k" }).catch((e) => e);
+      assert.ok(err instanceof IdemError, String(err));
+      assert.equal(err.notIdem, notIdem, err.message);
+      assert.equal(/does not look like idem/.test(err.message), notIdem, err.message);
+    }
+    const { idem } = client(() => problem(404, "https://example.com/probs/not-found", { detail: "theirs" }), { retries: 0 });
+    assert.match((await idem.claims.get("ns", { key: "k" }).catch((e) => e)).message, /\[its detail: theirs\]/);
   });
 });
 
@@ -292,6 +340,45 @@ describe("claims", () => {
         assert.equal(err.status, 404);
       }
     }
+  });
+
+  test("list: the prefix repeated in order, limit and after; { items, next } with the records as they are", async () => {
+    const recs = [record(), record({ parts: ["a", "c"], created_at: "2026-11-22T10:00:04.9Z" }), record({ parts: ["a", "d"], created_at: "2026-11-22T10:00:05Z" })];
+    const { idem, calls } = client(() => reply(200, { items: recs, next: "YQBjAA" }));
+    const page = await idem.claims.list("survey", { prefix: ["a b", "c/d"], limit: 3, after: "YQBiAA" });
+    assert.deepEqual(page, { items: recs, next: "YQBjAA" });
+    assert.equal(calls[0].method, "GET");
+    assert.equal(calls[0].url, `${URL_}/v1/claims/survey?prefix=a+b&prefix=c%2Fd&limit=3&after=YQBiAA`);
+    assert.deepEqual(page.items.map((r) => r.created_at), ["2026-11-22T10:00:00.000Z", "2026-11-22T10:00:04.9Z", "2026-11-22T10:00:05Z"], "timestamps as the server wrote them, any precision");
+    assert.deepEqual(page.items.map((r) => new Date(r.created_at).getTime() % 60_000), [0, 4_900, 5_000], "and Date reads each form");
+    const last = client(() => reply(200, { items: [], next: null }));
+    assert.deepEqual(await last.idem.claims.list("survey", { prefix: ["a"] }), { items: [], next: null });
+    assert.equal(last.calls[0].url, `${URL_}/v1/claims/survey?prefix=a`);
+    await assert.rejects(last.idem.claims.list("survey", { prefix: [] }), TypeError);
+  });
+
+  test("iterate follows next until null", async () => {
+    const pages = { "": { items: [record({ parts: ["a", "1"] }), record({ parts: ["a", "2"] })], next: "c1" }, c1: { items: [record({ parts: ["a", "3"] })], next: null } };
+    const { idem, calls } = client((call) => reply(200, pages[call.query.after ?? ""]));
+    const seen = [];
+    for await (const r of idem.claims.iterate("survey", { prefix: ["a"], pageSize: 2 })) seen.push(r.parts[1]);
+    assert.deepEqual(seen, ["1", "2", "3"]);
+    assert.deepEqual(calls.map((c) => c.url), [`${URL_}/v1/claims/survey?prefix=a&limit=2`, `${URL_}/v1/claims/survey?prefix=a&limit=2&after=c1`]);
+  });
+
+  test("deletePrefix: DELETE until more is false, the total deleted", async () => {
+    const answers = [{ deleted: 100000, more: true }, { deleted: 7, more: false }];
+    const { idem, calls } = client((_, i) => reply(200, answers[i]));
+    assert.equal(await idem.claims.deletePrefix("survey", { prefix: ["scenario-1", "user-3"] }), 100007);
+    assert.deepEqual(calls.map((c) => `${c.method} ${c.url}`), Array(2).fill(`DELETE ${URL_}/v1/claims/survey?prefix=scenario-1&prefix=user-3`));
+    const stuck = client(() => reply(200, { deleted: 0, more: true }));
+    assert.equal(await stuck.idem.claims.deletePrefix("survey", { prefix: ["x"] }), 0);
+    assert.equal(stuck.calls.length, 1, "an answer that deleted nothing ends the loop");
+    await assert.rejects(stuck.idem.claims.deletePrefix("survey", { prefix: [] }), TypeError);
+    assert.equal(stuck.calls.length, 1, "nothing sent for an empty prefix");
+    const html = client(() => new Response("<html>an app that answers 200 to anything</html>", { status: 200, headers: { "content-type": "text/html" } }));
+    await assert.rejects(html.idem.claims.deletePrefix("survey", { prefix: ["x"] }), (e) => e instanceof IdemError && e.status === 200 && /expected \{ deleted, more \}/.test(e.message));
+    await assert.rejects(html.idem.claims.list("survey", { prefix: ["x"] }), (e) => e instanceof IdemError && /expected \{ items, next \}/.test(e.message));
   });
 
   test("namespaces and ids are URL-encoded", async () => {

@@ -20,6 +20,7 @@ fn event(source: &str, id: &str, body: &str) -> NewEvent {
 
 fn attempt(n: u32, status: u16) -> AttemptRecord {
     AttemptRecord {
+        round: 1,
         n,
         started_at: crate::START,
         duration_ms: 5,
@@ -202,12 +203,20 @@ pub async fn replay_starts_a_terminal_receipt_again_from_attempt_1<S: EventStore
         "not terminal: left alone"
     );
     let job = lease_one(h).await;
+    assert_eq!(job.round, 1);
     h.store.finish_job(&job, delivered(attempt(1, 500), ReceiptStatus::Dead, None)).await.expect("finish");
     assert_eq!(h.store.replay_receipt(&id).await.expect("replay"), Some(ReceiptStatus::Dead));
     let receipt = h.store.get_receipt(&id).await.expect("get").expect("receipt");
-    assert_eq!((receipt.status, receipt.round, receipt.attempts.len()), (ReceiptStatus::Accepted, 2, 0));
+    assert_eq!((receipt.status, receipt.round), (ReceiptStatus::Accepted, 2));
+    let rounds: Vec<(u32, u32)> = receipt.attempts.iter().map(|a| (a.round, a.n)).collect();
+    assert_eq!(rounds, [(1, 1)], "the first round's attempts are kept");
     let again = lease_one(h).await;
-    assert_eq!((again.attempt, again.receipt_id), (1, id));
+    assert_eq!((again.attempt, again.round, &again.receipt_id), (1, 2, &id));
+    let second = AttemptRecord { round: 2, ..attempt(1, 200) };
+    h.store.finish_job(&again, delivered(second, ReceiptStatus::Completed, None)).await.expect("finish");
+    let receipt = h.store.get_receipt(&id).await.expect("get").expect("receipt");
+    let rounds: Vec<(u32, u32, Option<u16>)> = receipt.attempts.iter().map(|a| (a.round, a.n, a.status_code)).collect();
+    assert_eq!(rounds, [(1, 1, Some(500)), (2, 1, Some(200))], "every round's attempts, in order");
     assert_eq!(
         h.store.replay_receipt(&idem_core::event::ReceiptId::generate(crate::START)).await.expect("replay"),
         None

@@ -57,7 +57,8 @@ pub async fn first_begin_holds_the_key_and_others_see_it_in_flight<S: RequestSto
 pub async fn completed_response_is_replayed_until_its_ttl<S: RequestStore + ?Sized>(h: &Harness<S>) {
     let r = request("k", 1);
     let token = start(h, &r).await;
-    assert!(h.store.complete_request(&r.id, token, &response("{\"order\":1}"), TTL).await.expect("complete"));
+    let stored = h.store.complete_request(&r.id, token, &response("{\"order\":1}"), TTL).await.expect("complete");
+    assert_eq!(stored, Some(crate::START.plus(TTL)), "the expiry as stored, which every read reports");
     match h.store.begin_request(r.clone()).await.expect("begin") {
         Begin::Completed { same_fingerprint: true, result: stored, expires_at } => {
             assert_eq!(stored, response("{\"order\":1}"));
@@ -70,7 +71,7 @@ pub async fn completed_response_is_replayed_until_its_ttl<S: RequestStore + ?Siz
         Begin::Completed { same_fingerprint: false, .. }
     ));
     assert!(
-        !h.store.complete_request(&r.id, token, &response("again"), TTL).await.expect("complete"),
+        h.store.complete_request(&r.id, token, &response("again"), TTL).await.expect("complete").is_none(),
         "completes once"
     );
     h.clock.advance(TTL);
@@ -82,12 +83,12 @@ pub async fn only_the_lease_holder_completes_or_releases<S: RequestStore + ?Size
     let r = request("k", 1);
     let token = start(h, &r).await;
     let stranger = LeaseToken::generate();
-    assert!(!h.store.complete_request(&r.id, stranger, &response("x"), TTL).await.expect("complete"));
+    assert!(h.store.complete_request(&r.id, stranger, &response("x"), TTL).await.expect("complete").is_none());
     assert!(!h.store.release_request(&r.id, stranger).await.expect("release"));
     assert!(h.store.release_request(&r.id, token).await.expect("release"));
     assert!(h.store.peek_request(&r.id).await.expect("peek").is_none(), "released is absent");
     assert!(
-        !h.store.complete_request(&r.id, token, &response("x"), TTL).await.expect("complete"),
+        h.store.complete_request(&r.id, token, &response("x"), TTL).await.expect("complete").is_none(),
         "a released lease is gone"
     );
     start(h, &r).await;
@@ -104,11 +105,11 @@ pub async fn an_expired_lease_frees_the_key_and_voids_the_old_token<S: RequestSt
         other => panic!("an expired lease frees the key: {other:?}"),
     };
     assert!(
-        !h.store.complete_request(&r.id, old, &response("late"), TTL).await.expect("complete"),
+        h.store.complete_request(&r.id, old, &response("late"), TTL).await.expect("complete").is_none(),
         "the late holder cannot overwrite"
     );
     assert!(!h.store.release_request(&r.id, old).await.expect("release"), "nor release its successor's key");
-    assert!(h.store.complete_request(&r.id, new, &response("fresh"), TTL).await.expect("complete"));
+    assert!(h.store.complete_request(&r.id, new, &response("fresh"), TTL).await.expect("complete").is_some());
     match h.store.peek_request(&r.id).await.expect("peek") {
         Some(RequestState::Completed { result: stored, .. }) => assert_eq!(stored, response("fresh")),
         other => panic!("expected the successor's response, got {other:?}"),
@@ -120,7 +121,7 @@ pub async fn a_lease_that_ran_out_cannot_complete<S: RequestStore + ?Sized>(h: &
     let token = start(h, &r).await;
     h.clock.advance(LEASE);
     assert!(
-        !h.store.complete_request(&r.id, token, &response("late"), TTL).await.expect("complete"),
+        h.store.complete_request(&r.id, token, &response("late"), TTL).await.expect("complete").is_none(),
         "too late to complete"
     );
 }
@@ -144,7 +145,8 @@ pub async fn race_of_200_begins_has_one_holder<S: RequestStore + ?Sized>(h: &Har
 pub async fn sweeper_deletes_finished_requests<S: RequestStore + ?Sized>(h: &Harness<S>) {
     let done = request("done", 1);
     let token = start(h, &done).await;
-    h.store.complete_request(&done.id, token, &response("x"), Duration::from_secs(10)).await.expect("complete");
+    let completed = h.store.complete_request(&done.id, token, &response("x"), Duration::from_secs(10)).await;
+    assert!(completed.expect("complete").is_some());
     start(h, &request("held", 1)).await;
     h.clock.advance(Duration::from_secs(10));
     assert_eq!(h.store.sweep_requests(100).await.expect("sweep"), 1, "only the expired record goes");
@@ -167,7 +169,7 @@ pub async fn extend_moves_the_lease_for_its_holder_only<S: RequestStore + ?Sized
         matches!(h.store.begin_request(r.clone()).await.expect("begin"), Begin::InFlight { lease_until, .. } if lease_until == expected),
         "still held past the first lease's end"
     );
-    assert!(h.store.complete_request(&r.id, token, &response("done"), TTL).await.expect("complete"));
+    assert!(h.store.complete_request(&r.id, token, &response("done"), TTL).await.expect("complete").is_some());
     assert_eq!(
         h.store.extend_request(&r.id, token, longer).await.expect("extend"),
         None,
@@ -194,7 +196,7 @@ pub async fn held_bytes_are_kept_while_held_and_forget_frees_only_results<S: Req
         other => panic!("expected in flight with its held bytes, got {other:?}"),
     }
     assert_eq!(h.store.forget_request(&r.id).await.expect("forget"), Forget::InFlight, "a held key stays");
-    assert!(h.store.complete_request(&r.id, token, &response("done"), TTL).await.expect("complete"));
+    assert!(h.store.complete_request(&r.id, token, &response("done"), TTL).await.expect("complete").is_some());
     match h.store.peek_request(&r.id).await.expect("peek") {
         Some(RequestState::Completed { result, .. }) => {
             assert_eq!(result, response("done"), "the result replaced them")
@@ -231,7 +233,9 @@ pub async fn a_begin_retried_with_its_client_token_gets_its_lease_back<S: Reques
         h.store.begin_request(changed).await.expect("begin"),
         Begin::InFlight { same_fingerprint: false, .. }
     ));
-    assert!(h.store.complete_request(&r.id, token, &response("done"), TTL).await.expect("the lease still holds"));
+    assert!(
+        h.store.complete_request(&r.id, token, &response("done"), TTL).await.expect("the lease still holds").is_some()
+    );
     assert!(matches!(h.store.begin_request(r.clone()).await.expect("begin"), Begin::Completed { .. }));
 
     let late = NewRequest { client: token_of("begin-3"), ..request("late", 1) };
@@ -264,7 +268,13 @@ pub async fn fences_grow_with_each_take_of_a_key<S: RequestStore + ?Sized>(h: &H
     assert!(h.store.release_request(&r.id, token).await.expect("release"));
     let (token, third) = take(h).await;
     assert!(third > second, "taken after a release: {third} > {second}");
-    assert!(h.store.complete_request(&r.id, token, &response("x"), Duration::from_secs(1)).await.expect("complete"));
+    assert!(
+        h.store
+            .complete_request(&r.id, token, &response("x"), Duration::from_secs(1))
+            .await
+            .expect("complete")
+            .is_some()
+    );
     h.clock.advance(Duration::from_secs(1));
     h.store.sweep_requests(100).await.expect("sweep");
     let (_, fourth) = take(h).await;

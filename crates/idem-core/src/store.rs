@@ -89,15 +89,16 @@ pub trait RequestStore: Send + Sync + 'static {
     /// reports who has it.
     async fn begin_request(&self, request: NewRequest) -> Result<Begin, StoreError>;
 
-    /// Stores the result of a key whose lease `token` still holds it, kept for `ttl`.
-    /// `false`: the lease was lost (expired and taken over, or released); nothing was changed.
+    /// Stores the result of a key whose lease `token` still holds it, kept for `ttl`; answers
+    /// until when, as stored (what any later read of the key reports). `None`: the lease was lost
+    /// (expired and taken over, or released); nothing was changed.
     async fn complete_request(
         &self,
         id: &ClaimId,
         token: LeaseToken,
         result: &[u8],
         ttl: Duration,
-    ) -> Result<bool, StoreError>;
+    ) -> Result<Option<Timestamp>, StoreError>;
 
     /// Frees a key held by `token` so that a retry executes again. `false`: not held by it.
     async fn release_request(&self, id: &ClaimId, token: LeaseToken) -> Result<bool, StoreError>;

@@ -107,6 +107,8 @@ pub struct Engine {
     pub(crate) config: EngineConfig,
     pub(crate) background: Background,
     pub(crate) unstored: Unstored,
+    /// How often an upstream that cannot be reached is told in the log (once per route every 10 s).
+    pub(crate) upstream_log: idem_core::throttle::Throttle,
 }
 
 pub(crate) fn count(route: &RoutePolicy, outcome: &'static str) {
@@ -124,7 +126,8 @@ impl Engine {
         let cache = ReplayCache::new(config.cache_bytes);
         let background = Background::new(config.max_background_calls);
         let unstored = Unstored::new(config.max_unstored_bytes);
-        Self { store, clock, cache, waiters: Arc::default(), config, background, unstored }
+        let upstream_log = idem_core::throttle::Throttle::new(Duration::from_secs(10));
+        Self { store, clock, cache, waiters: Arc::default(), config, background, unstored, upstream_log }
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -152,7 +155,7 @@ impl Engine {
             Ok(Some(key)) => key,
             Ok(None) => {
                 count(route, "no_key");
-                return forward(request).await.unwrap_or_else(|e| upstream_failed(&e));
+                return forward(request).await.unwrap_or_else(|e| self.upstream_failed(route, &e));
             }
             Err(problem) => return problem.answer(route),
         };
@@ -378,8 +381,22 @@ fn store_unavailable(route: &RoutePolicy, e: &StoreError) -> Response<GatewayBod
     response
 }
 
-pub(crate) fn upstream_failed(e: &ForwardError) -> Response<GatewayBody> {
-    tracing::warn!(error = ?e, "upstream request failed");
+impl Engine {
+    /// `502`, and a warning that names the upstream's URL (without its query) and what went wrong,
+    /// once per route every 10 seconds with how many more there were.
+    pub(crate) fn upstream_failed(&self, route: &RoutePolicy, e: &ForwardError) -> Response<GatewayBody> {
+        if let Some(more) = self.upstream_log.admit(route.path.as_str(), std::time::Instant::now()) {
+            let (kind, why) = match e {
+                ForwardError::Unreachable(why) => ("unreachable", why),
+                ForwardError::Failed(why) => ("broke off", why),
+            };
+            tracing::warn!(route = route.path.as_str(), error = %why, more_like_it = more, "the upstream {kind}");
+        }
+        upstream_failed()
+    }
+}
+
+fn upstream_failed() -> Response<GatewayBody> {
     problem(
         StatusCode::BAD_GATEWAY,
         "upstream-unavailable",

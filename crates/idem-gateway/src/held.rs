@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use crate::body::Prefixed;
 use crate::cache::Cached;
 use crate::call::{Call, Exchange};
-use crate::engine::{Engine, ForwardFuture, Identity, count, upstream_failed};
+use crate::engine::{Engine, ForwardFuture, Identity, count};
 use crate::policy::RoutePolicy;
 use crate::unstored::{Pending, Settle};
 use crate::waiters::WakeOnDrop;
@@ -152,7 +152,7 @@ impl Engine {
                 let stored = StoredResponse { status: parts.status.as_u16(), headers, body: body.to_vec() };
                 return (self.store_response(held, stored).await, Response::from_parts(parts, full(body)));
             }
-            Exchange::Failed(e) => ("upstream_error", upstream_failed(&e)),
+            Exchange::Failed(e) => ("upstream_error", self.upstream_failed(&held.route, &e)),
             Exchange::Transient(response) => ("released", response),
             Exchange::TooLarge(parts, prefix, rest) => {
                 ("too_large", Response::from_parts(parts, Prefixed { prefix, rest }.boxed_unsync()))
@@ -176,11 +176,11 @@ impl Engine {
             engine.cache.insert(*id, Cached { fingerprint, response: Arc::new(stored), expires_at });
         };
         match self.store.complete_request(id, held.token, &encoded, route.ttl).await {
-            Ok(true) => {
+            Ok(Some(_)) => {
                 cached(self);
                 "forwarded"
             }
-            Ok(false) => {
+            Ok(None) => {
                 tracing::warn!(
                     route = route.path.as_str(),
                     "lease ran out before the response came back; it was not stored"

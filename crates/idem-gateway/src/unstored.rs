@@ -151,7 +151,9 @@ impl Engine {
             tokio::time::sleep(wait).await;
             wait = (wait * 2).min(LONGEST_WAIT);
             let settled = match &p.settle {
-                Settle::Store(encoded) => self.store.complete_request(&p.id, p.token, encoded, p.route.ttl).await,
+                Settle::Store(encoded) => {
+                    self.store.complete_request(&p.id, p.token, encoded, p.route.ttl).await.map(|until| until.is_some())
+                }
                 Settle::Release => self.store.release_request(&p.id, p.token).await,
             };
             match settled {

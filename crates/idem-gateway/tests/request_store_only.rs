@@ -122,15 +122,15 @@ impl RequestStore for MemoryStore {
         token: LeaseToken,
         result: &[u8],
         ttl: Duration,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Option<Timestamp>, StoreError> {
         let now = self.clock.now();
         let mut keys = self.keys();
         if !Self::held_by(&keys, id, token, now) {
-            return Ok(false);
+            return Ok(None);
         }
-        let Some(Entry::Held { fingerprint, .. }) = keys.remove(id) else { return Ok(false) };
+        let Some(Entry::Held { fingerprint, .. }) = keys.remove(id) else { return Ok(None) };
         keys.insert(*id, Entry::Done { fingerprint, result: result.to_vec(), until: now.plus(ttl) });
-        Ok(true)
+        Ok(Some(now.plus(ttl)))
     }
 
     async fn release_request(&self, id: &ClaimId, token: LeaseToken) -> Result<bool, StoreError> {

@@ -595,7 +595,7 @@ impl RequestStore for LogStore {
         token: LeaseToken,
         result: &[u8],
         ttl: Duration,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Option<Timestamp>, StoreError> {
         let (id, result) = (*id, result.to_vec());
         self.send(|reply| Command::Complete { id, token, result, ttl, reply }).await
     }

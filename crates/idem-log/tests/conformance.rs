@@ -59,6 +59,7 @@ async fn everything_acknowledged_survives_a_reopen_and_deletes_stay_deleted() {
             .complete_request(&idem_conformance::id(&["done"]), token, b"result", Duration::from_secs(60))
             .await
             .expect("complete")
+            .is_some()
     );
     store.close().await;
     drop(store);

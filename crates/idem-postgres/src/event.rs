@@ -152,7 +152,8 @@ async fn leased_job(
     let kind = if row.get::<_, i16>(2) == RESULT { JobKind::Result } else { JobKind::Delivery };
     let receipt = tx
         .query_one(
-            &tx.prepare_cached("SELECT source, event_id, body, content_type FROM receipts WHERE id = $1").await?,
+            &tx.prepare_cached("SELECT source, event_id, body, content_type, round FROM receipts WHERE id = $1")
+                .await?,
             &[&rid],
         )
         .await?;
@@ -175,6 +176,7 @@ async fn leased_job(
         source: receipt.get(0),
         event_id: receipt.get(1),
         attempt: row.get::<_, i32>(3) as u32,
+        round: receipt.get::<_, i32>(4) as u32,
         body,
         content_type,
         token,
@@ -482,14 +484,15 @@ pub async fn get(client: &Object, id: &ReceiptId) -> Result<Option<Receipt>, Sto
     (receipt.body, receipt.content_type) = (Some(row.get(12)), row.get(13));
     let rows = client
         .query(
-            "SELECT n, started_at, duration_ms, status_code, error, response FROM attempts WHERE receipt_id = $1 AND round = $2 ORDER BY n",
-            &[&id.as_str(), &(receipt.round as i32)],
+            "SELECT n, started_at, duration_ms, status_code, error, response, round FROM attempts WHERE receipt_id = $1 ORDER BY round, n",
+            &[&id.as_str()],
         )
         .await
         .map_err(store_error)?;
     receipt.attempts = rows
         .iter()
         .map(|r| AttemptRecord {
+            round: r.get::<_, i32>(6) as u32,
             n: r.get::<_, i32>(0) as u32,
             started_at: Timestamp(r.get(1)),
             duration_ms: r.get::<_, i64>(2) as u64,

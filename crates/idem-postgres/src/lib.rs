@@ -328,11 +328,11 @@ impl RequestStore for PgStore {
         token: LeaseToken,
         result: &[u8],
         ttl: Duration,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Option<Timestamp>, StoreError> {
         let now = self.now();
         let completed =
             with_conn!(self.db, true, |client| request::complete(&client, id, &token, result, ttl, now).await)?;
-        if completed {
+        if completed.is_some() {
             self.notifier.notify(signal::request_done(id));
         }
         Ok(completed)

@@ -136,13 +136,14 @@ pub async fn complete(
     response: &[u8],
     ttl: Duration,
     now: Timestamp,
-) -> Result<bool, StoreError> {
+) -> Result<Option<Timestamp>, StoreError> {
     let statement = client.prepare_cached(COMPLETE).await.map_err(store_error)?;
+    let until = now.plus(ttl);
     let done = client
-        .execute(&statement, &[&now.plus(ttl).millis(), &response, &&id.0[..], &&token.0[..], &now.millis()])
+        .execute(&statement, &[&until.millis(), &response, &&id.0[..], &&token.0[..], &now.millis()])
         .await
         .map_err(commit_error)?;
-    Ok(done == 1)
+    Ok((done == 1).then_some(until))
 }
 
 pub async fn extend(

@@ -141,17 +141,20 @@ impl Upstream {
     async fn send(&self, request: http::Request<GatewayBody>) -> Result<http::Response<GatewayBody>, ForwardError> {
         let (mut parts, body) = request.into_parts();
         let path = parts.uri.path_and_query().map_or("/", PathAndQuery::as_str);
+        // What the log may name: the upstream's URL without its query (which may carry secrets).
+        let shown = format!("{}://{}{}{}", self.scheme, self.authority, self.base_path, parts.uri.path());
         parts.uri = Uri::builder()
             .scheme(self.scheme.clone())
             .authority(self.authority.clone())
             .path_and_query(format!("{}{path}", self.base_path))
             .build()
-            .map_err(|e| ForwardError::Unreachable(e.to_string()))?;
+            .map_err(|e| ForwardError::Unreachable(format!("{shown}: {e}")))?;
         strip_hop_by_hop(&mut parts.headers);
         parts.headers.insert(HOST, self.host.clone());
         parts.version = http::Version::HTTP_11;
         let response = self.client.request(http::Request::from_parts(parts, body)).await.map_err(|e| {
-            if e.is_connect() { ForwardError::Unreachable(e.to_string()) } else { ForwardError::Failed(e.to_string()) }
+            let why = format!("{shown}: {}", idem_core::error::chain(&e));
+            if e.is_connect() { ForwardError::Unreachable(why) } else { ForwardError::Failed(why) }
         })?;
         let (mut parts, body) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers);

@@ -45,10 +45,17 @@ async fn front(State(state): State<AppState>, request: Request, next: Next) -> R
         request.extensions().get::<MatchedPath>().map_or_else(|| "unmatched".into(), |p| p.as_str().into());
     let method = method_label(request.method());
     let ui = request.uri().path().starts_with("/ui");
+    let (request, body_read) = watch_body(request);
     let mut response = match guard::refuse(&state, &request) {
         Some(error) => error.into_response(),
         None => next.run(request).await,
     };
+    if body_read.as_ref().is_some_and(|read| !read.load(std::sync::atomic::Ordering::Acquire)) {
+        // Answered before the body was read (a refused token, a bad path): the rest of it is still
+        // on the wire, so the connection cannot carry another request. Say so, rather than let a
+        // client send its next request on a connection about to close.
+        response.headers_mut().insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+    }
     if ui {
         crate::web::headers::secure_headers(response.headers_mut());
     }
@@ -59,6 +66,49 @@ async fn front(State(state): State<AppState>, request: Request, next: Next) -> R
     metrics::histogram!("idem_http_request_duration_seconds", "method" => method, "route" => route)
         .record(started.elapsed().as_secs_f64());
     response
+}
+
+/// A request whose body is watched: the flag is set once the body has been read to its end. `None`
+/// for a request without a body.
+fn watch_body(request: Request) -> (Request, Option<std::sync::Arc<std::sync::atomic::AtomicBool>>) {
+    use http_body::Body as _;
+    if request.body().is_end_stream() {
+        return (request, None);
+    }
+    let read = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (parts, body) = request.into_parts();
+    let watched = WatchedBody { inner: body, read: std::sync::Arc::clone(&read) };
+    (Request::from_parts(parts, axum::body::Body::new(watched)), Some(read))
+}
+
+/// A body that says when it has been read to its end.
+struct WatchedBody {
+    inner: axum::body::Body,
+    read: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl http_body::Body for WatchedBody {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(polled, std::task::Poll::Ready(None)) || self.inner.is_end_stream() {
+            self.read.store(true, std::sync::atomic::Ordering::Release);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 fn method_label(method: &axum::http::Method) -> &'static str {

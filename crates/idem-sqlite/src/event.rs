@@ -129,14 +129,16 @@ pub fn lease(
         .and_then(|rows| rows.collect())
         .map_err(store_error)?;
     let mut receipt = conn
-        .prepare_cached("SELECT source, event_id, body, content_type FROM receipts WHERE id = ?1")
+        .prepare_cached("SELECT source, event_id, body, content_type, round FROM receipts WHERE id = ?1")
         .map_err(store_error)?;
     let mut processing =
         conn.prepare_cached("UPDATE receipts SET status = ?3, updated_at = ?2 WHERE id = ?1").map_err(store_error)?;
     let mut jobs = Vec::with_capacity(leased.len());
     for (id, rid, kind, attempt, job_body) in leased {
-        let (source, event_id, event_body, content_type): (String, String, Vec<u8>, Option<String>) =
-            receipt.query_row([&rid], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))).map_err(store_error)?;
+        let (source, event_id, event_body, content_type, round): (String, String, Vec<u8>, Option<String>, u32) =
+            receipt
+                .query_row([&rid], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+                .map_err(store_error)?;
         let kind = if kind == RESULT { JobKind::Result } else { JobKind::Delivery };
         let (body, content_type) = match kind {
             JobKind::Delivery => {
@@ -147,7 +149,8 @@ pub fn lease(
             }
             JobKind::Result => (job_body.unwrap_or_default(), Some("application/json".to_owned())),
         };
-        jobs.push(Job { id, kind, receipt_id: receipt_id(rid)?, source, event_id, attempt, body, content_type, token });
+        let receipt_id = receipt_id(rid)?;
+        jobs.push(Job { id, kind, receipt_id, source, event_id, attempt, round, body, content_type, token });
     }
     Ok(jobs)
 }
@@ -416,13 +419,14 @@ pub fn get(conn: &Connection, id: &ReceiptId) -> Result<Option<Receipt>, StoreEr
     (receipt.body, receipt.content_type) = (Some(body), content_type);
     let mut stmt = conn
         .prepare_cached(
-            "SELECT n, started_at, duration_ms, status_code, error, response FROM attempts
-             WHERE receipt_id = ?1 AND round = ?2 ORDER BY n",
+            "SELECT n, started_at, duration_ms, status_code, error, response, round FROM attempts
+             WHERE receipt_id = ?1 ORDER BY round, n",
         )
         .map_err(store_error)?;
     receipt.attempts = stmt
-        .query_map(params![id.as_str(), receipt.round], |r| {
+        .query_map(params![id.as_str()], |r| {
             Ok(AttemptRecord {
+                round: r.get(6)?,
                 n: r.get(0)?,
                 started_at: Timestamp(r.get(1)?),
                 duration_ms: r.get::<_, i64>(2)? as u64,

@@ -2,7 +2,7 @@
 Standard Webhooks verification.
 
     from idem_client import Idem
-    idem = Idem("http://127.0.0.1:7070")
+    idem = Idem("http://127.0.0.1:7070")   # or Idem(): IDEM_URL and IDEM_TOKEN
     r = idem.claims.claim("survey", parts=["scenario-1", "user-3", "node-2"], data={"answer": "A"})
     r.claimed, r.record["id"]
 """
@@ -21,7 +21,7 @@ from ._errors import (
     WebhookVerificationError,
 )
 from ._keys import claim_id
-from ._models import BeginResult, ClaimRecord, ClaimResult, LookupResult, ReceiptPage
+from ._models import BeginResult, ClaimPage, ClaimRecord, ClaimResult, LookupResult, ReceiptPage
 from ._sync import Claims, Idem, Operations, Receipts
 from ._version import __version__
 from ._webhook import sign_webhook, verify_webhook
@@ -44,6 +44,7 @@ __all__ = [
     "STORE_UNAVAILABLE",
     "ClaimResult",
     "ClaimRecord",
+    "ClaimPage",
     "LookupResult",
     "ReceiptPage",
     "BeginResult",

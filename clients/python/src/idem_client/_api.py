@@ -15,6 +15,7 @@ from typing import (
     Mapping,
     Optional,
     Sequence,
+    Tuple,
     TypeVar,
     Union,
     cast,
@@ -26,7 +27,7 @@ import httpx
 from ._client_token import client_token as _client_token
 from ._errors import NOT_FOUND, IdemError, error_from_response
 from ._keys import item_body, key_body
-from ._models import BeginResult, ClaimRecord, ClaimResult, LookupResult, ReceiptPage
+from ._models import BeginResult, ClaimPage, ClaimRecord, ClaimResult, LookupResult, ReceiptPage
 
 T = TypeVar("T")
 
@@ -41,15 +42,16 @@ class Call(Generic[T]):
     path: str
     parse: Callable[[httpx.Response], T]
     body: Optional[bytes] = None
-    params: Optional[Dict[str, str]] = None
+    #: Query parameters in order; a name may repeat (``prefix=a&prefix=b``).
+    params: Optional[Sequence[Tuple[str, str]]] = None
     #: Error statuses handed to ``parse`` instead of raising (e.g. 404 for ``get``).
     accept: FrozenSet[int] = field(default_factory=frozenset)
     #: Seconds added to the client's timeout (a begin that waits on the server).
     extra_timeout: float = 0.0
 
-    def finish(self, response: httpx.Response) -> T:
+    def finish(self, response: httpx.Response, base_url: Optional[httpx.URL] = None) -> T:
         if response.status_code >= 400 and not (response.status_code in self.accept and _is_absent(response)):
-            raise error_from_response(response)
+            raise error_from_response(response, base_url, f"{self.method} {self.path}")
         return self.parse(response)
 
 
@@ -177,6 +179,46 @@ def exists_prefix(ns: str, prefix: Union[str, Sequence[str]]) -> Call[bool]:
     )
 
 
+def _prefix(prefix: Union[str, Sequence[str]]) -> List[Tuple[str, str]]:
+    parts = [prefix] if isinstance(prefix, str) else list(prefix)
+    if not parts:
+        raise ValueError("a prefix is at least one part, e.g. prefix=['scenario-1']")
+    return [("prefix", part) for part in parts]
+
+
+def _claim_page(response: httpx.Response) -> ClaimPage:
+    body = _obj(response)
+    items = body.get("items")
+    if not isinstance(items, list):
+        raise IdemError(response.status_code, "about:blank", "Invalid response", "expected items")
+    after = body.get("next")
+    return ClaimPage(items=cast(List[ClaimRecord], items), next=after if isinstance(after, str) and after else None)
+
+
+def claims_list(
+    ns: str, prefix: Union[str, Sequence[str]], limit: Optional[int], after: Optional[str]
+) -> Call[ClaimPage]:
+    params = _prefix(prefix)
+    if limit is not None:
+        params.append(("limit", str(int(limit))))
+    if after is not None:
+        params.append(("after", after))
+    return Call("GET", f"/v1/claims/{_seg(ns)}", _claim_page, params=params)
+
+
+def _deleted(response: httpx.Response) -> Tuple[int, bool]:
+    body = _obj(response)
+    deleted = body.get("deleted")
+    if not isinstance(deleted, int):
+        raise IdemError(response.status_code, "about:blank", "Invalid response", "expected deleted")
+    return deleted, body.get("more") is True
+
+
+def claims_delete_prefix(ns: str, prefix: Union[str, Sequence[str]]) -> Call[Tuple[int, bool]]:
+    """One call of a prefix's deletion: ``(deleted, more)``; ``more``: call again."""
+    return Call("DELETE", f"/v1/claims/{_seg(ns)}", _deleted, params=_prefix(prefix))
+
+
 def claim_get(ns: str, id: str) -> Call[Optional[ClaimRecord]]:
     return Call(
         "GET",
@@ -297,7 +339,7 @@ def receipts_list(
         params["limit"] = str(int(limit))
     if cursor is not None:
         params["cursor"] = cursor
-    return Call("GET", "/v1/receipts", _receipt_page, params=params)
+    return Call("GET", "/v1/receipts", _receipt_page, params=list(params.items()))
 
 
 def receipt_get(id: str) -> Call[Optional[Dict[str, Any]]]:

@@ -31,7 +31,8 @@ from ._base import (
     DEFAULT_WAIT_TIMEOUT,
     Options,
     base_headers,
-    check_url,
+    resolve_token,
+    resolve_url,
     client_repr,
     decorator_args,
     heartbeat_interval,
@@ -43,7 +44,7 @@ from ._base import (
 from ._client_token import client_token as _client_token
 from ._errors import InProgressError, LeaseLostError, connection_error
 from ._keys import resolve_id
-from ._models import BeginResult, ClaimRecord, ClaimResult, LookupResult, ReceiptPage
+from ._models import BeginResult, ClaimPage, ClaimRecord, ClaimResult, LookupResult, ReceiptPage
 from ._retry import RetryPolicy, in_progress_delay, parse_retry_after, server_wait_seconds
 
 T = TypeVar("T")
@@ -60,7 +61,7 @@ class AsyncIdem:
 
     def __init__(
         self,
-        url: str,
+        url: Optional[str] = None,
         token: Optional[str] = None,
         timeout: float = 10.0,
         retries: int = 3,
@@ -75,8 +76,10 @@ class AsyncIdem:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        url = resolve_url(url)
+        token = resolve_token(token)
         self._options = Options(
-            url=check_url(url),
+            url=url,
             timeout=timeout,
             policy=RetryPolicy(
                 retries=retries, backoff=backoff, max_backoff=max_backoff, max_retry_after=max_retry_after
@@ -154,7 +157,7 @@ class AsyncIdem:
                     attempt, response.status_code, parse_retry_after(response.headers.get("retry-after"))
                 )
                 if delay is None:
-                    return call.finish(response)
+                    return call.finish(response, http.base_url)
                 await response.aclose()
             logger.debug("idem: retrying %s %s in %.2fs", call.method, call.path, delay)
             await self._sleep(delay)
@@ -258,6 +261,40 @@ class AsyncClaims:
         id: Optional[str] = None,
     ) -> bool:
         return await self._c._call(_api.claim_delete(ns, resolve_id(id, key, parts)))
+
+    async def list(
+        self,
+        ns: str,
+        prefix: Union[str, Sequence[str]],
+        *,
+        limit: Optional[int] = None,
+        after: Optional[str] = None,
+    ) -> ClaimPage:
+        """One page of the live claims under ``prefix``, in parts order: ``.items`` and ``.next``."""
+        return await self._c._call(_api.claims_list(ns, prefix, limit, after))
+
+    async def iter(
+        self, ns: str, prefix: Union[str, Sequence[str]], *, page_size: Optional[int] = None
+    ) -> AsyncIterator[ClaimRecord]:
+        """Every live claim under ``prefix``, in parts order, page after page (``async for``)."""
+        after: Optional[str] = None
+        while True:
+            page = await self.list(ns, prefix, limit=page_size, after=after)
+            for item in page.items:
+                yield item
+            if page.next is None or not page.items:
+                return
+            after = page.next
+
+    async def delete_prefix(self, ns: str, prefix: Union[str, Sequence[str]]) -> int:
+        """Delete every live claim under ``prefix`` (at least one part); returns how many, calling
+        again while the server says more remain."""
+        total = 0
+        while True:
+            deleted, more = await self._c._call(_api.claims_delete_prefix(ns, prefix))
+            total += deleted
+            if not more or deleted == 0:
+                return total
 
 
 class AsyncOperations:

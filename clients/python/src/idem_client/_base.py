@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -26,6 +27,23 @@ DEFAULT_LEASE_SECONDS = 60
 DEFAULT_WAIT_TIMEOUT = 90.0
 
 
+#: Where the client looks for idem when neither ``url`` nor ``IDEM_URL`` says.
+DEFAULT_URL = "http://127.0.0.1:7070"
+
+
+def resolve_url(url: Optional[str]) -> str:
+    """``url``, else the ``IDEM_URL`` environment variable, else :data:`DEFAULT_URL`; checked."""
+    if url is not None:
+        return check_url(url)
+    from_env = os.environ.get("IDEM_URL")
+    return check_url(from_env, "IDEM_URL") if from_env else DEFAULT_URL
+
+
+def resolve_token(token: Optional[str]) -> Optional[str]:
+    """``token``, else the ``IDEM_TOKEN`` environment variable; ``""`` means none at all."""
+    return token if token is not None else (os.environ.get("IDEM_TOKEN") or None)
+
+
 def base_headers(token: Optional[str], extra: Optional[Dict[str, str]]) -> Dict[str, str]:
     headers = {"Accept": "application/json", "User-Agent": f"idem-client-python/{__version__}"}
     if extra:
@@ -35,10 +53,10 @@ def base_headers(token: Optional[str], extra: Optional[Dict[str, str]]) -> Dict[
     return headers
 
 
-def check_url(url: str) -> str:
+def check_url(url: str, name: str = "url") -> str:
     parsed = httpx.URL(url)
     if parsed.scheme not in ("http", "https") or not parsed.host:
-        raise ValueError("url must be an http:// or https:// URL such as http://127.0.0.1:7070")
+        raise ValueError(f"{name} must be an http:// or https:// URL such as http://127.0.0.1:7070")
     if parsed.userinfo:
         # Credentials belong in token=, never in a URL that may be logged.
         raise ValueError("put credentials in token=, not in the URL")
@@ -76,7 +94,7 @@ def request_kwargs(options: Options, call: Call[Any]) -> Dict[str, Any]:
         kwargs["content"] = call.body
         kwargs["headers"] = {"Content-Type": "application/json"}
     if call.params:
-        kwargs["params"] = call.params
+        kwargs["params"] = list(call.params)
     return kwargs
 
 

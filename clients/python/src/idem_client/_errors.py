@@ -30,7 +30,8 @@ class IdemError(Exception):
 
     ``status`` is the HTTP status (0 when no response was received), ``type``, ``title``,
     ``detail`` and ``field`` come from the problem+json body, and ``retry_after`` is the
-    ``Retry-After`` header in seconds when the server sent one.
+    ``Retry-After`` header in seconds when the server sent one. ``not_idem`` is true when the
+    answer was not an idem problem document; the message then says the URL does not look like idem.
     """
 
     def __init__(
@@ -41,8 +42,13 @@ class IdemError(Exception):
         detail: str = "",
         field: Optional[str] = None,
         retry_after: Optional[float] = None,
+        not_idem: bool = False,
     ) -> None:
         self.status = status
+        #: True when the answer was not an idem problem document (``application/problem+json``
+        #: with a ``urn:idem:problem:`` type): a web server's 404 page, a proxy's error. The
+        #: client's ``url`` (or ``IDEM_URL``) probably points at something that is not idem.
+        self.not_idem = not_idem
         self.type = type
         self.title = title
         self.detail = detail
@@ -95,11 +101,16 @@ class IdemConnectionError(UnavailableError):
     configured retries. ``status`` is 0."""
 
 
+def _where(base_url: httpx.URL) -> str:
+    """The base URL as an error shows it: without any user or password."""
+    where = f"{base_url.scheme}://{base_url.host}" + (f":{base_url.port}" if base_url.port else "")
+    return where + base_url.path.rstrip("/")
+
+
 def connection_error(exc: httpx.TransportError, base_url: httpx.URL, method: str, path: str, attempts: int) -> IdemConnectionError:
     """The error for a call that never got an answer: it names where idem was looked for (without
-    any user or password in the URL) and why it could not be reached."""
-    where = f"{base_url.scheme}://{base_url.host}" + (f":{base_url.port}" if base_url.port else "")
-    where += base_url.path.rstrip("/")
+    any user or password in the URL), why it could not be reached and how to look elsewhere."""
+    where = _where(base_url)
     cause = str(exc) or type(exc).__name__
     if isinstance(exc, httpx.TimeoutException):
         reason = f"no answer in time ({type(exc).__name__})"
@@ -108,6 +119,8 @@ def connection_error(exc: httpx.TransportError, base_url: httpx.URL, method: str
     else:
         reason = f"{type(exc).__name__}: {cause}"
     detail = f"cannot reach idem at {where}: {reason} ({method} {path}, {attempts} attempts)"
+    if not isinstance(exc, httpx.TimeoutException):
+        detail += "; to point the client elsewhere, give it url= or set IDEM_URL"
     return IdemConnectionError(0, "urn:idem:client:connection-error", "Connection failed", detail)
 
 
@@ -115,8 +128,24 @@ class WebhookVerificationError(Exception):
     """A webhook's signature is missing, malformed or wrong, or its timestamp is too far from now."""
 
 
-def error_from_response(response: httpx.Response) -> IdemError:
-    """Map an error response (problem+json or not) to the right :class:`IdemError` subclass."""
+def is_idem_problem(response: httpx.Response, body: Any) -> bool:
+    """Whether an error answer is idem's own: ``application/problem+json`` whose ``type`` is one of
+    idem's (``urn:idem:problem:…``). Anything else comes from something that is not idem."""
+    content_type = response.headers.get("content-type", "").strip().lower()
+    kind = body.get("type") if isinstance(body, dict) else None
+    return (
+        content_type.startswith("application/problem+json")
+        and isinstance(kind, str)
+        and kind.startswith("urn:idem:problem:")
+    )
+
+
+def error_from_response(
+    response: httpx.Response, base_url: Optional[httpx.URL] = None, what: str = "a call"
+) -> IdemError:
+    """Map an error response (problem+json or not) to the right :class:`IdemError` subclass; one
+    that is not an idem problem document says that ``base_url`` does not look like idem
+    (``what``: the call, ``"POST /v1/claims/survey"``)."""
     status = response.status_code
     body: Any = None
     try:
@@ -135,6 +164,14 @@ def error_from_response(response: httpx.Response) -> IdemError:
         title = response.reason_phrase
         detail = response.text[:200] if response.content else ""
         field = None
+    not_idem = not is_idem_problem(response, body)
+    if not_idem:
+        where = _where(base_url) if base_url is not None else "the server"
+        theirs = f" [its detail: {detail}]" if detail and isinstance(body, dict) else ""
+        detail = (
+            f"{where} answered {status} to {what} without an idem problem document: it does not look like idem "
+            f"(check the client's url= or IDEM_URL){theirs}"
+        )
     cls: type[IdemError] = IdemError
     if status == 403:
         cls = ForbiddenError
@@ -146,7 +183,7 @@ def error_from_response(response: httpx.Response) -> IdemError:
         cls = MismatchError
     elif status == 503:
         cls = UnavailableError
-    return cls(status, kind, title, detail, field, retry_after)
+    return cls(status, kind, title, detail, field, retry_after, not_idem)
 
 
 def _str(value: Any) -> str:

@@ -42,6 +42,15 @@ class ClaimResult:
 
 
 @dataclass(frozen=True)
+class ClaimPage:
+    """A page of claims, in the order of their parts. Pass ``next`` as ``after`` for the next page;
+    it is ``None`` on the last page."""
+
+    items: List[ClaimRecord]
+    next: Optional[str]
+
+
+@dataclass(frozen=True)
 class ReceiptPage:
     """A page of receipts, newest first. Pass ``next_cursor`` as ``cursor`` for the next page;
     it is ``None`` on the last page."""

@@ -18,7 +18,8 @@ from ._base import (
     DEFAULT_WAIT_TIMEOUT,
     Options,
     base_headers,
-    check_url,
+    resolve_token,
+    resolve_url,
     client_repr,
     decorator_args,
     heartbeat_interval,
@@ -30,7 +31,7 @@ from ._base import (
 from ._client_token import client_token as _client_token
 from ._errors import InProgressError, LeaseLostError, connection_error
 from ._keys import resolve_id
-from ._models import BeginResult, ClaimRecord, ClaimResult, LookupResult, ReceiptPage
+from ._models import BeginResult, ClaimPage, ClaimRecord, ClaimResult, LookupResult, ReceiptPage
 from ._retry import RetryPolicy, in_progress_delay, parse_retry_after, server_wait_seconds
 
 T = TypeVar("T")
@@ -40,8 +41,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 class Idem:
     """A synchronous idem client (thread-safe; share one per process).
 
-    ``url`` is the server (``http://127.0.0.1:7070``); ``token`` the bearer token when the
-    server has ``[auth] tokens``; ``timeout`` seconds per HTTP attempt; ``retries`` how many
+    ``url`` is the server (default: the ``IDEM_URL`` environment variable, else
+    ``http://127.0.0.1:7070``); ``token`` the bearer token when the server has ``[auth] tokens``
+    (default: ``IDEM_TOKEN``, if set; ``""`` sends none); ``timeout`` seconds per HTTP attempt; ``retries`` how many
     times a call is retried on connection errors and 502/503/504 (exponential backoff with
     jitter, honouring ``Retry-After``). ``sleep`` and ``clock`` can be replaced in tests;
     ``transport`` is an ``httpx`` transport (e.g. ``httpx.MockTransport``).
@@ -49,7 +51,7 @@ class Idem:
 
     def __init__(
         self,
-        url: str,
+        url: Optional[str] = None,
         token: Optional[str] = None,
         timeout: float = 10.0,
         retries: int = 3,
@@ -64,8 +66,10 @@ class Idem:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        url = resolve_url(url)
+        token = resolve_token(token)
         self._options = Options(
-            url=check_url(url),
+            url=url,
             timeout=timeout,
             policy=RetryPolicy(
                 retries=retries, backoff=backoff, max_backoff=max_backoff, max_retry_after=max_retry_after
@@ -143,7 +147,7 @@ class Idem:
                     attempt, response.status_code, _retry_after(response)
                 )
                 if delay is None:
-                    return call.finish(response)
+                    return call.finish(response, http.base_url)
                 response.close()
             logger.debug("idem: retrying %s %s in %.2fs", call.method, call.path, delay)
             self._sleep(delay)
@@ -268,6 +272,43 @@ class Claims:
     ) -> bool:
         """Delete a claim: ``True`` if it existed, ``False`` if it was absent."""
         return self._c._call(_api.claim_delete(ns, resolve_id(id, key, parts)))
+
+    def list(
+        self,
+        ns: str,
+        prefix: Union[str, Sequence[str]],
+        *,
+        limit: Optional[int] = None,
+        after: Optional[str] = None,
+    ) -> ClaimPage:
+        """One page of the live claims whose parts begin with ``prefix`` (1 to 16 parts), in the
+        order of their parts: ``.items`` (records) and ``.next``, which is ``after`` for the next
+        page (``None`` on the last). ``limit``: 1 to 1000 (server default 100)."""
+        return self._c._call(_api.claims_list(ns, prefix, limit, after))
+
+    def iter(
+        self, ns: str, prefix: Union[str, Sequence[str]], *, page_size: Optional[int] = None
+    ) -> Iterator[ClaimRecord]:
+        """Every live claim whose parts begin with ``prefix``, in parts order, page after page."""
+        after: Optional[str] = None
+        while True:
+            page = self.list(ns, prefix, limit=page_size, after=after)
+            yield from page.items
+            if page.next is None or not page.items:
+                return
+            after = page.next
+
+    def delete_prefix(self, ns: str, prefix: Union[str, Sequence[str]]) -> int:
+        """Delete every live claim whose parts begin with ``prefix`` (at least one part); returns
+        how many were deleted. The server deletes up to 100,000 a call and says when more remain:
+        this calls again until none do."""
+        total = 0
+        while True:
+            deleted, more = self._c._call(_api.claims_delete_prefix(ns, prefix))
+            total += deleted
+            # A call that deleted nothing cannot have more to delete: never loop on a confused answer.
+            if not more or deleted == 0:
+                return total
 
 
 class Operations:

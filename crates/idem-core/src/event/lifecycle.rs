@@ -147,7 +147,8 @@ pub fn after_attempt(
     Transition { attempt, job: next, change }
 }
 
-/// The result webhook's document: `{"type": "receipt.completed" | "receipt.dead", …}`.
+/// The result webhook's document: `{"type": "receipt.completed" | "receipt.dead", …}`, saying which
+/// round ended so (1, then one more per replay), after how many attempts, and how its last went.
 fn result_body(job: &Job, status: ReceiptStatus, last: &AttemptRecord) -> Vec<u8> {
     let kind = if status == ReceiptStatus::Completed { "receipt.completed" } else { "receipt.dead" };
     serde_json::json!({
@@ -155,8 +156,10 @@ fn result_body(job: &Job, status: ReceiptStatus, last: &AttemptRecord) -> Vec<u8
         "receipt_id": job.receipt_id.as_str(),
         "source": job.source,
         "event_id": job.event_id,
+        "round": job.round,
         "attempts": job.attempt,
         "last_status_code": last.status_code,
+        "last_error": last.error,
     })
     .to_string()
     .into_bytes()
@@ -222,6 +225,7 @@ mod tests {
             source: "partner".into(),
             event_id: "evt-1".into(),
             attempt,
+            round: 2,
             body: b"{}".to_vec(),
             content_type: None,
             token: LeaseToken([0; 16]),
@@ -230,7 +234,7 @@ mod tests {
 
     fn answered(n: u32, code: Option<u16>) -> AttemptRecord {
         let error = code.is_none().then(|| "connection refused (127.0.0.1:9000)".to_owned());
-        AttemptRecord { n, started_at: NOW, duration_ms: 3, status_code: code, error, response: None }
+        AttemptRecord { round: 2, n, started_at: NOW, duration_ms: 3, status_code: code, error, response: None }
     }
 
     fn at(s: u64) -> JobNext {
@@ -307,11 +311,14 @@ mod tests {
         assert_eq!(
             document(done),
             serde_json::json!({"type": "receipt.completed", "receipt_id": "rcpt_0000000003e8000000000000000000000001",
-                "source": "partner", "event_id": "evt-1", "attempts": 2, "last_status_code": 201})
+                "source": "partner", "event_id": "evt-1", "round": 2, "attempts": 2, "last_status_code": 201,
+                "last_error": null})
         );
         let dead = after_attempt(&job(JobKind::Delivery, 3), answered(3, None), None, &policy(true), NOW);
         let dead = document(dead);
         assert_eq!((dead["type"].as_str(), dead["last_status_code"].is_null()), (Some("receipt.dead"), true));
+        assert_eq!((dead["round"].as_u64(), dead["attempts"].as_u64()), (Some(2), Some(3)));
+        assert_eq!(dead["last_error"], "connection refused (127.0.0.1:9000)", "why the last attempt failed");
         let retrying = after_attempt(&job(JobKind::Delivery, 1), answered(1, Some(500)), None, &policy(true), NOW);
         assert_eq!(retrying.change, receipt(ReceiptStatus::Retrying), "no result webhook while retrying");
     }

@@ -143,6 +143,8 @@ pub struct Job {
     pub event_id: String,
     /// The attempt this lease is for, 1-based.
     pub attempt: u32,
+    /// The receipt's delivery round: 1, and one more for each replay.
+    pub round: u32,
     /// What to POST: the event (delivery) or the result document (result).
     pub body: Vec<u8>,
     pub content_type: Option<String>,
@@ -151,6 +153,8 @@ pub struct Job {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttemptRecord {
+    /// The delivery round it belongs to (1, then one more per replay).
+    pub round: u32,
     pub n: u32,
     pub started_at: Timestamp,
     pub duration_ms: u64,
@@ -179,7 +183,7 @@ pub struct Receipt {
     pub updated_at: Timestamp,
     /// How many times the receipt was delivered from attempt 1 (1 + replays).
     pub round: u32,
-    /// Attempts of the current round, in order.
+    /// Attempts of every round, in order (by round, then attempt).
     pub attempts: Vec<AttemptRecord>,
     /// When the next delivery attempt is due, while the receipt is `retrying`.
     pub next_attempt_at: Option<Timestamp>,

@@ -460,11 +460,14 @@ impl<'a> Group<'a> {
         token: LeaseToken,
         result: Vec<u8>,
         ttl: Duration,
-    ) -> Result<bool, StoreError> {
-        let Some(held) = self.held_by(id, token)? else { return Ok(false) };
-        let until = Timestamp(self.now).plus(ttl).millis();
-        self.put_request(RequestRec { completed: true, token: [0; 16], until, body: result, ..held }, true)?;
-        Ok(true)
+    ) -> Result<Option<Timestamp>, StoreError> {
+        let Some(held) = self.held_by(id, token)? else { return Ok(None) };
+        let until = Timestamp(self.now).plus(ttl);
+        self.put_request(
+            RequestRec { completed: true, token: [0; 16], until: until.millis(), body: result, ..held },
+            true,
+        )?;
+        Ok(Some(until))
     }
 
     fn release(&mut self, id: &ClaimId, token: LeaseToken) -> Result<bool, StoreError> {

@@ -67,7 +67,7 @@ pub enum Command {
         token: LeaseToken,
         result: Vec<u8>,
         ttl: Duration,
-        reply: Reply<bool>,
+        reply: Reply<Option<Timestamp>>,
     },
     Release {
         id: ClaimId,
@@ -451,9 +451,8 @@ fn abandon(command: Command) -> Pending {
     }
     match command {
         Command::Claim { reply, .. } => pending(reply, closed()),
-        Command::Delete { reply, .. } | Command::Release { reply, .. } | Command::Complete { reply, .. } => {
-            pending(reply, closed())
-        }
+        Command::Delete { reply, .. } | Command::Release { reply, .. } => pending(reply, closed()),
+        Command::Complete { reply, .. } => pending(reply, closed()),
         Command::SweepClaims { reply, .. }
         | Command::SweepRequests { reply, .. }
         | Command::Relocate { reply, .. }

@@ -258,9 +258,10 @@ pub async fn run(store: &LogStore, op: &Op) -> Result<(Answer, Option<(LeaseToke
                 }
             }
         }
-        Op::Complete { key, token, result, ttl } => {
-            (Answer::Done(store.complete_request(&request_id(key), *token, result, *ttl).await.map_err(e)?), None)
-        }
+        Op::Complete { key, token, result, ttl } => (
+            Answer::Done(store.complete_request(&request_id(key), *token, result, *ttl).await.map_err(e)?.is_some()),
+            None,
+        ),
         Op::Release { key, token } => {
             (Answer::Done(store.release_request(&request_id(key), *token).await.map_err(e)?), None)
         }

@@ -362,10 +362,11 @@ pub async fn complete(
     };
     let now = state.clock.now();
     let outcome = Outcome::new(now, &token, result);
-    if state.stores.requests.complete_request(&key, token, &outcome.encode(), ttl).await? {
+    // The expiry as stored, which every later read (a second complete, a begin) reports too.
+    if let Some(expires_at) = state.stores.requests.complete_request(&key, token, &outcome.encode(), ttl).await? {
         state.waiters.wake(&key);
         count(&path.ns, "completed");
-        return completed_view(&id, outcome, now.plus(ttl)).map(Json);
+        return completed_view(&id, outcome, expires_at).map(Json);
     }
     match state.stores.requests.peek_request(&key).await? {
         Some(RequestState::Completed { result, expires_at, .. }) => {

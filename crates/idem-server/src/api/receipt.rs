@@ -44,6 +44,8 @@ fn always_true() -> Object {
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct AttemptView {
+    /// The delivery round: 1, then one more per replay.
+    pub round: u32,
     pub n: u32,
     #[schema(format = DateTime)]
     pub started_at: String,
@@ -110,6 +112,7 @@ pub fn view(r: Receipt, with_attempts: bool) -> ReceiptView {
         r.attempts
             .into_iter()
             .map(|a| AttemptView {
+                round: a.round,
                 n: a.n,
                 started_at: a.started_at.to_rfc3339(),
                 duration_ms: a.duration_ms,

@@ -1,9 +1,10 @@
 //! The command line: `idem serve` and `idem config check` ([`serve`]), `idem import` ([`import`]),
-//! `idem migrate`, and the client verbs `idem claims …` / `idem operations …` / `idem receipts …`
-//! ([`verbs`]) that talk
-//! to a running server through [`client`].
+//! `idem migrate`, `idem health` ([`health`]), and the client verbs `idem claims …` /
+//! `idem operations …` / `idem receipts …` ([`verbs`]) that talk to a running server through
+//! [`client`].
 
 pub mod client;
+pub mod health;
 pub mod import;
 pub mod secret;
 pub mod serve;
@@ -18,10 +19,15 @@ use client::{ClientArgs, Failure};
 use import::ImportArgs;
 pub use serve::{load_config, open_store};
 
+/// What `idem --version` prints after the name: the version, the commit and that commit's date
+/// (`build.rs`; `unknown` when built outside a git checkout).
+pub const VERSION: &str =
+    concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("IDEM_COMMIT"), ", ", env!("IDEM_COMMIT_DATE"), ")");
+
 #[derive(Debug, Parser)]
 #[command(
     name = "idem",
-    version,
+    version = VERSION,
     about = "Make side effects happen once: claims, idempotency keys, operations, events.",
     after_help = "Exit codes: 0 done; 1 not found, refused by the server, or a runtime failure; \
                   2 bad usage or config (an argument the server answers 400 to included); \
@@ -78,6 +84,9 @@ pub enum Command {
         #[command(flatten)]
         config: ConfigArgs,
     },
+    /// Exit 0 when the idem at --url is ready (`GET /readyz` answers 200), else 1 saying why: a
+    /// health check for containers and scripts.
+    Health(health::HealthArgs),
     /// Prepare a PostgreSQL database for idem (apply pending migrations).
     Migrate {
         /// The database (or IDEM_DATABASE_URL).
@@ -345,6 +354,7 @@ pub async fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::Claims(command) => verbs::claims(command).await,
         Command::Receipts(command) => verbs::receipts(command).await,
         Command::Operations(command) => verbs::operations(command).await,
+        Command::Health(args) => health::run(args).await,
         Command::Migrate { database_url } => {
             let version =
                 idem_postgres::PgStore::migrate(&database_url).await.map_err(|e| Failure::runtime(e.to_string()))?;

@@ -81,7 +81,7 @@ pub(super) fn read(tree: toml::Table, plain: impl Fn(&str) -> String) -> Read {
             }
             continue;
         }
-        errors.push(ConfigError::Key { key: shown, message: message.clone() });
+        errors.push(ConfigError::Key { key: shown, message: with_suggestion(&message) });
         let cut = leaf_key(&steps, unknown_field(&message));
         let cut_shown = display(&cut, &survivors);
         if cut.is_empty() || !remove(&mut tree, &cut, &mut survivors) {
@@ -146,6 +146,22 @@ fn missing_field(message: &str) -> Option<String> {
 /// `unknown field `x`, expected …`: the field's name.
 fn unknown_field(message: &str) -> Option<&str> {
     message.strip_prefix("unknown field `")?.split('`').next()
+}
+
+/// `unknown field `max_attempt`, expected one of `name`, …`, with "did you mean `max_attempts`?"
+/// when one of the expected names is close to it.
+fn with_suggestion(message: &str) -> String {
+    let Some(unknown) = unknown_field(message) else { return message.to_owned() };
+    let Some((_, expected)) = message.split_once("expected") else { return message.to_owned() };
+    let names = expected.split('`').skip(1).step_by(2);
+    let close = names
+        .map(|name| (super::env::edit_distance(unknown, name), name))
+        .filter(|(d, name)| *d <= (name.len() / 3).max(1))
+        .min_by_key(|(d, _)| *d);
+    match close {
+        Some((_, name)) => format!("{message}. Did you mean `{name}`?"),
+        None => message.to_owned(),
+    }
 }
 
 /// What to take out for a bad value or an unknown key: the key itself, or, for an element of a

@@ -66,7 +66,7 @@ fn not_config(name: &str, first: &str) -> String {
 }
 
 /// Levenshtein distance, for typo hints between short names.
-fn edit_distance(a: &str, b: &str) -> usize {
+pub(super) fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut row: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {

@@ -10,6 +10,7 @@ mod access;
 mod collect;
 mod env;
 mod gateway;
+mod locate;
 mod source;
 mod value;
 
@@ -291,12 +292,32 @@ pub enum ConfigError {
     Syntax { path: PathBuf, message: String },
     #[error("config key `{key}`: {message}")]
     Key { key: String, message: String },
+    /// A [`ConfigError::Key`] with where the key is in the file.
+    #[error("config key `{key}` ({at}): {message}")]
+    Placed { key: String, at: String, message: String },
     /// Every mistake found, each naming its key, so that one run shows them all.
     #[error("{} mistakes in the config:\n{}", .0.len(), .0.iter().map(|e| format!("  - {e}")).collect::<Vec<_>>().join("\n"))]
     Many(Vec<ConfigError>),
 }
 
 impl ConfigError {
+    /// This error with where its key is in the file `text` (read from `path`), when it is there:
+    /// `config key `sources[0].max_attempts` (idem.toml line 12, column 1): …`.
+    fn placed(self, path: &Path, text: &str) -> Self {
+        match self {
+            ConfigError::Key { key, message } => match locate::locate(text, &key) {
+                Some((line, column)) => {
+                    let file = path
+                        .file_name()
+                        .map_or_else(|| path.display().to_string(), |f| f.to_string_lossy().into_owned());
+                    ConfigError::Placed { key, at: format!("{file} line {line}, column {column}"), message }
+                }
+                None => ConfigError::Key { key, message },
+            },
+            other => other,
+        }
+    }
+
     /// One error as itself; several as [`ConfigError::Many`]; none as `None`.
     fn gather(mut errors: Vec<ConfigError>) -> Option<ConfigError> {
         match errors.len() {
@@ -320,9 +341,15 @@ impl Config {
             env: env.clone(),
             overrides: overrides.clone(),
         })));
-        let mut tree = match file {
-            Some(path) => read_file(path)?,
-            None => toml::Table::new(),
+        let text = match file {
+            Some(path) => Some(
+                std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?,
+            ),
+            None => None,
+        };
+        let mut tree = match (file, &text) {
+            (Some(path), Some(text)) => parse_file(path, text)?,
+            _ => toml::Table::new(),
         };
         let mut warnings = env::apply(&mut tree, env)?;
         apply_overrides(&mut tree, overrides)?;
@@ -336,6 +363,9 @@ impl Config {
                 _ => true,
             };
             errors.extend(config.validate(errors.is_empty()).into_iter().filter(sure));
+        }
+        if let (Some(path), Some(text)) = (file, &text) {
+            errors = errors.into_iter().map(|e| e.placed(path, text)).collect();
         }
         match (ConfigError::gather(errors), read.config) {
             (None, Some(config)) => Ok(Config { warnings, origin, ..config }),
@@ -507,10 +537,9 @@ fn plain(message: &str) -> String {
     .fold(message.to_owned(), |m, (rust, plain)| m.replace(rust, plain))
 }
 
-fn read_file(path: &Path) -> Result<toml::Table, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+fn parse_file(path: &Path, text: &str) -> Result<toml::Table, ConfigError> {
     text.parse::<toml::Table>()
-        .map_err(|e| ConfigError::Syntax { path: path.to_owned(), message: syntax_message(&text, &e) })
+        .map_err(|e| ConfigError::Syntax { path: path.to_owned(), message: syntax_message(text, &e) })
 }
 
 /// Where the TOML is wrong and what is wrong, without quoting the line: it may hold a token.

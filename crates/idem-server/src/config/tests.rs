@@ -318,15 +318,18 @@ fn every_mistake_is_listed_at_once() {
         "listen = \"nowhere\"\n[limits]\nmax_body_bytes = 0\n[[sources]]\nname = \"p\"\nhandler_url = \"ftp://x\"\n";
     let err = load(text, &[], &Overrides::default()).unwrap_err().to_string();
     for key in [
-        "`listen`",
-        "`sources[0].handler_url`",
-        "`sources[0]`: missing field `event_id`",
-        "`sources[0]`: missing field `signing_secret`",
+        "`listen` (idem.toml line 1, column 1)",
+        "`sources[0].handler_url` (idem.toml line 6, column 1)",
+        "`sources[0]` (idem.toml line 4, column 1): missing field `event_id`",
+        "`sources[0]` (idem.toml line 4, column 1): missing field `signing_secret`",
     ] {
         assert!(err.contains(key), "{key} in:\n{err}");
     }
     assert!(err.starts_with("5 mistakes in the config:\n"), "{err}");
-    assert!(err.contains("`limits.max_body_bytes`: must be greater than zero"), "validation's mistakes too:\n{err}");
+    assert!(
+        err.contains("`limits.max_body_bytes` (idem.toml line 3, column 1): must be greater than zero"),
+        "validation's mistakes too:\n{err}"
+    );
 }
 
 #[test]
@@ -336,4 +339,28 @@ fn secrets_never_print() {
     assert!(!format!("{c:?}").contains("s3cret"));
     assert!(!c.to_redacted_toml().contains("s3cret"));
     assert!(c.to_redacted_toml().contains("[redacted]"));
+}
+
+#[test]
+fn every_mistake_says_where_it_is_and_a_mistyped_key_what_was_meant() {
+    let text = "listen = \"127.0.0.1:7070\"\n\n[[sources]]\nname = \"partner\"\nhandler_url = \"http://127.0.0.1:9000/h\"\n\
+                event_id = \"/id\"\nsigning_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\nmax_attempt = 3\n\n\
+                [[sources]]\nname = \"partner\"\nhandler_url = \"http://127.0.0.1:9000/h\"\nevent_id = \"/id\"\n\
+                signing_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\nmax_attempts = 0\n\n[limits]\nmax_body_byte = 5\n";
+    let err = load(text, &[], &Overrides::default()).unwrap_err().to_string();
+    for (key, at) in [
+        ("`sources[0].max_attempt`", "(idem.toml line 8, column 1)"),
+        ("`limits.max_body_byte`", "(idem.toml line 18, column 1)"),
+        ("`sources[1].max_attempts`", "(idem.toml line 15, column 1)"),
+    ] {
+        assert!(err.contains(&format!("{key} {at}")), "{key} {at} in:\n{err}");
+    }
+    assert!(err.contains("Did you mean `max_attempts`?"), "{err}");
+    assert!(err.contains("Did you mean `max_body_bytes`?"), "{err}");
+    assert!(err.contains("must be at least 1"), "a value check, in the same pass:\n{err}");
+    assert!(
+        err.contains("`sources[1].name` (idem.toml line 11, column 1): another source has this name"),
+        "duplicate names too:\n{err}"
+    );
+    assert!(err.starts_with("4 mistakes in the config:\n"), "{err}");
 }

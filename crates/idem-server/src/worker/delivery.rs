@@ -21,10 +21,10 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use idem_core::event::{
-    AttemptRecord, Change, DeliveryPolicy, Job, JobKind, ReceiptStatus, SigningSecrets, Transition, after_attempt,
+    AttemptRecord, Change, DeliveryPolicy, Job, JobKind, JobNext, ReceiptStatus, SigningSecrets, Transition,
+    after_attempt,
 };
 use idem_core::{Clock, EventStore, Timestamp};
-use sha2::{Digest, Sha256};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
@@ -113,14 +113,13 @@ impl SourceRuntime {
     }
 
     /// Where a job goes and the `webhook-id` it carries: the receipt id for the event (the same
-    /// on every attempt, so the handler can deduplicate), a derived id for its result webhook.
+    /// on every attempt and every round, so the handler can deduplicate), and for its result
+    /// webhook `<receipt id>_result_<round>`: the same on that webhook's retries, another for the
+    /// next round's ending (a handler that deduplicates on it still gets each round's outcome).
     fn target(&self, job: &Job) -> Option<(Uri, String)> {
         match job.kind {
             JobKind::Delivery => Some((self.handler.clone(), job.receipt_id.to_string())),
-            JobKind::Result => {
-                let suffix = idem_core::key::hex(&Sha256::digest(&job.body)[..4]);
-                Some((self.result.clone()?, format!("{}_result_{suffix}", job.receipt_id)))
-            }
+            JobKind::Result => Some((self.result.clone()?, format!("{}_result_{}", job.receipt_id, job.round))),
         }
     }
 }
@@ -133,6 +132,9 @@ pub struct Delivery {
     order: Vec<String>,
     next: AtomicUsize,
     wake: Arc<Notify>,
+    /// How often failed attempts and dead receipts are told: once per source and kind every 10 s,
+    /// so that a handler down under load does not flood the log.
+    log: idem_core::throttle::Throttle,
 }
 
 /// What the handler (or the network) answered.
@@ -152,7 +154,8 @@ impl Delivery {
         let runtimes =
             sources.iter().map(|s| (s.name.as_str().to_owned(), SourceRuntime::new(s, sources, tls))).collect();
         let order = sources.iter().map(|s| s.name.as_str().to_owned()).collect();
-        Self { store, clock, sources: runtimes, order, next: AtomicUsize::new(0), wake }
+        let log = idem_core::throttle::Throttle::new(Duration::from_secs(10));
+        Self { store, clock, sources: runtimes, order, next: AtomicUsize::new(0), wake, log }
     }
 
     /// Leases and delivers until `stop`, then lets running attempts finish for a while.
@@ -245,9 +248,10 @@ impl Delivery {
             Err(_) => Answer::Error(format!("timed out after {}", idem_core::format_duration(source.timeout))),
         };
         drop(slot); // recording the attempt needs no slot of the handler's
-        let (record, retry_after) = answer.into_record(job.attempt, started_at, clock_start.elapsed());
+        let (record, retry_after) = answer.into_record(&job, started_at, clock_start.elapsed());
         let transition = after_attempt(&job, record, retry_after, &source.policy, self.clock.now());
         count(&job, &transition);
+        self.tell(&job, &url, &transition);
         match self.store.finish_job(&job, transition).await {
             Ok(true) => {}
             Ok(false) => {
@@ -256,6 +260,54 @@ impl Delivery {
             Err(e) => {
                 tracing::warn!(error = %e, receipt = %job.receipt_id, "could not record an attempt; the job will be delivered again")
             }
+        }
+    }
+
+    /// A failed attempt, and a receipt gone dead, at `warn`: which source, receipt and URL (without
+    /// its query, which may hold a secret), what went wrong and what happens next.
+    fn tell(&self, job: &Job, url: &Uri, t: &Transition) {
+        if t.attempt.status_code.is_some_and(|c| (200..300).contains(&c)) {
+            return;
+        }
+        let kind = if job.kind == JobKind::Delivery { "delivery" } else { "result webhook" };
+        let shown = format!(
+            "{}://{}{}",
+            url.scheme_str().unwrap_or("http"),
+            url.authority().map_or("", |a| a.as_str()),
+            url.path()
+        );
+        let answered = match (&t.attempt.status_code, &t.attempt.error) {
+            (Some(code), _) => format!("answered {code}"),
+            (None, Some(error)) => error.clone(),
+            (None, None) => "failed".to_owned(),
+        };
+        let next = match &t.job {
+            JobNext::RetryAt(at) => format!("attempt {} at {}", job.attempt + 1, at.to_rfc3339()),
+            JobNext::Remove => "no more attempts".to_owned(),
+        };
+        if let Some(more) = self.log.admit(&format!("{}/{kind}", job.source), std::time::Instant::now()) {
+            tracing::warn!(
+                source = job.source.as_str(),
+                receipt = %job.receipt_id,
+                url = shown,
+                attempt = job.attempt,
+                round = job.round,
+                more_like_it = more,
+                "a {kind} attempt failed: {answered}; next: {next}"
+            );
+        }
+        if let Change::Receipt { status: ReceiptStatus::Dead, .. } = t.change
+            && let Some(more) = self.log.admit(&format!("{}/dead", job.source), std::time::Instant::now())
+        {
+            tracing::warn!(
+                source = job.source.as_str(),
+                receipt = %job.receipt_id,
+                url = shown,
+                attempts = job.attempt,
+                more_like_it = more,
+                "a receipt went dead after {} attempts: {answered}; replay it once the handler is fixed (idem receipts replay)",
+                job.attempt
+            );
         }
     }
 
@@ -307,9 +359,10 @@ impl Delivery {
 
 impl Answer {
     /// The attempt as it is recorded, and the handler's `Retry-After`.
-    fn into_record(self, n: u32, started_at: Timestamp, took: Duration) -> (AttemptRecord, Option<Duration>) {
-        let duration_ms = took.as_millis() as u64;
-        let record = AttemptRecord { n, started_at, duration_ms, status_code: None, error: None, response: None };
+    fn into_record(self, job: &Job, started_at: Timestamp, took: Duration) -> (AttemptRecord, Option<Duration>) {
+        let (n, round, duration_ms) = (job.attempt, job.round, took.as_millis() as u64);
+        let record =
+            AttemptRecord { round, n, started_at, duration_ms, status_code: None, error: None, response: None };
         match self {
             Answer::Status { code, retry_after, excerpt } => {
                 (AttemptRecord { status_code: Some(code), response: Some(excerpt), ..record }, retry_after)

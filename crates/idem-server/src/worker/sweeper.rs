@@ -124,6 +124,7 @@ mod tests {
         store.accept_event(event).await.expect("accept");
         let job = store.lease_jobs(1, Duration::from_secs(60), &[]).await.expect("lease").remove(0);
         let attempt = AttemptRecord {
+            round: 1,
             n: 1,
             started_at: idem_core::Timestamp(0),
             duration_ms: 1,

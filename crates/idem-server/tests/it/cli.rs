@@ -1,5 +1,6 @@
 //! The command line as a user types it: `idem config check`, `idem claims put|get|delete`,
-//! `idem operations get|delete` and `idem import`, run as real processes against a real server.
+//! `idem operations get|delete`, `idem import`, `idem health` and `idem --version`, run as real
+//! processes against a real server.
 
 use http::Method;
 use serde_json::json;
@@ -399,4 +400,77 @@ async fn claims_list_and_delete_a_prefix_found_through_idem_url() {
     assert_eq!(code, 1);
     assert!(stderr.contains("does not look like idem") && stderr.contains(&other), "{stderr}");
     s.stop().await;
+}
+
+/// `idem --version` names the version and the commit it was built from (build.rs): the hash git
+/// gives for HEAD here, and a date.
+#[test]
+fn version_names_the_commit() {
+    let (code, stdout, stderr) = run(&["--version"], &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let line = stdout.trim();
+    let prefix = concat!("idem ", env!("CARGO_PKG_VERSION"), " (commit ");
+    assert!(line.starts_with(prefix) && line.ends_with(')') && stdout.lines().count() == 1, "{stdout}");
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=7", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    match head {
+        Some(head) => assert!(line.contains(&format!("(commit {head}, 20")), "{line} names HEAD {head}"),
+        None => assert!(line.contains("(commit unknown"), "outside git: {line}"),
+    }
+}
+
+/// `idem health`, the container's health check: 0 when /readyz answers 200 (at --url or
+/// IDEM_URL), 1 with one line naming the URL when nothing answers or /readyz is not 200, 2 for a
+/// URL that is not one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_is_zero_only_when_ready() {
+    let s = TestServer::start().await;
+    let (code, stdout, stderr) = idem(args(&["health", "--url", &s.url])).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("/readyz answered 200"), "{stdout}");
+    let url = s.url.clone();
+    let (code, _, stderr) =
+        tokio::task::spawn_blocking(move || run(&["health"], &[("IDEM_URL", &url)])).await.expect("ran");
+    assert_eq!(code, 0, "IDEM_URL is read: {stderr}");
+    s.stop().await;
+
+    let closed = format!("http://127.0.0.1:{}", crate::support::binary::free_port());
+    let (code, _, stderr) = idem(args(&["health", "--url", &closed])).await;
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("not ready") && stderr.contains(&closed) && stderr.trim().lines().count() == 1, "{stderr}");
+
+    let unready = answer_once(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\ncontent-length: 50\r\nconnection: close\r\n\r\n{\"status\":503,\"detail\":\"the store is unavailable\"}",
+    );
+    let (code, _, stderr) = idem(args(&["health", "--url", &unready])).await;
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("answered 503") && stderr.contains("the store is unavailable"), "{stderr}");
+
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let silent_url = format!("http://{}", silent.local_addr().expect("addr"));
+    let (code, _, stderr) = idem(args(&["health", "--url", &silent_url, "--timeout", "1"])).await;
+    assert_eq!(code, 1, "a server that never answers: {stderr}");
+    assert!(stderr.contains("did not answer within 1s"), "{stderr}");
+
+    assert_eq!(idem(args(&["health", "--url", "localhost:7070"])).await.0, 2, "not a URL: a usage error");
+}
+
+/// A server on a loopback port that answers its first request with `response`, then closes.
+fn answer_once(response: &'static str) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    std::thread::spawn(move || {
+        if let Ok((mut stream, _)) = listener.accept() {
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request);
+            let _ = stream.write_all(response.as_bytes());
+        }
+    });
+    url
 }

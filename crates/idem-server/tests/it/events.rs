@@ -557,3 +557,78 @@ async fn counter(s: &TestServer, name: &str) -> f64 {
     let text = String::from_utf8_lossy(&metrics.body).into_owned();
     text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok()).unwrap_or(0.0)
 }
+
+/// Result webhooks say which round ended how (`round`, `attempts`, `last_error`), and each round's
+/// has its own `webhook-id` (`<receipt>_result_<round>`): a handler that deduplicates on it, as it
+/// should for deliveries, still gets the second round's `receipt.dead`. The receipt keeps every
+/// round's attempts, each with its round (contract §12).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn result_webhooks_tell_each_round_and_the_receipt_keeps_every_rounds_attempts() {
+    let results: Arc<std::sync::Mutex<Vec<(String, serde_json::Value)>>> = Arc::default();
+    let record = Arc::clone(&results);
+    let app = axum::Router::new().route(
+        "/results",
+        axum::routing::post(move |headers: axum::http::HeaderMap, body: String| {
+            let record = Arc::clone(&record);
+            async move {
+                let id = headers.get("webhook-id").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+                record.lock().expect("lock").push((id, serde_json::from_str(&body).expect("JSON")));
+                http::StatusCode::OK
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let results_url = format!("http://{}/results", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let nobody = format!("http://127.0.0.1:{}/handle", crate::support::binary::free_port());
+    let extra = format!(
+        "max_attempts = 2\nbackoff = [\"50ms\"]\nresult_webhook_url = \"{results_url}\"\nresult_backoff = [\"50ms\"]\n"
+    );
+    let s =
+        TestServer::start_with(|c| c.sources = vec![source("partner", &nobody, &extra)], Arc::new(SystemClock)).await;
+
+    let dead = until_status(&s, "dead", |_| {}).await;
+    let id = dead["id"].as_str().expect("id").to_owned();
+    let wait_results = |n: usize| {
+        let results = Arc::clone(&results);
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while results.lock().expect("lock").len() < n {
+                assert!(Instant::now() < deadline, "result webhook {n} never came");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    wait_results(1).await;
+    s.post(&format!("/v1/receipts/{id}/replay"), json!({}), 202).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let receipt = s.expect(Method::GET, &format!("/v1/receipts/{id}"), None, 200).await;
+        if receipt["status"] == "dead" && receipt["round"] == 2 {
+            let rounds: Vec<(u64, u64)> = receipt["attempts"]
+                .as_array()
+                .expect("attempts")
+                .iter()
+                .map(|a| (a["round"].as_u64().expect("round"), a["n"].as_u64().expect("n")))
+                .collect();
+            assert_eq!(rounds, [(1, 1), (1, 2), (2, 1), (2, 2)], "every round's attempts: {receipt}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "never dead again: {receipt}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    wait_results(2).await;
+    let results = results.lock().expect("lock").clone();
+    let ids: Vec<&str> = results.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, [format!("{id}_result_1"), format!("{id}_result_2")], "one webhook-id per round");
+    for (round, (_, body)) in results.iter().enumerate() {
+        assert_eq!(body["type"], "receipt.dead");
+        assert_eq!((body["round"].as_u64(), body["attempts"].as_u64()), (Some(round as u64 + 1), Some(2)));
+        assert!(
+            body["last_error"].as_str().is_some_and(|e| e.contains("connect")),
+            "why the last attempt failed: {body}"
+        );
+        assert_eq!(body["last_status_code"], json!(null));
+    }
+    s.stop().await;
+}

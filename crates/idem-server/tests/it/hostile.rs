@@ -249,3 +249,56 @@ async fn only_json_objects_are_requests() {
     s.post("/v1/claims/arr", json!({"key": "k"}), 201).await;
     s.stop().await;
 }
+
+/// A request refused before its body is read (here: no token) leaves the rest of the body on the
+/// wire, so the connection cannot carry another request: the answer says `Connection: close`
+/// (clients with a connection pool otherwise sent their next request on a connection about to
+/// close, and got no answer). A request whose body was read keeps its connection.
+#[tokio::test]
+async fn an_answer_given_before_the_body_was_read_closes_the_connection() {
+    let s = TestServer::start_with(
+        |c| c.auth.tokens = vec![idem_server::config::Secret::new("t0k")],
+        std::sync::Arc::new(idem_core::SystemClock),
+    )
+    .await;
+    let addr = address(&s.url);
+    let exchange = move |head: String, body: &[u8]| {
+        let mut socket = TcpStream::connect(&addr).expect("connect");
+        socket.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+        socket.write_all(head.as_bytes()).expect("head");
+        socket.write_all(body).expect("body");
+        let mut answer = vec![0; 4096];
+        let n = socket.read(&mut answer).expect("an answer");
+        String::from_utf8_lossy(&answer[..n]).to_ascii_lowercase()
+    };
+    // The headers now, the body never: refused at once, the body unread.
+    let refused = tokio::task::spawn_blocking(move || {
+        exchange(
+            "POST /v1/claims/ns HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n".into(),
+            b"",
+        )
+    })
+    .await
+    .expect("ran");
+    assert!(refused.starts_with("http/1.1 401"), "{refused}");
+    assert!(refused.contains("connection: close"), "{refused}");
+    let addr = address(&s.url);
+    let read = tokio::task::spawn_blocking(move || {
+        let body = br#"{"key":"k"}"#;
+        let mut socket = TcpStream::connect(&addr).expect("connect");
+        socket.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+        let head = format!(
+            "POST /v1/claims/ns HTTP/1.1\r\nhost: localhost\r\nauthorization: Bearer t0k\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        );
+        socket.write_all(head.as_bytes()).expect("head");
+        socket.write_all(body).expect("body");
+        let mut answer = vec![0; 4096];
+        let n = socket.read(&mut answer).expect("an answer");
+        String::from_utf8_lossy(&answer[..n]).to_ascii_lowercase()
+    })
+    .await
+    .expect("ran");
+    assert!(read.starts_with("http/1.1 201"), "{read}");
+    assert!(!read.contains("connection: close"), "a read body keeps the connection: {read}");
+}

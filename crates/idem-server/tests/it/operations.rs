@@ -324,3 +324,17 @@ async fn bad_input_is_400_naming_the_field_and_changes_nothing() {
     }
     s.stop().await;
 }
+
+/// A second complete answers exactly what the first did, to the microsecond: the expiry as stored,
+/// not one computed apart on each side of the store (a real clock, so that time moves between).
+#[tokio::test]
+async fn a_second_complete_answers_the_very_same_record() {
+    let s = TestServer::start().await;
+    for i in 0..20 {
+        let begun = s.post("/v1/operations/pay/begin", json!({"key": format!("k{i}")}), 201).await;
+        let path = format!("/v1/operations/pay/{}/complete", begun["id"].as_str().expect("id"));
+        let first = s.post(&path, json!({"token": begun["token"], "result": {"n": i}}), 200).await;
+        let again = s.post(&path, json!({"token": begun["token"], "result": {"n": i}}), 200).await;
+        assert_eq!(first, again, "round {i}");
+    }
+}

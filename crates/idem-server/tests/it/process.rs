@@ -8,7 +8,7 @@ use http::Method;
 use idem_server::cli::client::ApiClient;
 use serde_json::json;
 
-use crate::support::binary::{Idem, run};
+use crate::support::binary::{Idem, free_port, run};
 
 /// Writers claim unique keys as fast as they can; idem is killed with SIGKILL mid-stream. After a
 /// restart on the same data dir, every key that was answered 201 is there.
@@ -459,4 +459,62 @@ async fn backup_while_serving_is_consistent_and_check_finds_damage() {
     }
     assert!(missing <= 64, "only the damaged group's claims are gone: {missing} missing");
     drop(restored);
+}
+
+/// An operator is told, at `warn`, that a handler is down (each failed attempt: source, receipt,
+/// the handler's URL without its query, what went wrong, what comes next), that receipts went dead,
+/// and that the gateway's upstream cannot be reached (its URL) — and a handler down under load
+/// does not flood the log (contract §12).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_or_an_upstream_that_is_down_is_told_in_the_log_without_flooding_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (handler, upstream, gateway) = (free_port(), free_port(), free_port());
+    let config = dir.path().join("idem.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[sources]]\nname = \"partner\"\nhandler_url = \"http://127.0.0.1:{handler}/handle?key=s3cret-in-query\"\n\
+             event_id = \"/id\"\nsigning_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\nmax_attempts = 3\n\
+             backoff = [\"20ms\"]\nattempt_timeout = \"2s\"\n\n\
+             [gateway]\nlisten = \"127.0.0.1:{gateway}\"\nupstream = \"http://127.0.0.1:{upstream}\"\n\
+             [[gateway.routes]]\npath = \"/orders\"\n"
+        ),
+    )
+    .expect("config");
+    let idem = Idem::serve(&dir.path().join("data"), &["--config", config.to_str().expect("utf-8")]);
+    let client = ApiClient::new(&idem.url, None).expect("client");
+    for i in 0..40 {
+        let reply = client
+            .send(Method::POST, "/v1/sources/partner/events", Some(&json!({"id": format!("e{i}")})))
+            .await
+            .expect("intake");
+        assert_eq!(reply.status.as_u16(), 202);
+    }
+    let gw = ApiClient::new(&format!("http://127.0.0.1:{gateway}"), None).expect("client");
+    let reply = gw.send(Method::POST, "/orders?token=abc", Some(&json!({}))).await.expect("gateway");
+    assert_eq!(reply.status.as_u16(), 502);
+
+    let failed = idem.wait_for_log("a delivery attempt failed", Duration::from_secs(20));
+    assert!(
+        failed.contains("WARN") && failed.contains("source=\"partner\"") && failed.contains("receipt=rcpt_"),
+        "{failed}"
+    );
+    assert!(failed.contains(&format!("http://127.0.0.1:{handler}/handle")) && !failed.contains("s3cret"), "{failed}");
+    assert!(failed.contains("next: attempt 2 at"), "what comes next: {failed}");
+    let dead = idem.wait_for_log("went dead", Duration::from_secs(20));
+    assert!(
+        dead.contains("WARN") && dead.contains("source=\"partner\"") && dead.contains("after 3 attempts"),
+        "{dead}"
+    );
+    let upstream_line = idem.wait_for_log("the upstream unreachable", Duration::from_secs(5));
+    assert!(upstream_line.contains(&format!("http://127.0.0.1:{upstream}/orders")), "{upstream_line}");
+    assert!(!upstream_line.contains("token=abc"), "no query in the log: {upstream_line}");
+
+    // 120 failed attempts and 40 dead receipts within the period: a few lines, not 160.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let more: Vec<String> =
+        idem.log.try_iter().filter(|l| l.contains("attempt failed") || l.contains("went dead")).collect();
+    assert!(more.len() <= 4, "rate-limited, not one line per failure: {more:#?}");
+    let receipts = client.send(Method::GET, "/v1/receipts?status=dead&limit=100", None).await.expect("list").json();
+    assert_eq!(receipts["receipts"].as_array().map(Vec::len), Some(40), "every one went dead");
 }

@@ -1,4 +1,5 @@
-//! Claims and operations: looked up by key or id, and deleted.
+//! Claims and operations: looked up by key or id, and deleted; a prefix's claims listed a page at
+//! a time, and deleted together.
 
 use axum::extract::Query;
 use axum::http::StatusCode;
@@ -23,9 +24,14 @@ pub struct LookupForm {
     key: Option<String>,
     /// 64 hex digits, instead of a key.
     id: Option<String>,
-    /// Set: ask whether any live claim's parts begin with the key's parts.
+    /// Set: list the live claims whose parts begin with the key's parts.
     prefix: Option<String>,
+    /// A listing's cursor: the encoded parts of the last claim of the previous page (base64url).
+    after: Option<String>,
 }
+
+/// Claims listed per page.
+const PAGE: usize = 50;
 
 fn lookup_form(form: &LookupForm) -> Markup {
     let kind = filled(&form.kind).unwrap_or("claim");
@@ -50,7 +56,7 @@ fn lookup_form(form: &LookupForm) -> Markup {
             }
             label {
                 input type="checkbox" name="prefix" value="1" checked[form.prefix.is_some()];
-                " parts are a prefix (claims)"
+                " list every claim under these parts (a prefix)"
             }
             button type="submit" data-testid="lookup-submit" { "Look up" }
         }
@@ -96,17 +102,72 @@ async fn lookup_result(state: &Ui, form: &LookupForm) -> Result<Markup, ApiError
     }
     if form.prefix.is_some() {
         let Some(parts) = parts else {
-            return Err(idem_core::Invalid::new("key", "a prefix lookup needs parts, not an id").into());
+            return Err(idem_core::Invalid::new("key", "a prefix listing needs parts, not an id").into());
         };
-        let any = state.stores.claims.prefix_exists(&ns, &parts).await?;
-        return Ok(html! {
-            p.card data-testid="lookup-result" {
-                (if any { "✔ At least one" } else { "✖ No" }) " live claim in " (ns.as_str())
-                " has parts beginning with " (parts.as_slice().join(" / ")) "."
-            }
-        });
+        return prefix_result(state, form, &target, &parts).await;
     }
     claim_result(state, &target).await
+}
+
+/// A page of the claims under a prefix, with a link to the next, and (for who may) a button that
+/// deletes them all.
+async fn prefix_result(state: &Ui, form: &LookupForm, t: &Target<'_>, prefix: &Parts) -> Result<Markup, ApiError> {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let after = filled(&form.after)
+        .map(|a| b64.decode(a).map_err(|_| idem_core::Invalid::new("after", "is not a cursor from this page")))
+        .transpose()?;
+    let mut found = state.stores.claims.list(t.ns, prefix, after.as_deref(), PAGE + 1).await?;
+    let more = found.len() > PAGE;
+    found.truncate(PAGE);
+    let now = now(state);
+    let shown = prefix.as_slice().join(" / ");
+    let next = more.then(|| found.last().map(|r| b64.encode(r.parts.encode()))).flatten().map(|cursor| {
+        let mut query = vec![("kind", "claim"), ("ns", t.ns.as_str()), ("prefix", "1"), ("after", cursor.as_str())];
+        let key = form.key.clone().unwrap_or_default();
+        query.push(("key", key.as_str()));
+        format!("/ui/lookup?{}", serde_urlencoded::to_string(&query).unwrap_or_default())
+    });
+    Ok(html! {
+        div.card data-testid="lookup-result" {
+            @if found.is_empty() {
+                p.empty { "No live claim in " (t.ns.as_str()) " has parts beginning with " (shown) "." }
+            } @else {
+                p { (found.len()) @if more { "+" } " live claims in " (t.ns.as_str()) " under " strong { (shown) }
+                    @if after.is_some() { " (a later page)" } ":" }
+                table.list {
+                    thead { tr { th { "Parts" } th { "Claimed" } th { "Expires" } th { "Data" } } }
+                    tbody {
+                        @for record in &found {
+                            tr data-testid="claim-row" data-claim-id=(record.id) {
+                                td { (record.parts.as_slice().join(" / ")) }
+                                td { (time(record.created_at, now)) }
+                                td { @if let Some(at) = record.expires_at { (time(at, now)) } @else { "never" } }
+                                td.mono { @if let Some(data) = &record.data { (excerpt(data.get())) } }
+                            }
+                        }
+                    }
+                }
+                @if let Some(next) = next { p { a href=(next) data-testid="claims-next" { "Next page →" } } }
+                @if t.may_delete {
+                    form method="post" action="/ui/lookup/delete" data-ui {
+                        input type="hidden" name="kind" value="prefix";
+                        input type="hidden" name="ns" value=(t.ns.as_str());
+                        input type="hidden" name="key" value=(prefix.as_slice().join("\n"));
+                        button.danger type="submit" data-testid="prefix-delete" {
+                            "Delete every claim under " (shown)
+                        }
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// A claim's data on one line, cut at 120 characters.
+fn excerpt(text: &str) -> String {
+    let line: String = text.chars().filter(|c| *c != '\n').take(121).collect();
+    if line.chars().count() > 120 { format!("{}…", line.chars().take(120).collect::<String>()) } else { line }
 }
 
 /// The record a lookup found, and whether this caller may delete it.
@@ -197,8 +258,26 @@ fn pretty(text: &str) -> String {
 
 pub async fn lookup_delete(state: Ui, Form(form): Form<LookupForm>) -> Response {
     let outcome = async {
-        let (ns, _, id) = lookup_target(&form)?;
+        let (ns, parts, id) = lookup_target(&form)?;
         state.caller.require_namespace(ns.as_str())?;
+        if filled(&form.kind) == Some("prefix") {
+            let Some(parts) = parts else {
+                return Err(idem_core::Invalid::new("key", "deleting a prefix needs parts, not an id").into());
+            };
+            let mut deleted = 0;
+            loop {
+                let gone = state.stores.claims.delete_prefix(&ns, &parts, 1000).await?;
+                deleted += gone;
+                if gone < 1000 {
+                    break;
+                }
+            }
+            metrics::counter!("idem_claims_deleted_total", "namespace" => ns.as_str().to_owned()).increment(deleted as u64);
+            let token = state.caller.name();
+            tracing::info!(token, namespace = ns.as_str(), deleted, "claims deleted by prefix from the dashboard");
+            let shown = parts.as_slice().join(" / ");
+            return Ok(notice("ok", &format!("Deleted {deleted} claims under {shown}: their keys can be claimed again.")));
+        }
         if filled(&form.kind) == Some("operation") {
             let key = idem_core::operation::store_id(&ns, &id);
             Ok::<_, ApiError>(match state.stores.requests.forget_request(&key).await? {
@@ -224,7 +303,7 @@ pub async fn lookup_delete(state: Ui, Form(form): Form<LookupForm>) -> Response 
     let content = html! {
         h1 { "Claims and operations" }
         (flash)
-        (lookup_form(&LookupForm { id: None, key: None, ..form }))
+        (lookup_form(&LookupForm { id: None, key: None, after: None, ..form }))
     };
     let mut response = render(&state, "Claims and operations", Tab::Lookup, content);
     *response.status_mut() = StatusCode::OK;

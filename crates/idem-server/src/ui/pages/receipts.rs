@@ -230,18 +230,21 @@ fn event_body(r: &Receipt) -> Markup {
     }
 }
 
-/// This round's attempts, oldest first, and the next one when it is due.
+/// Every round's attempts, oldest first (a replay starts a new round), and the next one when it is
+/// due.
 fn attempts(r: &Receipt, now: Timestamp) -> Markup {
     let under_way = matches!(r.status, ReceiptStatus::Accepted | ReceiptStatus::Processing);
+    let this_round = r.attempts.iter().filter(|a| a.round == r.round).count();
     html! {
+        @if this_round == 0 && under_way {
+            p.empty { "No attempt finished yet in this round: the first delivery is queued or under way." }
+        }
         @if r.attempts.is_empty() {
-            @if under_way {
-                p.empty { "No attempt finished yet in this round: the first delivery is queued or under way." }
-            } @else {
-                p.empty { "No attempts in this round." }
+            @if !under_way {
+                p.empty { "No attempts yet." }
             }
         } @else {
-            ol.timeline { @for a in &r.attempts { (attempt(a, now)) } }
+            ol.timeline { @for a in &r.attempts { (attempt(a, r.round > 1, now)) } }
         }
         @if let Some(at) = r.next_attempt_at {
             p data-testid="next-attempt" {
@@ -251,7 +254,8 @@ fn attempts(r: &Receipt, now: Timestamp) -> Markup {
     }
 }
 
-fn attempt(a: &AttemptRecord, now: Timestamp) -> Markup {
+/// One attempt; `rounds`: the receipt was replayed, so each attempt says its round.
+fn attempt(a: &AttemptRecord, rounds: bool, now: Timestamp) -> Markup {
     let outcome = match (a.status_code, &a.error) {
         (Some(code), _) if (200..300).contains(&code) => pill("s-completed", "✔", &format!("HTTP {code}")),
         (Some(code), _) => pill("s-dead", "✖", &format!("HTTP {code}")),
@@ -259,8 +263,11 @@ fn attempt(a: &AttemptRecord, now: Timestamp) -> Markup {
         (None, None) => html! { "no answer" },
     };
     html! {
-        li data-testid="attempt" {
-            div { strong { "Attempt " (a.n) } " · " (time(a.started_at, now)) " · " (a.duration_ms) " ms" }
+        li data-testid="attempt" data-round=(a.round) {
+            div {
+                @if rounds { span.muted { "Round " (a.round) " · " } }
+                strong { "Attempt " (a.n) } " · " (time(a.started_at, now)) " · " (a.duration_ms) " ms"
+            }
             div { (outcome) }
             @if let Some(response) = a.response.as_deref().filter(|t| !t.is_empty()) {
                 pre.code.small { (response) }
