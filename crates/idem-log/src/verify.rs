@@ -67,9 +67,9 @@ pub struct Torn {
     pub bytes: u64,
 }
 
-/// A segment as found.
+/// A segment as verification found it: where its intact groups end.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Found {
+pub struct SegmentFound {
     pub number: u32,
     /// Where its last whole group ends (the head's next group is written here).
     pub end: u64,
@@ -84,7 +84,7 @@ pub struct Verdict {
     /// As read; `None` for a new log or one written before the manifest.
     pub manifest: Option<Manifest>,
     /// The segments replayed, ascending; the last is the head.
-    pub segments: Vec<Found>,
+    pub segments: Vec<SegmentFound>,
     pub damage: Vec<Damage>,
     pub torn: Option<Torn>,
     /// Segment files the manifest does not list and that hold nothing acknowledged (compaction
@@ -279,7 +279,7 @@ fn judge(path: &Path, number: u32, bytes: &[u8], scan: &Scan, role: Role, verdic
     let at = Judged { path, number, scan };
     let end = judge_bad(&at, bytes, role, verdict);
     verdict.damage.extend(judge_role(&at, role));
-    verdict.segments.push(Found { number, end, records: scan.records, len: scan.len });
+    verdict.segments.push(SegmentFound { number, end, records: scan.records, len: scan.len });
 }
 
 /// A segment being judged.
