@@ -99,9 +99,9 @@ pub async fn expiry(ctx: &Context, stored: u64, expiring: u64, data_bytes: usize
             floor as f64 / 1048576.0,
             peak as f64 / 1048576.0,
             final_size as f64 / 1048576.0,
-            metric(&metrics, "idem_sweeper_deleted_total"),
-            metric(&metrics, "idem_store_commit_errors_total"),
-            metric(&metrics, "idem_store_command_errors_total"),
+            metric(&metrics, idem_metrics::store::SWEPT.name),
+            metric(&metrics, idem_metrics::store::COMMIT_ERRORS.name),
+            metric(&metrics, idem_metrics::store::COMMAND_ERRORS.name),
         ),
     ];
     match under_half {

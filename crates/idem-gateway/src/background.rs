@@ -17,7 +17,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderValue, Response, StatusCode, header};
+use http::Response;
+use idem_metrics::Label;
+use idem_metrics::gateway::Outcome;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
 
@@ -26,7 +28,7 @@ use crate::call::Call;
 use crate::engine::{Engine, count};
 use crate::held::Held;
 use crate::policy::RoutePolicy;
-use crate::problem::problem;
+use crate::problem::Problem;
 
 /// Where the engine is in its life, as its background calls see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,24 +67,23 @@ struct Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        metrics::gauge!("idem_gateway_background_calls", "route" => Arc::clone(&self.route)).decrement(1.0);
+        idem_metrics::gateway::background_running(Arc::clone(&self.route), false);
     }
 }
 
-fn count_background(route: &RoutePolicy, outcome: &'static str) {
-    metrics::counter!("idem_gateway_background_calls_total", "route" => route.path.shared(), "outcome" => outcome)
-        .increment(1);
+fn count_background(route: &RoutePolicy, outcome: Outcome) {
+    idem_metrics::gateway::background_ended(route.path.shared(), outcome);
 }
 
 impl Engine {
     /// The client's wait is over: the call goes on in a task of its own, or (over the bound, or
     /// shutting down) is dropped with its key left held until the lease ends.
     pub(crate) fn to_background(self: &Arc<Self>, held: Held, call: Call) -> Response<GatewayBody> {
-        count(&held.route, "upstream_timeout");
+        count(&held.route, Outcome::UpstreamTimeout);
         let phase = *self.background.phase.borrow();
         let permit = match phase {
-            Phase::Running => Arc::clone(&self.background.slots).try_acquire_owned().map_err(|_| "over_limit"),
-            Phase::Draining | Phase::Abandoned => Err("abandoned"),
+            Phase::Running => Arc::clone(&self.background.slots).try_acquire_owned().map_err(|_| Outcome::OverLimit),
+            Phase::Draining | Phase::Abandoned => Err(Outcome::Abandoned),
         };
         let permit = match permit {
             Ok(permit) => permit,
@@ -90,7 +91,7 @@ impl Engine {
                 count_background(&held.route, outcome);
                 tracing::warn!(
                     route = held.route.path.as_str(),
-                    outcome,
+                    outcome = outcome.label(),
                     "an upstream call slower than upstream_timeout was dropped; its key is held until its lease ends"
                 );
                 let lease_left = (held.started + held.route.lease).saturating_duration_since(Instant::now());
@@ -98,7 +99,7 @@ impl Engine {
             }
         };
         let retry_after = held.route.upstream_timeout;
-        metrics::gauge!("idem_gateway_background_calls", "route" => held.route.path.shared()).increment(1.0);
+        idem_metrics::gateway::background_running(held.route.path.shared(), true);
         let slot = Slot { _permit: permit, route: held.route.path.shared() };
         let engine = Arc::clone(self);
         tokio::spawn(async move { engine.finish_in_background(held, call, slot).await });
@@ -113,7 +114,7 @@ impl Engine {
             _ = phase.wait_for(|p| *p == Phase::Abandoned) => None,
         };
         let Some(exchange) = ended else {
-            count_background(&held.route, "abandoned");
+            count_background(&held.route, Outcome::Abandoned);
             return;
         };
         let (outcome, _) = self.settle(&held, exchange).await;
@@ -174,10 +175,6 @@ fn abandoned(lease_left: Duration) -> Response<GatewayBody> {
 }
 
 fn timed_out(detail: &str, retry_after: Duration) -> Response<GatewayBody> {
-    let mut response = problem(StatusCode::GATEWAY_TIMEOUT, "upstream-timeout", detail);
     let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
-    if let Ok(value) = HeaderValue::from_str(&seconds.max(1).to_string()) {
-        response.headers_mut().insert(header::RETRY_AFTER, value);
-    }
-    response
+    Problem::UpstreamTimeout.retry_after(detail, seconds)
 }

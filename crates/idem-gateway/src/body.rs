@@ -6,11 +6,11 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{Response, StatusCode};
+use http::Response;
 use http_body::{Body, Frame};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
-use crate::problem::problem;
+use crate::problem::Problem;
 use crate::{BoxError, GatewayBody};
 
 /// Why a request body could not be taken.
@@ -23,18 +23,10 @@ pub enum BodyError {
 }
 
 impl BodyError {
-    pub fn status(&self) -> StatusCode {
+    pub fn problem(&self) -> Problem {
         match self {
-            Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::Unreadable => StatusCode::BAD_REQUEST,
-        }
-    }
-
-    /// The problem type's last segment.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::TooLarge(_) => "payload-too-large",
-            Self::Unreadable => "invalid-request",
+            Self::TooLarge(_) => Problem::PayloadTooLarge,
+            Self::Unreadable => Problem::InvalidRequest,
         }
     }
 
@@ -50,7 +42,7 @@ impl BodyError {
 
     /// The problem+json answer.
     pub fn into_response(self) -> Response<GatewayBody> {
-        problem(self.status(), self.kind(), &self.detail())
+        self.problem().answer(&self.detail())
     }
 }
 
@@ -103,7 +95,8 @@ mod tests {
         let body = |n: usize| Full::new(Bytes::from(vec![b'x'; n]));
         assert_eq!(read_limited(body(10), 10).await.map(|b| b.len()), Ok(10));
         let err = read_limited(body(11), 10).await.unwrap_err();
-        assert_eq!((err.status(), err.kind()), (StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large"));
+        let problem = err.problem();
+        assert_eq!((problem.status(), problem.kind()), (http::StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large"));
         assert!(err.detail().contains("limits.max_body_bytes (10 bytes)"), "{}", err.detail());
     }
 }

@@ -40,11 +40,12 @@ use idem_core::gateway::{
 };
 use idem_core::request::{Begin, LeaseToken, NewRequest};
 use idem_core::{ClaimId, ClientToken, Clock, RequestStore, StoreError};
+use idem_metrics::gateway::Outcome;
 
 use crate::background::Background;
 use crate::cache::{Cached, ReplayCache};
 use crate::policy::RoutePolicy;
-use crate::problem::{in_flight, problem};
+use crate::problem::{Problem, in_flight};
 use crate::unstored::Unstored;
 use crate::waiters::{Wait, Waiters};
 use crate::{GatewayBody, full};
@@ -114,8 +115,8 @@ pub struct Engine {
     pub(crate) upstream_log: idem_core::throttle::Throttle,
 }
 
-pub(crate) fn count(route: &RoutePolicy, outcome: &'static str) {
-    metrics::counter!("idem_gateway_requests_total", "route" => route.path.shared(), "outcome" => outcome).increment(1);
+pub(crate) fn count(route: &RoutePolicy, outcome: Outcome) {
+    idem_metrics::gateway::request(route.path.shared(), outcome);
 }
 
 /// A request's identity on its route: where its key lives, and what it must match.
@@ -157,7 +158,7 @@ impl Engine {
         let key = match key_of(route, &request) {
             Ok(Some(key)) => key,
             Ok(None) => {
-                count(route, "no_key");
+                count(route, Outcome::NoKey);
                 return forward(request).await.unwrap_or_else(|e| self.upstream_failed(route, &e));
             }
             Err(problem) => return problem.answer(route),
@@ -220,8 +221,7 @@ impl Engine {
                 Err(e) => return Err(store_unavailable(route, &e)),
                 Ok(Begin::Started { token, lease_expired, fence, .. }) => {
                     if lease_expired {
-                        metrics::counter!("idem_gateway_lease_expiries_total", "route" => route.path.shared())
-                            .increment(1);
+                        idem_metrics::gateway::lease_expired(route.path.shared());
                     }
                     return Ok((token, fence));
                 }
@@ -233,7 +233,7 @@ impl Engine {
                 // be another node), or give up at the deadline.
                 Ok(Begin::InFlight { .. }) => {
                     if !wait.until_next_look(armed, Duration::from_secs(1)).await {
-                        count(route, "conflict");
+                        count(route, Outcome::Conflict);
                         return Err(in_flight(1));
                     }
                 }
@@ -255,8 +255,8 @@ impl Engine {
             Ok(response) => Arc::new(response),
             Err(e) => {
                 tracing::error!(error = %e, "a stored response could not be read");
-                count(route, "store_error");
-                return problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the stored response could not be read");
+                count(route, Outcome::StoreError);
+                return Problem::Internal.answer("the stored response could not be read");
             }
         };
         if same_fingerprint {
@@ -280,9 +280,7 @@ impl Engine {
         F: FnOnce(Request<Bytes>) -> ForwardFuture + Send + 'static,
     {
         let held = Arc::clone(self).run_held(Arc::clone(route), identity, token, forward(request));
-        tokio::spawn(held).await.unwrap_or_else(|_| {
-            problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the request failed inside idem")
-        })
+        tokio::spawn(held).await.unwrap_or_else(|_| Problem::Internal.answer("the request failed inside idem"))
     }
 }
 
@@ -298,13 +296,13 @@ impl KeyProblem {
     fn answer(self, route: &RoutePolicy) -> Response<GatewayBody> {
         match self {
             KeyProblem::Missing => {
-                count(route, "missing_key");
+                count(route, Outcome::MissingKey);
                 let detail = "this route requires an Idempotency-Key header";
-                problem(StatusCode::BAD_REQUEST, "missing-idempotency-key", detail)
+                Problem::MissingKey.answer(detail)
             }
             KeyProblem::Invalid(detail) => {
-                count(route, "invalid_key");
-                problem(StatusCode::BAD_REQUEST, "invalid-idempotency-key", detail)
+                count(route, Outcome::InvalidKey);
+                Problem::InvalidKey.answer(detail)
             }
         }
     }
@@ -342,7 +340,7 @@ fn answer_completed(route: &RoutePolicy, same_fingerprint: bool, stored: &Stored
     if !same_fingerprint {
         return mismatch(route);
     }
-    count(route, "replayed");
+    count(route, Outcome::Replayed);
     replay(stored)
 }
 
@@ -361,10 +359,8 @@ pub fn replay(stored: &StoredResponse) -> Response<GatewayBody> {
 }
 
 fn mismatch(route: &RoutePolicy) -> Response<GatewayBody> {
-    count(route, "mismatch");
-    problem(
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "idempotency-key-reused",
+    count(route, Outcome::Mismatch);
+    Problem::KeyReused.answer(
         "this Idempotency-Key was already used with a different request (method, path, query or body); nothing was forwarded",
     )
 }
@@ -373,16 +369,14 @@ fn mismatch(route: &RoutePolicy) -> Response<GatewayBody> {
 /// that an outage is not one log line per request.
 fn store_unavailable(route: &RoutePolicy, e: &StoreError) -> Response<GatewayBody> {
     tracing::debug!(error = %e, "gateway store unavailable");
-    count(route, "store_error");
+    count(route, Outcome::StoreError);
     let detail = match e {
         StoreError::OutcomeUnknown(_) => {
             "the idempotency store did not answer in time; nothing was forwarded, but this key may stay held (409) until the route's lease ends; retry shortly"
         }
         _ => "the idempotency store is unavailable; nothing was forwarded, retry shortly",
     };
-    let mut response = problem(StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", detail);
-    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    response
+    Problem::StoreUnavailable.retry_after(detail, 1)
 }
 
 impl Engine {
@@ -401,9 +395,7 @@ impl Engine {
 }
 
 fn upstream_failed() -> Response<GatewayBody> {
-    problem(
-        StatusCode::BAD_GATEWAY,
-        "upstream-unavailable",
+    Problem::UpstreamUnavailable.answer(
         "the upstream could not be reached or broke off; the Idempotency-Key was released, so a retry executes again",
     )
 }

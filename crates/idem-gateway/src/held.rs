@@ -21,6 +21,7 @@ use http::Response;
 use http_body_util::BodyExt;
 use idem_core::gateway::StoredResponse;
 use idem_core::request::LeaseToken;
+use idem_metrics::gateway::Outcome;
 use tokio::time::Instant;
 
 use crate::body::Prefixed;
@@ -143,13 +144,8 @@ impl Engine {
 
     /// Settles the key as the call's end decides (stored, or released so that a retry executes
     /// again) and says how, with the answer for a client still waiting.
-    pub(crate) async fn settle(
-        self: &Arc<Self>,
-        held: &Held,
-        exchange: Exchange,
-    ) -> (&'static str, Response<GatewayBody>) {
-        metrics::histogram!("idem_gateway_upstream_duration_seconds", "route" => held.route.path.shared())
-            .record(held.started.elapsed().as_secs_f64());
+    pub(crate) async fn settle(self: &Arc<Self>, held: &Held, exchange: Exchange) -> (Outcome, Response<GatewayBody>) {
+        idem_metrics::gateway::upstream(held.route.path.shared(), held.started.elapsed().as_secs_f64());
         let (outcome, answer) = match exchange {
             Exchange::Whole(parts, body) => {
                 let headers =
@@ -157,10 +153,10 @@ impl Engine {
                 let stored = StoredResponse { status: parts.status.as_u16(), headers, body: body.to_vec() };
                 return (self.store_response(held, stored).await, Response::from_parts(parts, full(body)));
             }
-            Exchange::Failed(e) => ("upstream_error", self.upstream_failed(&held.route, &e)),
-            Exchange::Transient(response) => ("released", response),
+            Exchange::Failed(e) => (Outcome::UpstreamError, self.upstream_failed(&held.route, &e)),
+            Exchange::Transient(response) => (Outcome::Released, response),
             Exchange::TooLarge(parts, prefix, rest) => {
-                ("too_large", Response::from_parts(parts, Prefixed { prefix, rest }.boxed_unsync()))
+                (Outcome::TooLarge, Response::from_parts(parts, Prefixed { prefix, rest }.boxed_unsync()))
             }
         };
         if let Err(e) = self.store.release_request(&held.identity.id, held.token).await {
@@ -172,7 +168,7 @@ impl Engine {
 
     /// Stores a response under the lease token, and keeps it for replays from memory. One the
     /// store cannot take now is kept until it can.
-    async fn store_response(self: &Arc<Self>, held: &Held, stored: StoredResponse) -> &'static str {
+    async fn store_response(self: &Arc<Self>, held: &Held, stored: StoredResponse) -> Outcome {
         let (route, id) = (&held.route, &held.identity.id);
         let encoded = stored.encode();
         let cached = |engine: &Engine| {
@@ -183,23 +179,23 @@ impl Engine {
         match self.store.complete_request(id, held.token, &encoded, route.ttl).await {
             Ok(Some(_)) => {
                 cached(self);
-                "forwarded"
+                Outcome::Forwarded
             }
             Ok(None) => {
                 tracing::warn!(
                     route = route.path.as_str(),
                     "lease ran out before the response came back; it was not stored"
                 );
-                "lease_lost"
+                Outcome::LeaseLost
             }
             Err(e) => {
                 tracing::debug!(error = %e, "could not store a response now; keeping it until the store answers");
                 if self.keep_settling(pending(held, Settle::Store(encoded))) {
                     // This node holds the key and has its answer: its retries are replayed now.
                     cached(self);
-                    "unstored"
+                    Outcome::Unstored
                 } else {
-                    "store_error"
+                    Outcome::StoreError
                 }
             }
         }

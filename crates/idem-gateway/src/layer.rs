@@ -25,14 +25,14 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
 use http_body_util::BodyExt;
 use tower::{Layer, Service, ServiceExt};
 
 use crate::body::{declared_too_large, read_limited};
 use crate::engine::{Engine, ForwardError, ForwardFuture};
 use crate::policy::Routes;
-use crate::problem::problem;
+use crate::problem::Problem;
 use crate::{BoxError, GatewayBody};
 
 #[derive(Clone)]
@@ -95,7 +95,11 @@ where
             let Some(route) = routes.find(request.method(), request.uri().path()).cloned() else {
                 return Ok(match inner.oneshot(request).await {
                     Ok(response) => boxed(response),
-                    Err(e) => problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", &e.into().to_string()),
+                    Err(e) => {
+                        // The inner service's error is for the operator, not the client.
+                        tracing::error!(error = %e.into(), "the inner service failed");
+                        Problem::Internal.answer("the request failed inside the service")
+                    }
                 });
             };
             let (parts, body) = request.into_parts();

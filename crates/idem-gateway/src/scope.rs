@@ -20,11 +20,12 @@ use std::fmt;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{HeaderMap, Request, StatusCode, header};
+use http::{HeaderMap, Request, header};
+use idem_metrics::gateway::Outcome;
 
 use crate::jwt::{JwtFailure, JwtVerifier};
 use crate::policy::RoutePolicy;
-use crate::problem::problem;
+use crate::problem::Problem;
 use crate::{GatewayBody, engine::count};
 
 /// One part of the request that separates one caller's keys from another's.
@@ -88,29 +89,23 @@ impl ScopeRefusal {
     pub(crate) fn answer(self, route: &RoutePolicy) -> http::Response<GatewayBody> {
         match self {
             ScopeRefusal::Missing => {
-                count(route, "scope_missing");
-                problem(StatusCode::BAD_REQUEST, "scope-missing", &missing_detail(&route.scope))
+                count(route, Outcome::ScopeMissing);
+                Problem::ScopeMissing.answer(&missing_detail(&route.scope))
             }
             ScopeRefusal::Token(JwtFailure::KeysUnavailable) => {
-                count(route, "jwks_unavailable");
+                count(route, Outcome::JwksUnavailable);
                 JwtFailure::KeysUnavailable.count(route);
                 let detail = "the keys that verify bearer tokens (the JWKS) could not be fetched; nothing was \
                               forwarded, retry shortly";
-                let mut response = problem(StatusCode::SERVICE_UNAVAILABLE, "jwks-unavailable", detail);
-                let retry = crate::jwt::RETRY_AFTER_FAILURE.as_secs().to_string();
-                if let Ok(value) = http::HeaderValue::from_str(&retry) {
-                    response.headers_mut().insert(header::RETRY_AFTER, value);
-                }
-                response
+                Problem::JwksUnavailable.retry_after(detail, crate::jwt::RETRY_AFTER_FAILURE.as_secs())
             }
             ScopeRefusal::Token(failure) => {
-                count(route, "invalid_token");
+                count(route, Outcome::InvalidToken);
                 failure.count(route);
-                let mut response = problem(
-                    StatusCode::UNAUTHORIZED,
-                    "invalid-token",
-                    &format!("the bearer token did not verify ({}); nothing was forwarded", failure.describe()),
-                );
+                let mut response = Problem::InvalidToken.answer(&format!(
+                    "the bearer token did not verify ({}); nothing was forwarded",
+                    failure.describe()
+                ));
                 response
                     .headers_mut()
                     .insert(header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Bearer error=\"invalid_token\""));
@@ -118,8 +113,8 @@ impl ScopeRefusal {
             }
             ScopeRefusal::NoVerifier => {
                 tracing::error!(route = route.path.as_str(), "the route's scope reads jwt: claims but has no verifier");
-                count(route, "invalid_token");
-                problem(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the route's JWT verifier is not configured")
+                count(route, Outcome::InvalidToken);
+                Problem::Internal.answer("the route's JWT verifier is not configured")
             }
         }
     }

@@ -32,6 +32,7 @@ use std::time::Duration;
 use idem_core::ClaimId;
 use idem_core::gateway::Fingerprint;
 use idem_core::request::{LeaseToken, RequestState};
+use idem_metrics::gateway::UnstoredEnd;
 use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 
@@ -93,13 +94,13 @@ impl Unstored {
     }
 }
 
-fn count(route: &RoutePolicy, outcome: &'static str) {
-    metrics::counter!("idem_gateway_unstored_total", "route" => route.path.shared(), "outcome" => outcome).increment(1);
+fn count(route: &RoutePolicy, outcome: UnstoredEnd) {
+    idem_metrics::gateway::unstored_ended(route.path.shared(), outcome);
 }
 
 /// What became of a key.
 enum Ended {
-    Done(&'static str),
+    Done(UnstoredEnd),
     LeaseLost,
 }
 
@@ -114,7 +115,7 @@ impl Engine {
         let permit = match Arc::clone(&self.unstored.tasks).try_acquire_owned() {
             Ok(permit) if !*self.unstored.abandon.borrow() && self.unstored.reserve(bytes) => permit,
             _ => {
-                count(&pending.route, "dropped");
+                count(&pending.route, UnstoredEnd::Dropped);
                 tracing::warn!(
                     route = pending.route.path.as_str(),
                     "a response the store could not take was dropped (max_unstored_bytes, or shutting down); its key is held until its lease ends"
@@ -122,19 +123,19 @@ impl Engine {
                 return false;
             }
         };
-        metrics::gauge!("idem_gateway_unstored_responses").increment(1.0);
+        idem_metrics::gateway::unstored_kept(true);
         let engine = Arc::clone(self);
         tokio::spawn(async move {
             let route = Arc::clone(&pending.route);
             let mut abandon = engine.unstored.abandon.subscribe();
             let ended = tokio::select! {
                 ended = engine.settle_later(pending) => ended,
-                _ = abandon.wait_for(|a| *a) => Ended::Done("abandoned"),
+                _ = abandon.wait_for(|a| *a) => Ended::Done(UnstoredEnd::Abandoned),
             };
             match ended {
                 Ended::Done(outcome) => count(&route, outcome),
                 Ended::LeaseLost => {
-                    count(&route, "lease_lost");
+                    count(&route, UnstoredEnd::LeaseLost);
                     tracing::warn!(
                         route = route.path.as_str(),
                         "the lease of a response kept for the store ran out (cut off from the store longer than the lease); it was not stored"
@@ -142,7 +143,7 @@ impl Engine {
                 }
             }
             engine.unstored.bytes.fetch_sub(bytes, Ordering::AcqRel);
-            metrics::gauge!("idem_gateway_unstored_responses").decrement(1.0);
+            idem_metrics::gateway::unstored_kept(false);
             drop(permit);
         });
         true
@@ -181,10 +182,10 @@ impl Engine {
         }
     }
 
-    fn settled(&self, p: &Pending) -> &'static str {
+    fn settled(&self, p: &Pending) -> UnstoredEnd {
         match p.settle {
-            Settle::Store(_) => "stored",
-            Settle::Release => "released",
+            Settle::Store(_) => UnstoredEnd::Stored,
+            Settle::Release => UnstoredEnd::Released,
         }
     }
 

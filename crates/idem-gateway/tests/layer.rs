@@ -168,3 +168,28 @@ async fn the_layer_scopes_keys_by_a_session_cookie_or_a_verified_jwt_claim() {
     assert_eq!(send(&app, "/payments", &[]).await.0, StatusCode::BAD_REQUEST, "no token, no scope");
     assert_eq!(app.calls.load(Ordering::SeqCst), 4, "nothing ran for the refusals");
 }
+
+/// An inner service that fails: the client gets a plain 500 problem, never the service's own
+/// error text (which may name hosts, files or secrets).
+#[tokio::test]
+async fn an_inner_failure_is_a_500_that_keeps_its_text_to_itself() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = Arc::new(LogStore::open(dir.path(), Arc::new(SystemClock), LogOptions::default()).expect("open"));
+    let engine = Arc::new(Engine::new(store, Arc::new(SystemClock), EngineConfig::default()));
+    let failing = tower::service_fn(|_: Request<Body>| async {
+        Err::<axum::http::Response<Body>, std::io::Error>(std::io::Error::other("db at 10.0.0.7 password=hunter2"))
+    });
+    let service = tower::ServiceBuilder::new()
+        .layer(IdempotencyLayer::new(
+            engine,
+            Routes::new([RoutePolicy::new(PathPattern::parse("/orders").expect("valid"))]),
+        ))
+        .service(failing);
+    let response =
+        service.oneshot(Request::get("/health").body(Body::empty()).expect("request")).await.expect("infallible");
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let body = response.into_body().collect().await.expect("body").to_bytes();
+    let text = String::from_utf8_lossy(&body);
+    assert!(text.contains("urn:idem:problem:internal"), "{text}");
+    assert!(!text.contains("hunter2") && !text.contains("10.0.0.7"), "{text}");
+}

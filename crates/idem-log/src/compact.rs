@@ -168,7 +168,7 @@ fn compact(shared: &Shared, commands: &mpsc::Sender<Command>, number: u32) -> Re
         expired_dropped = dropped,
         "log segment compacted"
     );
-    metrics::counter!("idem_store_compactions_total").increment(1);
+    idem_metrics::store::compacted();
     Ok(())
 }
 

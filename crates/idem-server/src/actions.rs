@@ -61,7 +61,7 @@ pub async fn replay_one(state: &AppState, id: &ReceiptId) -> Result<(), ApiError
             status.as_str()
         ))),
         Replay::Restart => {
-            metrics::counter!("idem_receipt_replays_total").increment(1);
+            idem_metrics::events::replayed(1);
             state.delivery_wake.notify_one();
             Ok(())
         }
@@ -151,7 +151,7 @@ pub async fn replay_all(state: &AppState, mut filter: ReceiptFilter) -> Result<u
             let step = store.replay_matching(&filter).await?;
             total += step.replayed;
             if step.replayed > 0 {
-                metrics::counter!("idem_receipt_replays_total").increment(step.replayed);
+                idem_metrics::events::replayed(step.replayed);
                 wake.notify_one();
             }
             match step.next {
@@ -181,7 +181,7 @@ pub async fn discard_one(state: &AppState, id: &ReceiptId) -> Result<(), ApiErro
         }
         Discard::Discard => {
             if had == ReceiptStatus::Dead {
-                metrics::counter!("idem_receipt_discards_total").increment(1);
+                idem_metrics::events::discarded();
             }
             Ok(())
         }

@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::header::HOST;
 use http::uri::{Authority, PathAndQuery, Scheme};
-use http::{HeaderValue, StatusCode, Uri};
+use http::{HeaderValue, Uri};
 use http_body_util::BodyExt;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
@@ -27,7 +27,7 @@ use hyper_util::rt::TokioExecutor;
 use idem_core::{Clock, RequestStore};
 use idem_gateway::engine::ForwardFuture;
 use idem_gateway::headers::strip_hop_by_hop;
-use idem_gateway::problem::problem;
+use idem_gateway::problem::Problem;
 use idem_gateway::{Engine, ForwardError, GatewayBody, Routes, declared_too_large, read_limited};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -116,8 +116,7 @@ async fn proxy(State(proxy): State<Arc<Proxy>>, request: Request) -> Response {
             Ok(response) => response.into_response(),
             Err(e) => {
                 tracing::warn!(error = ?e, "upstream request failed");
-                problem(StatusCode::BAD_GATEWAY, "upstream-unavailable", "the upstream could not be reached")
-                    .into_response()
+                Problem::UpstreamUnavailable.answer("the upstream could not be reached").into_response()
             }
         };
     };

@@ -43,7 +43,7 @@ async fn front(State(state): State<AppState>, request: Request, next: Next) -> R
     let started = Instant::now();
     let route: std::sync::Arc<str> =
         request.extensions().get::<MatchedPath>().map_or_else(|| "unmatched".into(), |p| p.as_str().into());
-    let method = method_label(request.method());
+    let method = idem_metrics::http::method_label(request.method().as_str());
     let ui = request.uri().path().starts_with("/ui");
     let (request, body_read) = watch_body(request);
     let mut response = match guard::refuse(&state, &request) {
@@ -59,12 +59,8 @@ async fn front(State(state): State<AppState>, request: Request, next: Next) -> R
     if ui {
         crate::web::headers::secure_headers(response.headers_mut());
     }
-    let status = status_label(response.status());
     let token = response.extensions().get::<auth::TokenLabel>().map_or_else(|| "none".into(), |t| t.0.clone());
-    metrics::counter!("idem_http_requests_total", "method" => method, "route" => route.clone(), "status" => status, "token" => token)
-        .increment(1);
-    metrics::histogram!("idem_http_request_duration_seconds", "method" => method, "route" => route)
-        .record(started.elapsed().as_secs_f64());
+    idem_metrics::http::request(method, route, response.status().as_u16(), token, started.elapsed().as_secs_f64());
     response
 }
 
@@ -108,57 +104,5 @@ impl http_body::Body for WatchedBody {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
-    }
-}
-
-fn method_label(method: &axum::http::Method) -> &'static str {
-    use axum::http::Method;
-    [Method::GET, Method::POST, Method::PUT, Method::DELETE, Method::PATCH, Method::HEAD, Method::OPTIONS]
-        .iter()
-        .zip(["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"])
-        .find_map(|(m, label)| (m == method).then_some(label))
-        .unwrap_or("other")
-}
-
-/// The status as a label: the codes idem answers, without allocating; any other as its digits.
-fn status_label(status: axum::http::StatusCode) -> metrics::SharedString {
-    const KNOWN: [(u16, &str); 20] = [
-        (200, "200"),
-        (201, "201"),
-        (202, "202"),
-        (204, "204"),
-        (304, "304"),
-        (400, "400"),
-        (401, "401"),
-        (403, "403"),
-        (404, "404"),
-        (405, "405"),
-        (409, "409"),
-        (413, "413"),
-        (415, "415"),
-        (417, "417"),
-        (422, "422"),
-        (429, "429"),
-        (431, "431"),
-        (500, "500"),
-        (502, "502"),
-        (503, "503"),
-    ];
-    let code = status.as_u16();
-    KNOWN.iter().find(|(c, _)| *c == code).map_or_else(|| code.to_string().into(), |(_, label)| (*label).into())
-}
-
-#[cfg(test)]
-mod tests {
-    use axum::http::{Method, StatusCode};
-
-    #[test]
-    fn labels_are_bounded_and_exact() {
-        assert_eq!(super::method_label(&Method::POST), "POST");
-        assert_eq!(super::method_label(&Method::from_bytes(b"BREW").expect("method")), "other");
-        for code in [200u16, 201, 404, 503, 504, 599] {
-            let status = StatusCode::from_u16(code).expect("status");
-            assert_eq!(super::status_label(status).as_ref(), code.to_string());
-        }
     }
 }

@@ -120,12 +120,9 @@ impl Writer {
                 let _ = self.conn.execute_batch("ROLLBACK");
             }
             tracing::warn!(error = %e, commands = count, "store write failed; the group was rolled back");
-            metrics::counter!("idem_store_commit_errors_total").increment(1);
         }
         done.into_iter().for_each(|p| p(failure.as_ref()));
-        metrics::histogram!("idem_store_commit_batch_commands").record(count as f64);
-        metrics::histogram!("idem_store_commit_batch_items").record(items as f64);
-        metrics::histogram!("idem_store_commit_seconds").record(started.elapsed().as_secs_f64());
+        idem_metrics::store::committed(count, items as u64, started.elapsed().as_secs_f64(), failure.is_some());
         close
     }
 

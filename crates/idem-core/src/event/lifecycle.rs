@@ -47,8 +47,9 @@ impl DeliveryPolicy {
     }
 }
 
-/// The result webhook's state on a receipt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The result webhook's state on a receipt; serialized as [`ResultWebhookState::as_str`] says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ResultWebhookState {
     /// Queued, not attempted yet.
     Pending,
@@ -70,8 +71,10 @@ impl ResultWebhookState {
         }
     }
 
+    pub const ALL: [Self; 4] = [Self::Pending, Self::Retrying, Self::Delivered, Self::Failed];
+
     pub fn parse(text: &str) -> Option<Self> {
-        [Self::Pending, Self::Retrying, Self::Delivered, Self::Failed].into_iter().find(|s| s.as_str() == text)
+        Self::ALL.into_iter().find(|s| s.as_str() == text)
     }
 }
 

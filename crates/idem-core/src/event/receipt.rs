@@ -48,7 +48,9 @@ impl std::fmt::Display for ReceiptId {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where a receipt stands; serialized as [`ReceiptStatus::as_str`] says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ReceiptStatus {
     Accepted,
     Processing,
@@ -60,7 +62,7 @@ pub enum ReceiptStatus {
 }
 
 impl ReceiptStatus {
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Self::Accepted => "accepted",
             Self::Processing => "processing",
@@ -73,6 +75,17 @@ impl ReceiptStatus {
 
     pub const ALL: [Self; 6] =
         [Self::Accepted, Self::Processing, Self::Retrying, Self::Completed, Self::Dead, Self::Discarded];
+
+    /// Every status's name, in [`ReceiptStatus::ALL`]'s order.
+    pub const NAMES: [&'static str; 6] = {
+        let mut names = [""; 6];
+        let mut i = 0;
+        while i < 6 {
+            names[i] = Self::ALL[i].as_str();
+            i += 1;
+        }
+        names
+    };
 
     pub fn parse(text: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|s| s.as_str() == text)
@@ -252,6 +265,18 @@ pub struct ReplayBatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn statuses_serialize_as_their_names() {
+        for status in ReceiptStatus::ALL {
+            assert_eq!(serde_json::to_value(status).ok(), Some(serde_json::json!(status.as_str())));
+            assert_eq!(ReceiptStatus::parse(status.as_str()), Some(status));
+        }
+        for state in ResultWebhookState::ALL {
+            assert_eq!(serde_json::to_value(state).ok(), Some(serde_json::json!(state.as_str())));
+            assert_eq!(ResultWebhookState::parse(state.as_str()), Some(state));
+        }
+    }
 
     #[test]
     fn ids_sort_by_time_and_parse_back() {

@@ -18,6 +18,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use idem_metrics::gateway::JwksFetch;
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, JwkSet, PublicKeyUse};
 use jsonwebtoken::{Algorithm, AlgorithmFamily, DecodingKey};
 
@@ -129,7 +130,7 @@ impl Jwks {
         }
         match self.fetch().await {
             Ok(keys) => {
-                metrics::counter!("idem_gateway_jwks_fetches_total", "outcome" => "fetched").increment(1);
+                idem_metrics::gateway::jwks_fetched(JwksFetch::Fetched);
                 state.generation += 1;
                 state.last_failure = None;
                 let set = Arc::new(KeySet { generation: state.generation, fetched: now, keys });
@@ -137,7 +138,7 @@ impl Jwks {
                 Ok(set)
             }
             Err(e) => {
-                metrics::counter!("idem_gateway_jwks_fetches_total", "outcome" => "failed").increment(1);
+                idem_metrics::gateway::jwks_fetched(JwksFetch::Failed);
                 tracing::warn!(error = %e, "the JWKS could not be fetched; the keys at hand (if any) stay in use");
                 state.last_failure = Some(now);
                 Err(JwtFailure::KeysUnavailable)

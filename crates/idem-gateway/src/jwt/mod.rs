@@ -186,9 +186,10 @@ pub enum JwtFailure {
     KeysUnavailable,
 }
 
-impl JwtFailure {
-    /// Every reason, as its metric label: for counters present at zero from start-up.
-    pub const ALL: [JwtFailure; 10] = [
+/// Every reason as the `reason` label of `idem_gateway_jwt_failures_total`; all of them are
+/// present at zero from start-up.
+impl idem_metrics::Label for JwtFailure {
+    const ALL: &'static [JwtFailure] = &[
         JwtFailure::Malformed,
         JwtFailure::WrongAlgorithm,
         JwtFailure::BadSignature,
@@ -201,8 +202,7 @@ impl JwtFailure {
         JwtFailure::KeysUnavailable,
     ];
 
-    /// The `reason` label of `idem_gateway_jwt_failures_total`.
-    pub fn label(self) -> &'static str {
+    fn label(self) -> &'static str {
         match self {
             JwtFailure::Malformed => "malformed",
             JwtFailure::WrongAlgorithm => "wrong_algorithm",
@@ -216,7 +216,9 @@ impl JwtFailure {
             JwtFailure::KeysUnavailable => "keys_unavailable",
         }
     }
+}
 
+impl JwtFailure {
     /// The reason in words, for the problem's detail.
     pub fn describe(self) -> &'static str {
         match self {
@@ -234,8 +236,7 @@ impl JwtFailure {
     }
 
     pub(crate) fn count(self, route: &RoutePolicy) {
-        metrics::counter!("idem_gateway_jwt_failures_total", "route" => route.path.shared(), "reason" => self.label())
-            .increment(1);
+        idem_metrics::gateway::jwt_failure(route.path.shared(), self);
     }
 }
 

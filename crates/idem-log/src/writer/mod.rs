@@ -216,13 +216,11 @@ impl Writer {
             None => group.apply(),
             Some(e) => {
                 tracing::warn!(error = %e, commands = count, "store write failed; the group was dropped whole");
-                metrics::counter!("idem_store_commit_errors_total").increment(1);
             }
         }
+        let failed = failure.is_some();
         let close = self.finish(after, failure);
-        metrics::histogram!("idem_store_commit_batch_commands").record(count as f64);
-        metrics::histogram!("idem_store_commit_batch_items").record(f64::from(items));
-        metrics::histogram!("idem_store_commit_seconds").record(started.elapsed().as_secs_f64());
+        idem_metrics::store::committed(count, u64::from(items), started.elapsed().as_secs_f64(), failed);
         close
     }
 
@@ -389,7 +387,7 @@ fn decide(group: &mut Group<'_>, command: Command, sweep_cursor: &mut usize) -> 
     let (pending, error) = group.execute(command, sweep_cursor);
     if let Some(e) = error {
         tracing::warn!(error = %e, "a store command failed; the rest of its group goes on");
-        metrics::counter!("idem_store_command_errors_total").increment(1);
+        idem_metrics::store::command_failed();
         group.rollback(save);
     }
     pending

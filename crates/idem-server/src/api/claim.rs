@@ -10,12 +10,13 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use idem_core::claim::MAX_DATA_BYTES;
 use idem_core::{ClaimId, ClaimOutcome, ClaimRecord, ClientToken, Invalid, Namespace, NewClaim, Parts, Timestamp};
+use idem_metrics::claims::Lookup;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use utoipa::ToSchema;
 
 use crate::web::error::{ApiError, Problem};
-use crate::web::extract::{ApiJson, ClaimPath, NsIdParams, NsParam};
+use crate::web::extract::{ApiJson, ClaimKeyPath, NsIdParams, NsParam, NsPath};
 use crate::web::state::AppState;
 
 /// Items in one batch claim or lookup, at most.
@@ -235,15 +236,11 @@ pub struct PrefixResponse {
 
 fn count_claims(ns: &Namespace, outcomes: &[ClaimOutcome]) {
     let claimed = outcomes.iter().filter(|o| o.claimed).count() as u64;
-    let ns = ns.as_str().to_owned();
-    metrics::counter!("idem_claims_total", "namespace" => ns.clone(), "outcome" => "claimed").increment(claimed);
-    metrics::counter!("idem_claims_total", "namespace" => ns, "outcome" => "existing")
-        .increment(outcomes.len() as u64 - claimed);
+    idem_metrics::claims::claimed(ns.as_str(), claimed, outcomes.len() as u64 - claimed);
 }
 
-fn count_lookup(ns: &Namespace, kind: &'static str, keys: usize) {
-    metrics::counter!("idem_lookups_total", "namespace" => ns.as_str().to_owned(), "kind" => kind)
-        .increment(keys as u64);
+fn count_lookup(ns: &Namespace, how: Lookup, keys: usize) {
+    idem_metrics::claims::looked_up(ns.as_str(), how, keys as u64);
 }
 
 fn check_item_count(len: usize) -> Result<(), Invalid> {
@@ -266,7 +263,7 @@ fn check_item_count(len: usize) -> Result<(), Invalid> {
     ))]
 pub async fn create(
     State(state): State<AppState>,
-    path: ClaimPath,
+    path: NsPath,
     ApiJson(body): ApiJson<ClaimRequest>,
 ) -> Result<Response, ApiError> {
     let claim = body.into_new_claim(state.config.default_ttl(path.ns.as_str()), state.clock.now())?;
@@ -288,7 +285,7 @@ pub async fn create(
     ))]
 pub async fn batch(
     State(state): State<AppState>,
-    path: ClaimPath,
+    path: NsPath,
     ApiJson(body): ApiJson<BatchRequest>,
 ) -> Result<Json<BatchResponse>, ApiError> {
     check_item_count(body.items.len())?;
@@ -318,7 +315,7 @@ pub async fn batch(
     ))]
 pub async fn lookup(
     State(state): State<AppState>,
-    path: ClaimPath,
+    path: NsPath,
     ApiJson(body): ApiJson<LookupRequest>,
 ) -> Result<Response, ApiError> {
     match (body.items, body.prefix) {
@@ -338,7 +335,7 @@ async fn lookup_items(state: &AppState, ns: &Namespace, items: Vec<KeyRef>) -> R
         .map(|(i, key)| key.resolve().map(|p| p.id()).map_err(|e| e.within(&format!("items[{i}]"))))
         .collect::<Result<Vec<ClaimId>, _>>()?;
     let found = state.stores.claims.lookup(ns, &ids).await?;
-    count_lookup(ns, "ids", ids.len());
+    count_lookup(ns, Lookup::Ids, ids.len());
     let results = ids
         .iter()
         .zip(found)
@@ -354,7 +351,7 @@ async fn lookup_items(state: &AppState, ns: &Namespace, items: Vec<KeyRef>) -> R
 async fn prefix_exists(state: &AppState, ns: &Namespace, prefix: Vec<String>) -> Result<PrefixResponse, ApiError> {
     let prefix = Parts::new(prefix).map_err(|e| e.within("prefix"))?;
     let exists = state.stores.claims.prefix_exists(ns, &prefix).await?;
-    count_lookup(ns, "prefix", 1);
+    count_lookup(ns, Lookup::Prefix, 1);
     Ok(PrefixResponse { exists })
 }
 
@@ -368,7 +365,7 @@ async fn prefix_exists(state: &AppState, ns: &Namespace, prefix: Vec<String>) ->
     ))]
 pub async fn prefix(
     State(state): State<AppState>,
-    path: ClaimPath,
+    path: NsPath,
     ApiJson(body): ApiJson<PrefixRequest>,
 ) -> Result<Json<PrefixResponse>, ApiError> {
     Ok(Json(prefix_exists(&state, &path.ns, body.prefix).await?))
@@ -381,9 +378,9 @@ pub async fn prefix(
         (status = 200, description = "The live claim", body = Record),
         (status = 404, description = "No live claim with this id", body = Problem, content_type = "application/problem+json"),
     ))]
-pub async fn read(State(state): State<AppState>, path: ClaimPath) -> Result<Json<Record>, ApiError> {
-    let id = path.id.ok_or(ApiError::Internal)?;
-    count_lookup(&path.ns, "get", 1);
+pub async fn read(State(state): State<AppState>, path: ClaimKeyPath) -> Result<Json<Record>, ApiError> {
+    let id = path.id;
+    count_lookup(&path.ns, Lookup::Get, 1);
     match state.stores.claims.get(&path.ns, &id).await? {
         Some(record) => Ok(Json(record.into())),
         None => Err(ApiError::NotFound(format!("no claim {id} in namespace {}", path.ns))),
@@ -397,10 +394,10 @@ pub async fn read(State(state): State<AppState>, path: ClaimPath) -> Result<Json
         (status = 204, description = "Deleted"),
         (status = 404, description = "No live claim with this id", body = Problem, content_type = "application/problem+json"),
     ))]
-pub async fn delete(State(state): State<AppState>, path: ClaimPath) -> Result<StatusCode, ApiError> {
-    let id = path.id.ok_or(ApiError::Internal)?;
+pub async fn delete(State(state): State<AppState>, path: ClaimKeyPath) -> Result<StatusCode, ApiError> {
+    let id = path.id;
     if state.stores.claims.delete(&path.ns, &id).await? {
-        metrics::counter!("idem_claims_deleted_total", "namespace" => path.ns.as_str().to_owned()).increment(1);
+        idem_metrics::claims::deleted(path.ns.as_str(), 1);
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::NotFound(format!("no claim {id} in namespace {}", path.ns)))
@@ -502,7 +499,7 @@ pub struct Deleted {
     ))]
 pub async fn list(
     State(state): State<AppState>,
-    path: ClaimPath,
+    path: NsPath,
     RawQuery(raw): RawQuery,
 ) -> Result<Json<ClaimPage>, ApiError> {
     use base64::Engine;
@@ -511,7 +508,7 @@ pub async fn list(
     let mut found = state.stores.claims.list(&path.ns, &q.prefix, q.after.as_deref(), q.limit + 1).await?;
     let more = found.len() > q.limit;
     found.truncate(q.limit);
-    count_lookup(&path.ns, "list", found.len());
+    count_lookup(&path.ns, Lookup::List, found.len());
     let next = more
         .then(|| found.last().map(|r| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(r.parts.encode())))
         .flatten();
@@ -528,7 +525,7 @@ pub async fn list(
     ))]
 pub async fn delete_prefix(
     State(state): State<AppState>,
-    path: ClaimPath,
+    path: NsPath,
     RawQuery(raw): RawQuery,
 ) -> Result<Json<Deleted>, ApiError> {
     let q = list_query(raw.as_deref(), false)?;
@@ -543,8 +540,7 @@ pub async fn delete_prefix(
             break true;
         }
     };
-    metrics::counter!("idem_claims_deleted_total", "namespace" => path.ns.as_str().to_owned())
-        .increment(deleted as u64);
+    idem_metrics::claims::deleted(path.ns.as_str(), deleted as u64);
     tracing::info!(token = path.caller.name(), namespace = path.ns.as_str(), deleted, "claims deleted by prefix");
     Ok(Json(Deleted { deleted: deleted as u64, more }))
 }

@@ -7,7 +7,8 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use idem_core::event::{Accept, NewEvent, SigningSecrets};
+use idem_core::event::{Accept, NewEvent, ReceiptStatus, SigningSecrets};
+use idem_metrics::events::Intake;
 use serde::Serialize;
 
 use crate::config::Can;
@@ -22,7 +23,9 @@ const TOLERANCE_SECS: i64 = 300;
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct IntakeResponse {
     pub receipt_id: String,
-    pub status: String,
+    /// `accepted` for a new event; a resend's receipt as it stands now.
+    #[schema(schema_with = super::receipt::any_status)]
+    pub status: ReceiptStatus,
     pub replay: bool,
 }
 
@@ -32,8 +35,8 @@ pub struct IntakeResponse {
 #[allow(dead_code, reason = "only its ToSchema is used, to describe the body")]
 pub struct RawEvent(Vec<u8>);
 
-fn count(source: &str, outcome: &'static str) {
-    metrics::counter!("idem_events_intake_total", "source" => source.to_owned(), "outcome" => outcome).increment(1);
+fn count(source: &str, outcome: Intake) {
+    idem_metrics::events::intake(source, outcome);
 }
 
 /// Accept an inbound event: `202` new, `200` a resend of the same event, `409` the same event id
@@ -71,7 +74,7 @@ pub async fn intake(
     let signed = source.verify_secret.is_some();
     if let Some(secret) = &source.verify_secret {
         let now_secs = state.clock.now().millis() / 1000;
-        check_signature(secret, &headers, &body, now_secs).inspect_err(|_| count(&name, "bad_signature"))?;
+        check_signature(secret, &headers, &body, now_secs).inspect_err(|_| count(&name, Intake::BadSignature))?;
     } else {
         caller.require(Can::Write, "event intake")?;
         caller.require_source(&name)?;
@@ -92,24 +95,24 @@ async fn accept(
 ) -> Result<Response, ApiError> {
     let name = name.to_owned();
     let header = |h: &str| headers.get(h).and_then(|v| v.to_str().ok());
-    let event_id = source.event_id.extract(header, &body).inspect_err(|_| count(&name, "invalid"))?;
+    let event_id = source.event_id.extract(header, &body).inspect_err(|_| count(&name, Intake::Invalid))?;
     let content_type = header(axum::http::header::CONTENT_TYPE.as_str()).map(str::to_owned);
     let event = NewEvent::new(name.clone(), event_id, body.to_vec(), content_type);
     match state.stores.events.accept_event(event).await? {
         Accept::Accepted { receipt_id } => {
-            count(&name, "accepted");
+            count(&name, Intake::Accepted);
             state.delivery_wake.notify_one();
-            let body = IntakeResponse { receipt_id: receipt_id.to_string(), status: "accepted".into(), replay: false };
+            let body =
+                IntakeResponse { receipt_id: receipt_id.to_string(), status: ReceiptStatus::Accepted, replay: false };
             Ok((StatusCode::ACCEPTED, Json(body)).into_response())
         }
         Accept::Duplicate { receipt_id, status } => {
-            count(&name, "replay");
-            let body =
-                IntakeResponse { receipt_id: receipt_id.to_string(), status: status.as_str().into(), replay: true };
+            count(&name, Intake::Replay);
+            let body = IntakeResponse { receipt_id: receipt_id.to_string(), status, replay: true };
             Ok((StatusCode::OK, [super::REPLAYED], Json(body)).into_response())
         }
         Accept::Mismatch { receipt_id } => {
-            count(&name, "mismatch");
+            count(&name, Intake::Mismatch);
             Err(ApiError::Conflict(format!(
                 "event id already accepted as {receipt_id} with a different payload; nothing was stored"
             )))

@@ -34,14 +34,6 @@ use crate::web::error::Problem;
 #[derive(OpenApi)]
 #[openapi(
     info(title = "idem", description = "Make side effects happen once: claims, idempotency keys, operations, events."),
-    paths(
-        crate::api::claim::create, crate::api::claim::batch, crate::api::claim::lookup, crate::api::claim::prefix,
-        crate::api::claim::read, crate::api::claim::delete, crate::api::claim::list, crate::api::claim::delete_prefix,
-        crate::api::operation::begin, crate::api::operation::complete, crate::api::operation::release,
-        crate::api::operation::extend, crate::api::operation::read, crate::api::operation::delete,
-        crate::api::event::intake, crate::api::receipt::read, crate::api::receipt::list, crate::api::receipt::replay,
-        crate::api::receipt::replay_matching, crate::api::receipt::discard,
-    ),
     modifiers(&BearerAuth),
     security(("bearer" = [])),
     tags(
@@ -82,9 +74,11 @@ pub fn only(value: impl Into<Value>) -> utoipa::openapi::Object {
     ObjectBuilder::new().schema_type(kind).enum_values(Some([value])).build()
 }
 
-/// The whole document, as `GET /openapi.json` serves it.
+/// The whole document, as `GET /openapi.json` serves it: the paths of the route table
+/// ([`super::V1Paths`]), each described by its handler's `#[utoipa::path]`.
 pub fn document() -> Value {
-    let mut doc = serde_json::to_value(ApiDoc::openapi()).expect("an OpenApi value is plain JSON");
+    let api = ApiDoc::openapi().merge_from(super::V1Paths::openapi());
+    let mut doc = serde_json::to_value(api).expect("an OpenApi value is plain JSON");
     let schemas = doc.pointer_mut("/components/schemas").and_then(Value::as_object_mut);
     let schemas = schemas.expect("the handlers' bodies register component schemas");
     split_key_or_parts::<ClaimRequest>(schemas, "ClaimByKey", "ClaimByParts");
@@ -215,6 +209,23 @@ fn header_descriptions() -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The route table and the handlers' `#[utoipa::path]` name the same paths and methods.
+    #[test]
+    fn the_document_has_every_route_and_no_other() {
+        let doc = document();
+        let mut documented = Vec::new();
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for method in item.as_object().expect("a path item").keys() {
+                documented.push((method.to_uppercase(), path.clone()));
+            }
+        }
+        let mut routed: Vec<(String, String)> =
+            crate::api::V1.iter().map(|e| (e.method.to_owned(), e.path.to_owned())).collect();
+        documented.sort();
+        routed.sort();
+        assert_eq!(documented, routed);
+    }
 
     #[test]
     fn the_document_states_what_the_server_enforces() {

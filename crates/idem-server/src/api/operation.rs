@@ -18,6 +18,7 @@ use idem_core::operation::{self, ANY_REQUEST, Outcome};
 use idem_core::request::{Begin, Forget, LeaseToken, NewRequest, RequestState};
 use idem_core::{ClaimId, ClientToken, Invalid, Namespace, Parts, Timestamp};
 use idem_gateway::waiters::Wait;
+use idem_metrics::claims::Operation as Counted;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use utoipa::ToSchema;
@@ -26,7 +27,7 @@ use utoipa::openapi::Object;
 use super::claim::KeyRef;
 use super::openapi;
 use crate::web::error::{ApiError, Problem};
-use crate::web::extract::{ApiJson, ClaimPath, NsIdParams, NsParam};
+use crate::web::extract::{ApiJson, NsIdParams, NsParam, NsPath, OperationPath};
 use crate::web::state::AppState;
 
 /// Longest lease a begin or an extend may ask for.
@@ -110,12 +111,34 @@ pub struct ExtendRequest {
     pub lease_seconds: Option<u64>,
 }
 
+/// Where an operation stands, as each answer's `status` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OperationStatus {
+    /// This call began it: the caller holds the key.
+    Started,
+    /// Someone holds the key right now.
+    InProgress,
+    /// Done; its result is stored.
+    Completed,
+}
+
+impl OperationStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Started => "started",
+            Self::InProgress => "in_progress",
+            Self::Completed => "completed",
+        }
+    }
+}
+
 /// `201`: the caller holds the key and does the work.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Started {
     /// Always `started`.
     #[schema(schema_with = started)]
-    pub status: &'static str,
+    pub status: OperationStatus,
     /// The key's id: lowercase hex SHA-256 of its parts joined by NUL, as for claims.
     pub id: String,
     /// Proof of holding the key: give it to complete, release and extend.
@@ -132,7 +155,7 @@ pub struct Started {
 pub struct Completed {
     /// Always `completed`.
     #[schema(schema_with = completed)]
-    pub status: &'static str,
+    pub status: OperationStatus,
     pub id: String,
     #[schema(value_type = Option<Value>, required)]
     pub result: Option<Box<RawValue>>,
@@ -147,7 +170,7 @@ pub struct Completed {
 pub struct InProgress {
     /// Always `in_progress`.
     #[schema(schema_with = in_progress)]
-    pub status: &'static str,
+    pub status: OperationStatus,
     pub id: String,
     #[schema(format = DateTime)]
     pub lease_expires_at: String,
@@ -168,15 +191,15 @@ pub struct Extended {
 
 // Each answer's `status` names its one value, so that a generated client tells them apart.
 fn started() -> Object {
-    openapi::only("started")
+    openapi::only(OperationStatus::Started.as_str())
 }
 
 fn completed() -> Object {
-    openapi::only("completed")
+    openapi::only(OperationStatus::Completed.as_str())
 }
 
 fn in_progress() -> Object {
-    openapi::only("in_progress")
+    openapi::only(OperationStatus::InProgress.as_str())
 }
 
 /// A begin, validated.
@@ -216,21 +239,14 @@ fn token(text: &str) -> Result<LeaseToken, Invalid> {
     operation::parse_token(text).ok_or_else(|| Invalid::new("token", "must be the 32 hex digits begin answered"))
 }
 
-fn count(ns: &Namespace, outcome: &'static str) {
-    metrics::counter!("idem_operations_total", "namespace" => ns.as_str().to_owned(), "outcome" => outcome)
-        .increment(1);
-}
-
-/// Where the operation `id` of `path` lives in the store.
-fn store_key(path: &ClaimPath) -> Result<(ClaimId, ClaimId), ApiError> {
-    let id = path.id.ok_or(ApiError::Internal)?;
-    Ok((id, operation::store_id(&path.ns, &id)))
+fn count(ns: &Namespace, what: Counted) {
+    idem_metrics::claims::operation(ns.as_str(), what);
 }
 
 fn completed_view(id: &ClaimId, outcome: Outcome, expires_at: Timestamp) -> Result<Completed, ApiError> {
     let result = outcome.result.map(RawValue::from_string).transpose().map_err(|_| ApiError::Internal)?;
     Ok(Completed {
-        status: "completed",
+        status: OperationStatus::Completed,
         id: id.to_string(),
         result,
         completed_at: outcome.completed_at.to_rfc3339(),
@@ -260,7 +276,7 @@ fn decode(result: &[u8]) -> Result<Outcome, ApiError> {
     ))]
 pub async fn begin(
     State(state): State<AppState>,
-    path: ClaimPath,
+    path: NsPath,
     ApiJson(body): ApiJson<BeginRequest>,
 ) -> Result<Response, ApiError> {
     let op = body.validate(state.config.default_ttl(path.ns.as_str()))?;
@@ -278,9 +294,9 @@ pub async fn begin(
         };
         let lease_until = match state.stores.requests.begin_request(new).await? {
             Begin::Started { token, lease_until, fence, .. } => {
-                count(&path.ns, "started");
+                count(&path.ns, Counted::Started);
                 let started = Started {
-                    status: "started",
+                    status: OperationStatus::Started,
                     id: id.to_string(),
                     token: operation::token_text(&token),
                     lease_expires_at: lease_until.to_rfc3339(),
@@ -290,7 +306,7 @@ pub async fn begin(
             }
             Begin::Completed { same_fingerprint, result, expires_at } => {
                 same_request(&state, &path.ns, &key, op.fingerprint, same_fingerprint).await?;
-                count(&path.ns, "replayed");
+                count(&path.ns, Counted::Replayed);
                 let view = completed_view(&id, decode(&result)?, expires_at)?;
                 return Ok(([super::REPLAYED], Json(view)).into_response());
             }
@@ -303,7 +319,7 @@ pub async fn begin(
         // Woken when the holder completes or releases (on this node, or another through the
         // store's signals), or look again when its lease ends, or give up at the deadline.
         if !wait.until_next_look(armed, until_lease_ends + Duration::from_millis(5)).await {
-            count(&path.ns, "in_progress");
+            count(&path.ns, Counted::InProgress);
             return Err(ApiError::InProgress(until_lease_ends.as_secs().max(1)));
         }
     }
@@ -328,7 +344,7 @@ async fn same_request(
     if operation::same_request(&asked, &stored) {
         return Ok(());
     }
-    count(ns, "mismatch");
+    count(ns, Counted::Mismatch);
     Err(ApiError::FingerprintMismatch)
 }
 
@@ -344,10 +360,10 @@ async fn same_request(
     ))]
 pub async fn complete(
     State(state): State<AppState>,
-    path: ClaimPath,
+    path: OperationPath,
     ApiJson(body): ApiJson<CompleteRequest>,
 ) -> Result<Json<Completed>, ApiError> {
-    let (id, key) = store_key(&path)?;
+    let (id, key) = (path.id, path.key);
     let token = token(&body.token)?;
     let result = body.result.map(|r| r.get().to_owned()).filter(|r| r != "null");
     if result.as_ref().is_some_and(|r| r.len() > MAX_DATA_BYTES) {
@@ -365,7 +381,7 @@ pub async fn complete(
     // The expiry as stored, which every later read (a second complete, a begin) reports too.
     if let Some(expires_at) = state.stores.requests.complete_request(&key, token, &outcome.encode(), ttl).await? {
         state.waiters.wake(&key);
-        count(&path.ns, "completed");
+        count(&path.ns, Counted::Completed);
         return completed_view(&id, outcome, expires_at).map(Json);
     }
     match state.stores.requests.peek_request(&key).await? {
@@ -392,7 +408,7 @@ fn completed_by(
 }
 
 fn lease_lost(ns: &Namespace) -> ApiError {
-    count(ns, "lease_lost");
+    count(ns, Counted::LeaseLost);
     ApiError::LeaseLost
 }
 
@@ -406,16 +422,16 @@ fn lease_lost(ns: &Namespace) -> ApiError {
     ))]
 pub async fn release(
     State(state): State<AppState>,
-    path: ClaimPath,
+    path: OperationPath,
     ApiJson(body): ApiJson<TokenRequest>,
 ) -> Result<StatusCode, ApiError> {
-    let (_, key) = store_key(&path)?;
+    let key = path.key;
     let token = token(&body.token)?;
     if !state.stores.requests.release_request(&key, token).await? {
         return Err(lease_lost(&path.ns));
     }
     state.waiters.wake(&key);
-    count(&path.ns, "released");
+    count(&path.ns, Counted::Released);
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -429,14 +445,14 @@ pub async fn release(
     ))]
 pub async fn extend(
     State(state): State<AppState>,
-    path: ClaimPath,
+    path: OperationPath,
     ApiJson(body): ApiJson<ExtendRequest>,
 ) -> Result<Json<Extended>, ApiError> {
-    let (_, key) = store_key(&path)?;
+    let key = path.key;
     let token = token(&body.token)?;
     let lease = seconds("lease_seconds", body.lease_seconds, 1..=MAX_LEASE_SECONDS)?.unwrap_or(DEFAULT_LEASE);
     let until = state.stores.requests.extend_request(&key, token, lease).await?.ok_or_else(|| lease_lost(&path.ns))?;
-    count(&path.ns, "extended");
+    count(&path.ns, Counted::Extended);
     Ok(Json(Extended { lease_expires_at: until.to_rfc3339() }))
 }
 
@@ -447,11 +463,11 @@ pub async fn extend(
         (status = 200, description = "`status` is `in_progress` or `completed`", body = OperationView),
         (status = 404, description = "No live operation with this id", body = Problem, content_type = "application/problem+json"),
     ))]
-pub async fn read(State(state): State<AppState>, path: ClaimPath) -> Result<Json<OperationView>, ApiError> {
-    let (id, key) = store_key(&path)?;
+pub async fn read(State(state): State<AppState>, path: OperationPath) -> Result<Json<OperationView>, ApiError> {
+    let (id, key) = (path.id, path.key);
     match state.stores.requests.peek_request(&key).await? {
         Some(RequestState::InFlight { lease_until, .. }) => Ok(Json(OperationView::InProgress(InProgress {
-            status: "in_progress",
+            status: OperationStatus::InProgress,
             id: id.to_string(),
             lease_expires_at: lease_until.to_rfc3339(),
         }))),
@@ -471,15 +487,27 @@ pub async fn read(State(state): State<AppState>, path: ClaimPath) -> Result<Json
             headers(("Retry-After" = u64))),
         (status = 404, description = "No live operation with this id", body = Problem, content_type = "application/problem+json"),
     ))]
-pub async fn delete(State(state): State<AppState>, path: ClaimPath) -> Result<StatusCode, ApiError> {
-    let (id, key) = store_key(&path)?;
+pub async fn delete(State(state): State<AppState>, path: OperationPath) -> Result<StatusCode, ApiError> {
+    let (id, key) = (path.id, path.key);
     match state.stores.requests.forget_request(&key).await? {
         Forget::Forgotten => {
-            count(&path.ns, "deleted");
+            count(&path.ns, Counted::Deleted);
             tracing::info!(token = path.caller.name(), namespace = path.ns.as_str(), operation = %id, "operation deleted");
             Ok(StatusCode::NO_CONTENT)
         }
         Forget::InFlight => Err(ApiError::InProgress(1)),
         Forget::Absent => Err(ApiError::NotFound(format!("no operation {id} in namespace {}", path.ns))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_serialize_as_their_names() {
+        for status in [OperationStatus::Started, OperationStatus::InProgress, OperationStatus::Completed] {
+            assert_eq!(serde_json::to_value(status).ok(), Some(serde_json::json!(status.as_str())));
+        }
     }
 }

@@ -8,7 +8,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use idem_core::Invalid;
-use idem_core::event::{Receipt, ReceiptFilter, ReceiptId, ReceiptStatus};
+use idem_core::event::{Receipt, ReceiptFilter, ReceiptId, ReceiptStatus, ResultWebhookState};
 use serde::{Deserialize, Serialize};
 use utoipa::openapi::{Object, ObjectBuilder, Type};
 
@@ -28,14 +28,18 @@ pub struct ReplayResponse {
     pub receipt_id: String,
     /// Always `accepted`: delivery starts again from attempt 1.
     #[schema(schema_with = accepted)]
-    pub status: &'static str,
+    pub status: ReceiptStatus,
     /// Always `true`: this call queued the receipt for delivery again.
     #[schema(schema_with = always_true)]
     pub replayed: bool,
 }
 
 fn accepted() -> Object {
-    super::openapi::only("accepted")
+    super::openapi::only(ReceiptStatus::Accepted.as_str())
+}
+
+fn discarded() -> Object {
+    super::openapi::only(ReceiptStatus::Discarded.as_str())
 }
 
 fn always_true() -> Object {
@@ -64,7 +68,8 @@ pub struct AttemptView {
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ResultView {
-    pub status: String,
+    #[schema(schema_with = result_status)]
+    pub status: ResultWebhookState,
     pub attempts: u32,
     #[schema(required)]
     pub last_status_code: Option<u16>,
@@ -77,8 +82,8 @@ pub struct ReceiptView {
     pub id: String,
     pub source: String,
     pub event_id: String,
-    /// accepted, processing, retrying, completed, dead or discarded.
-    pub status: String,
+    #[schema(schema_with = any_status)]
+    pub status: ReceiptStatus,
     #[schema(format = DateTime)]
     pub created_at: String,
     #[schema(format = DateTime)]
@@ -130,14 +135,14 @@ pub fn view(r: Receipt, with_attempts: bool) -> ReceiptView {
         id: r.id.to_string(),
         source: r.source,
         event_id: r.event_id,
-        status: r.status.as_str().into(),
+        status: r.status,
         created_at: r.created_at.to_rfc3339(),
         updated_at: r.updated_at.to_rfc3339(),
         round: r.round,
         attempts,
         next_attempt_at: r.next_attempt_at.map(|at| at.to_rfc3339()),
         result_webhook: r.result.map(|s| ResultView {
-            status: s.status.as_str().into(),
+            status: s.status,
             attempts: s.attempts,
             last_status_code: s.last_status_code,
             last_error: s.last_error,
@@ -197,10 +202,17 @@ pub struct ListQuery {
     pub cursor: Option<String>,
 }
 
-/// `status` of a listing: any receipt status.
-fn any_status() -> Object {
+/// A receipt's `status`, or a listing's: any receipt status.
+pub fn any_status() -> Object {
     let all = ReceiptStatus::ALL.map(ReceiptStatus::as_str);
     let description = "accepted, processing, retrying, completed, dead or discarded.";
+    ObjectBuilder::new().schema_type(Type::String).enum_values(Some(all)).description(Some(description)).build()
+}
+
+/// The result webhook's `status`.
+fn result_status() -> Object {
+    let all = ResultWebhookState::ALL.map(ResultWebhookState::as_str);
+    let description = "pending, retrying, delivered or failed.";
     ObjectBuilder::new().schema_type(Type::String).enum_values(Some(all)).description(Some(description)).build()
 }
 
@@ -268,7 +280,7 @@ pub async fn replay(
     check_receipt_scope(&state, &caller, &id).await?;
     replay_one(&state, &id).await?;
     tracing::info!(token = caller.name(), receipt = %id, "receipt replayed");
-    let body = ReplayResponse { receipt_id: id.to_string(), status: "accepted", replayed: true };
+    let body = ReplayResponse { receipt_id: id.to_string(), status: ReceiptStatus::Accepted, replayed: true };
     Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }
 
@@ -318,7 +330,8 @@ pub async fn replay_matching(
 pub struct DiscardResponse {
     pub receipt_id: String,
     /// Always `discarded`.
-    pub status: &'static str,
+    #[schema(schema_with = discarded)]
+    pub status: ReceiptStatus,
 }
 
 /// Mark a dead receipt as handled by hand: it leaves the dead letters and can still be replayed.
@@ -340,5 +353,5 @@ pub async fn discard(
     check_receipt_scope(&state, &caller, &id).await?;
     discard_one(&state, &id).await?;
     tracing::info!(token = caller.name(), receipt = %id, "receipt discarded");
-    Ok(Json(DiscardResponse { receipt_id: id.to_string(), status: "discarded" }))
+    Ok(Json(DiscardResponse { receipt_id: id.to_string(), status: ReceiptStatus::Discarded }))
 }

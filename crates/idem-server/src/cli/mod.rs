@@ -126,7 +126,7 @@ pub enum ReceiptsCommand {
         #[arg(long)]
         source: Option<String>,
         /// Only receipts in this state.
-        #[arg(long, value_parser = ["accepted", "processing", "retrying", "completed", "dead", "discarded"])]
+        #[arg(long, value_parser = idem_core::event::ReceiptStatus::NAMES)]
         status: Option<String>,
         /// Only the receipt(s) of this event id.
         #[arg(long)]

@@ -258,32 +258,16 @@ pub enum Need {
     Intake,
 }
 
-/// The one table of who may call what (docs/security.md). A route missing here needs `admin` when
-/// it could change something, so that forgetting a new route fails closed.
+/// What a `/v1` call needs: as the route table says ([`crate::api::V1`], docs/security.md).
+/// `GET`, `HEAD` and `OPTIONS` need `read`, as do the methods no route takes (the answer is 405
+/// for anyone who may read); a method the table lacks otherwise needs `admin`, so that a route
+/// added without saying what it needs fails closed.
 pub fn need(method: &Method, route: &str) -> Need {
-    use Can::{Admin, Read, Write};
-    match (method.as_str(), route) {
-        ("POST", "/v1/sources/{name}/events") => Need::Intake,
-        ("GET" | "HEAD" | "OPTIONS", _) => Need::Role(Read, "reading"),
-        ("POST", "/v1/claims/{ns}/lookup" | "/v1/claims/{ns}/prefix") => Need::Role(Read, "a lookup"),
-        ("POST", "/v1/claims/{ns}" | "/v1/claims/{ns}/batch") => Need::Role(Write, "claiming"),
-        ("DELETE", "/v1/claims/{ns}/{id}") => Need::Role(Write, "deleting a claim"),
-        ("DELETE", "/v1/claims/{ns}") => Need::Role(Write, "deleting claims"),
-        (
-            "POST",
-            "/v1/operations/{ns}/begin"
-            | "/v1/operations/{ns}/{id}/complete"
-            | "/v1/operations/{ns}/{id}/release"
-            | "/v1/operations/{ns}/{id}/extend",
-        ) => Need::Role(Write, "an operation's begin, complete, release or extend"),
-        ("DELETE", "/v1/operations/{ns}/{id}") => Need::Role(Admin, "deleting an operation"),
-        ("POST", "/v1/receipts/{id}/replay") => Need::Role(Admin, "replaying receipts"),
-        // A bulk replay's dry run only counts: the handler asks for admin unless `dry_run`.
-        ("POST", "/v1/receipts/replay") => Need::Role(Read, "counting receipts"),
-        ("POST", "/v1/receipts/{id}/discard") => Need::Role(Admin, "discarding a receipt"),
-        // No /v1 route takes these: the answer is 405 for anyone who may read.
-        ("PUT" | "PATCH" | "TRACE" | "CONNECT", _) => Need::Role(Read, "reading"),
-        _ => Need::Role(Admin, "this call"),
+    let listed = crate::api::V1.iter().find(|e| e.method == method.as_str() && e.path == route);
+    match (listed, method.as_str()) {
+        (Some(endpoint), _) => endpoint.need,
+        (None, "GET" | "HEAD" | "OPTIONS" | "PUT" | "PATCH" | "TRACE" | "CONNECT") => Need::Role(Can::Read, "reading"),
+        (None, _) => Need::Role(Can::Admin, "this call"),
     }
 }
 

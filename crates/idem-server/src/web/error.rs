@@ -202,7 +202,7 @@ impl From<StoreError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        metrics::counter!("idem_errors_total", "kind" => self.kind()).increment(1);
+        idem_metrics::http::problem(self.kind());
         let status = self.status_code();
         let mut response = (status, Json(self.problem())).into_response();
         let headers = response.headers_mut();

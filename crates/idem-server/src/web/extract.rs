@@ -106,14 +106,29 @@ impl FromRequest<AppState> for NoInput {
     }
 }
 
-/// `{ns}` and, where the route has one, `{id}`, validated, and the caller, who may use `ns`.
-pub struct ClaimPath {
+/// `{ns}`, validated, and the caller, who may use it.
+pub struct NsPath {
     pub ns: Namespace,
-    pub id: Option<ClaimId>,
     pub caller: Caller,
 }
 
-/// `{ns}` as the OpenAPI document states it ([`ClaimPath`] is what reads it).
+/// `{ns}/{id}` of a claim, validated, and the caller, who may use `ns`.
+pub struct ClaimKeyPath {
+    pub ns: Namespace,
+    pub id: ClaimId,
+    pub caller: Caller,
+}
+
+/// `{ns}/{id}` of an operation, validated, and where it lives in the store (operations are kept
+/// under a hash of namespace and id), and the caller, who may use `ns`.
+pub struct OperationPath {
+    pub ns: Namespace,
+    pub id: ClaimId,
+    pub key: ClaimId,
+    pub caller: Caller,
+}
+
+/// `{ns}` as the OpenAPI document states it ([`NsPath`] is what reads it).
 #[derive(utoipa::IntoParams)]
 #[into_params(parameter_in = Path)]
 #[allow(dead_code, reason = "only its IntoParams is used, to describe the path")]
@@ -123,7 +138,7 @@ pub struct NsParam {
     pub ns: String,
 }
 
-/// `{ns}/{id}` as the OpenAPI document states it ([`ClaimPath`] is what reads it).
+/// `{ns}/{id}` as the OpenAPI document states it ([`ClaimKeyPath`] and [`OperationPath`] read it).
 #[derive(utoipa::IntoParams)]
 #[into_params(parameter_in = Path)]
 #[allow(dead_code, reason = "only its IntoParams is used, to describe the path")]
@@ -136,23 +151,58 @@ pub struct NsIdParams {
     pub id: String,
 }
 
-impl FromRequestParts<AppState> for ClaimPath {
+/// The path's parameters, its namespace (one the caller may use and the server admits) and the
+/// caller.
+async fn namespace(
+    parts: &mut RequestParts,
+    state: &AppState,
+) -> Result<(HashMap<String, String>, Namespace, Caller), ApiError> {
+    let Path(params) = Path::<HashMap<String, String>>::from_request_parts(parts, state)
+        .await
+        .map_err(|_| Invalid::new("path", "the path is not valid UTF-8"))?;
+    let ns = Namespace::new(params.get("ns").map_or("", String::as_str))?;
+    let caller = parts.extensions.get::<Caller>().cloned().unwrap_or(Caller::Anonymous);
+    caller.require_namespace(ns.as_str())?;
+    if !state.admits(&ns) {
+        return Err(ApiError::NotFound(format!(
+            "no namespace {ns}: [namespaces] strict = true refuses namespaces without a [namespaces.{ns}] table"
+        )));
+    }
+    Ok((params, ns, caller))
+}
+
+/// `{id}`, required: a route without one is refused as a bad request, never a 500.
+fn id(params: &HashMap<String, String>) -> Result<ClaimId, Invalid> {
+    let id = params.get("id").ok_or_else(|| Invalid::new("id", "this path names no id"))?;
+    ClaimId::parse(id)
+}
+
+impl FromRequestParts<AppState> for NsPath {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut RequestParts, state: &AppState) -> Result<Self, ApiError> {
-        let Path(params) = Path::<HashMap<String, String>>::from_request_parts(parts, state)
-            .await
-            .map_err(|_| Invalid::new("path", "the path is not valid UTF-8"))?;
-        let ns = Namespace::new(params.get("ns").map_or("", String::as_str))?;
-        let caller = parts.extensions.get::<Caller>().cloned().unwrap_or(Caller::Anonymous);
-        caller.require_namespace(ns.as_str())?;
-        if !state.admits(&ns) {
-            return Err(ApiError::NotFound(format!(
-                "no namespace {ns}: [namespaces] strict = true refuses namespaces without a [namespaces.{ns}] table"
-            )));
-        }
-        let id = params.get("id").map(|id| ClaimId::parse(id)).transpose()?;
-        Ok(ClaimPath { ns, id, caller })
+        let (_, ns, caller) = namespace(parts, state).await?;
+        Ok(NsPath { ns, caller })
+    }
+}
+
+impl FromRequestParts<AppState> for ClaimKeyPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut RequestParts, state: &AppState) -> Result<Self, ApiError> {
+        let (params, ns, caller) = namespace(parts, state).await?;
+        Ok(ClaimKeyPath { id: id(&params)?, ns, caller })
+    }
+}
+
+impl FromRequestParts<AppState> for OperationPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut RequestParts, state: &AppState) -> Result<Self, ApiError> {
+        let (params, ns, caller) = namespace(parts, state).await?;
+        let id = id(&params)?;
+        let key = idem_core::operation::store_id(&ns, &id);
+        Ok(OperationPath { ns, id, key, caller })
     }
 }
 

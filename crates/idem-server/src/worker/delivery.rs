@@ -229,10 +229,9 @@ impl Delivery {
     /// Queue depth and the age of the oldest due job, as gauges.
     async fn record_queue(&self) {
         if let Ok(stats) = self.store.queue_stats().await {
-            metrics::gauge!("idem_jobs_due").set(stats.due as f64);
             let now = self.clock.now().millis();
             let age = stats.oldest_due_at.map_or(0.0, |t| (now - t.millis()).max(0) as f64 / 1000.0);
-            metrics::gauge!("idem_jobs_oldest_due_age_seconds").set(age);
+            idem_metrics::events::jobs_due(stats.due, age);
         }
     }
 
@@ -405,13 +404,13 @@ async fn read_excerpt(mut body: hyper::body::Incoming) -> String {
 
 /// Attempts by source, kind and outcome; deliveries that ended, by how.
 fn count(job: &Job, t: &Transition) {
-    let kind = if job.kind == JobKind::Delivery { "delivery" } else { "result" };
+    use idem_metrics::events::{self, Attempt, Ended, Job};
+    let kind = if job.kind == JobKind::Delivery { Job::Delivery } else { Job::Result };
     let ok = t.attempt.status_code.is_some_and(|c| (200..300).contains(&c));
-    let outcome = if ok { "success" } else { "failure" };
-    metrics::counter!("idem_delivery_attempts_total", "source" => job.source.clone(), "kind" => kind, "outcome" => outcome)
-        .increment(1);
-    if let Change::Receipt { status: status @ (ReceiptStatus::Completed | ReceiptStatus::Dead), .. } = t.change {
-        let end = if status == ReceiptStatus::Completed { "completed" } else { "dead" };
-        metrics::counter!("idem_deliveries_total", "source" => job.source.clone(), "outcome" => end).increment(1);
+    events::attempt(job.source.clone(), kind, if ok { Attempt::Success } else { Attempt::Failure });
+    match t.change {
+        Change::Receipt { status: ReceiptStatus::Completed, .. } => events::ended(job.source.clone(), Ended::Completed),
+        Change::Receipt { status: ReceiptStatus::Dead, .. } => events::ended(job.source.clone(), Ended::Dead),
+        _ => {}
     }
 }

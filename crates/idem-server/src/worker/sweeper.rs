@@ -35,7 +35,7 @@ pub async fn sweep_receipts(
     let ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
     let before = idem_core::Timestamp(now.saturating_sub(ms));
     let n = drain("receipts", || store.delete_ended_receipts(before, batch), batch, stop).await;
-    metrics::counter!("idem_receipts_deleted_total").increment(n as u64);
+    idem_metrics::events::receipts_deleted(n as u64);
     n
 }
 
@@ -50,7 +50,7 @@ pub async fn sweep_all(
     let claims = drain("claims", || claims.sweep_expired(batch), batch, stop).await;
     let keys = drain("keys", || requests.sweep_requests(batch), batch, stop).await;
     let now = idem_core::Clock::now(&idem_core::SystemClock).millis() as f64 / 1000.0;
-    metrics::gauge!("idem_sweeper_last_run_timestamp_seconds").set(now);
+    idem_metrics::store::sweep_done(now);
     claims + keys
 }
 
@@ -64,7 +64,7 @@ where
         match next().await {
             Ok(n) => {
                 total += n;
-                metrics::counter!("idem_sweeper_deleted_total").increment(n as u64);
+                idem_metrics::store::swept(n as u64);
                 if n < batch {
                     break;
                 }

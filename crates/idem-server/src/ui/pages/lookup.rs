@@ -272,7 +272,7 @@ pub async fn lookup_delete(state: Ui, Form(form): Form<LookupForm>) -> Response 
                     break;
                 }
             }
-            metrics::counter!("idem_claims_deleted_total", "namespace" => ns.as_str().to_owned()).increment(deleted as u64);
+            idem_metrics::claims::deleted(ns.as_str(), deleted as u64);
             let token = state.caller.name();
             tracing::info!(token, namespace = ns.as_str(), deleted, "claims deleted by prefix from the dashboard");
             let shown = parts.as_slice().join(" / ");
@@ -292,7 +292,7 @@ pub async fn lookup_delete(state: Ui, Form(form): Form<LookupForm>) -> Response 
                 Forget::Absent => notice("error", "That operation was already gone."),
             })
         } else if state.stores.claims.delete(&ns, &id).await? {
-            metrics::counter!("idem_claims_deleted_total", "namespace" => ns.as_str().to_owned()).increment(1);
+            idem_metrics::claims::deleted(ns.as_str(), 1);
             Ok(notice("ok", &format!("Deleted claim {id}: the key can be claimed again.")))
         } else {
             Ok(notice("error", "That claim was already gone."))

@@ -23,7 +23,7 @@ use super::html::{self, Tab, notice};
 use crate::web::{ApiError, AppState};
 
 const PAGE: usize = 50;
-const STATUSES: [&str; 6] = ["accepted", "processing", "retrying", "completed", "dead", "discarded"];
+const STATUSES: [&str; 6] = idem_core::event::ReceiptStatus::NAMES;
 
 /// A rendered page, or a page that reports what went wrong.
 type Page = Result<Response, Response>;

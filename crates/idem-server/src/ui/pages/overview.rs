@@ -30,17 +30,8 @@ type Sample = (Instant, [f64; 3], [f64; 3]);
 
 fn traffic() -> Traffic {
     static LAST: OnceLock<Mutex<Sample>> = OnceLock::new();
-    let text = crate::telemetry::metrics_handle().render();
-    let mut counts = [0.0; 3];
-    for (labels, value) in series(&text, "idem_http_requests_total") {
-        let status = labels.get("status").map_or("", String::as_str);
-        counts[0] += value;
-        if status.starts_with('5') {
-            counts[1] += value;
-        } else if status.starts_with('4') {
-            counts[2] += value;
-        }
-    }
+    let now = idem_metrics::http::traffic();
+    let counts = [now.requests, now.server_errors, now.client_errors].map(|n| n as f64);
     let last = LAST.get_or_init(|| Mutex::new((Instant::now(), counts, [0.0; 3])));
     let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
     let elapsed = last.0.elapsed().as_secs_f64();
@@ -54,33 +45,6 @@ fn traffic() -> Traffic {
         client_errors_per_second: last.2[2],
         total: counts[0],
     }
-}
-
-/// The samples of one metric in Prometheus text: (labels, value).
-fn series(text: &str, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix(name) else { continue };
-        let (labels, value) = match rest.strip_prefix('{') {
-            Some(rest) => match rest.rsplit_once("} ") {
-                Some((labels, value)) => (labels, value),
-                None => continue,
-            },
-            None => match rest.strip_prefix(' ') {
-                Some(value) => ("", value),
-                None => continue,
-            },
-        };
-        let Ok(value) = value.trim().parse::<f64>() else { continue };
-        let mut map = BTreeMap::new();
-        for pair in labels.split("\",").filter(|p| !p.is_empty()) {
-            if let Some((k, v)) = pair.split_once("=\"") {
-                map.insert(k.to_owned(), v.trim_end_matches('"').to_owned());
-            }
-        }
-        out.push((map, value));
-    }
-    out
 }
 
 pub async fn overview(state: Ui) -> Response {
@@ -254,35 +218,15 @@ fn namespaces_table(state: &Ui, stored: &[(String, u64)]) -> Markup {
 }
 
 /// Per namespace this caller sees: claims stored, claims made and operations begun since start.
-fn namespace_counts(state: &Ui, stored: &[(String, u64)]) -> BTreeMap<String, [f64; 3]> {
-    let text = crate::telemetry::metrics_handle().render();
-    let mut rows: BTreeMap<String, [f64; 3]> =
-        state.config.namespaces.keys().map(|ns| (ns.clone(), [0.0; 3])).collect();
+fn namespace_counts(state: &Ui, stored: &[(String, u64)]) -> BTreeMap<String, [u64; 3]> {
+    let mut rows: BTreeMap<String, [u64; 3]> = state.config.namespaces.keys().map(|ns| (ns.clone(), [0; 3])).collect();
     for (ns, n) in stored {
-        rows.entry(ns.clone()).or_default()[0] = *n as f64;
+        rows.entry(ns.clone()).or_default()[0] = *n;
     }
-    for (metric, outcome, column) in [("idem_claims_total", "claimed", 1), ("idem_operations_total", "started", 2)] {
-        for (labels, value) in series(&text, metric) {
-            if let (Some(ns), Some(o)) = (labels.get("namespace"), labels.get("outcome"))
-                && o == outcome
-            {
-                rows.entry(ns.clone()).or_default()[column] += value;
-            }
-        }
+    for (ns, seen) in idem_metrics::claims::activity() {
+        let row = rows.entry(ns).or_default();
+        (row[1], row[2]) = (seen.claimed, seen.started);
     }
     rows.retain(|ns, _| state.caller.sees_namespace(ns));
     rows
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn reads_prometheus_series() {
-        let text = "# HELP x\nidem_http_requests_total{method=\"GET\",route=\"/v1\",status=\"200\"} 5\n\
-                    idem_http_requests_total{method=\"GET\",route=\"/v1\",status=\"503\"} 2\nidem_http_requests_total_other 9\n";
-        let found = super::series(text, "idem_http_requests_total");
-        assert_eq!(found.len(), 2);
-        assert_eq!(found[1].0.get("status").map(String::as_str), Some("503"));
-        assert!((found[0].1 - 5.0).abs() < f64::EPSILON);
-    }
 }

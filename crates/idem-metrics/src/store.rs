@@ -1,0 +1,105 @@
+//! The store: the embedded store's group commits (size, time, failures), compactions, its size on
+//! disk and the space left, and the sweeper's deletions of expired claims and finished keys.
+
+use crate::Family;
+
+pub const SIZE: Family = Family::gauge(
+    "idem_store_size_bytes",
+    &[],
+    "Bytes the embedded store's files take on disk (log segments, idem.db, -wal, -shm).",
+);
+pub const AVAILABLE: Family =
+    Family::gauge("idem_data_dir_available_bytes", &[], "Bytes still free for idem on the data dir's file system.");
+pub const COMPACTIONS: Family = Family::counter(
+    "idem_store_compactions_total",
+    &[],
+    "Log segments compacted (their live records rewritten, the file deleted).",
+);
+pub const COMMIT_COMMANDS: Family =
+    Family::histogram("idem_store_commit_batch_commands", &[], "Commands per group commit of the embedded store.");
+pub const COMMIT_ITEMS: Family = Family::histogram(
+    "idem_store_commit_batch_items",
+    &[],
+    "Items (claims and others) per group commit of the embedded store.",
+);
+pub const COMMIT_SECONDS: Family = Family::histogram(
+    "idem_store_commit_seconds",
+    &[],
+    "Time one group commit of the embedded store took, fsync included.",
+);
+pub const COMMIT_ERRORS: Family = Family::counter(
+    "idem_store_commit_errors_total",
+    &[],
+    "Group commits of the embedded store that failed and were rolled back.",
+);
+pub const COMMAND_ERRORS: Family = Family::counter(
+    "idem_store_command_errors_total",
+    &[],
+    "Commands of the embedded store that failed while decided (a record unreadable) and were undone alone; the rest of their group went on.",
+);
+pub const SWEPT: Family =
+    Family::counter("idem_sweeper_deleted_total", &[], "Expired claims and finished keys deleted by the sweeper.");
+pub const SWEPT_AT: Family = Family::gauge(
+    "idem_sweeper_last_run_timestamp_seconds",
+    &[],
+    "When the sweeper last finished a pass (Unix seconds).",
+);
+
+pub const FAMILIES: &[Family] = &[
+    SIZE,
+    AVAILABLE,
+    COMPACTIONS,
+    COMMIT_COMMANDS,
+    COMMIT_ITEMS,
+    COMMIT_SECONDS,
+    COMMIT_ERRORS,
+    COMMAND_ERRORS,
+    SWEPT,
+    SWEPT_AT,
+];
+
+/// One group commit: its commands and items, how long it took, and whether it failed (rolled
+/// back whole).
+pub fn committed(commands: usize, items: u64, seconds: f64, failed: bool) {
+    if failed {
+        metrics::counter!(COMMIT_ERRORS.name).increment(1);
+    }
+    metrics::histogram!(COMMIT_COMMANDS.name).record(commands as f64);
+    metrics::histogram!(COMMIT_ITEMS.name).record(items as f64);
+    metrics::histogram!(COMMIT_SECONDS.name).record(seconds);
+}
+
+/// A command that failed while decided, undone alone.
+pub fn command_failed() {
+    metrics::counter!(COMMAND_ERRORS.name).increment(1);
+}
+
+/// A log segment compacted.
+pub fn compacted() {
+    metrics::counter!(COMPACTIONS.name).increment(1);
+}
+
+/// The embedded store's size on disk, and the space left on its file system where known.
+pub fn on_disk(size: u64, available: Option<u64>) {
+    metrics::gauge!(SIZE.name).set(size as f64);
+    if let Some(available) = available {
+        metrics::gauge!(AVAILABLE.name).set(available as f64);
+    }
+}
+
+/// `n` expired claims or finished keys deleted by the sweeper.
+pub fn swept(n: u64) {
+    metrics::counter!(SWEPT.name).increment(n);
+}
+
+/// The sweeper finished a pass at `unix_seconds`.
+pub fn sweep_done(unix_seconds: f64) {
+    metrics::gauge!(SWEPT_AT.name).set(unix_seconds);
+}
+
+/// The store's series at zero.
+pub fn register() {
+    for family in [COMMIT_ERRORS, COMPACTIONS, COMMAND_ERRORS, SWEPT] {
+        metrics::counter!(family.name).increment(0);
+    }
+}
