@@ -43,15 +43,15 @@ pub async fn first_begin_holds_the_key_and_others_see_it_in_flight<S: RequestSto
         other => panic!("expected to start, got {other:?}"),
     }
     match h.store.begin_request(r.clone()).await.expect("begin") {
-        Begin::InFlight { same_fingerprint: true, lease_until } => assert_eq!(lease_until, crate::START.plus(LEASE)),
+        Begin::Held { same_fingerprint: true, lease_until } => assert_eq!(lease_until, crate::START.plus(LEASE)),
         other => panic!("expected in flight, got {other:?}"),
     }
     let different = request("k", 2);
     assert!(matches!(
         h.store.begin_request(different).await.expect("begin"),
-        Begin::InFlight { same_fingerprint: false, .. }
+        Begin::Held { same_fingerprint: false, .. }
     ));
-    assert!(matches!(h.store.peek_request(&r.id).await.expect("peek"), Some(RequestState::InFlight { .. })));
+    assert!(matches!(h.store.peek_request(&r.id).await.expect("peek"), Some(RequestState::Held { .. })));
 }
 
 pub async fn completed_response_is_replayed_until_its_ttl<S: RequestStore + ?Sized>(h: &Harness<S>) {
@@ -98,7 +98,7 @@ pub async fn an_expired_lease_frees_the_key_and_voids_the_old_token<S: RequestSt
     let r = request("k", 1);
     let old = start(h, &r).await;
     h.clock.advance(LEASE - Duration::from_millis(1));
-    assert!(matches!(h.store.begin_request(r.clone()).await.expect("begin"), Begin::InFlight { .. }));
+    assert!(matches!(h.store.begin_request(r.clone()).await.expect("begin"), Begin::Held { .. }));
     h.clock.advance(Duration::from_millis(1));
     let new = match h.store.begin_request(r.clone()).await.expect("begin") {
         Begin::Started { token, lease_expired: true, .. } => token,
@@ -166,7 +166,7 @@ pub async fn extend_moves_the_lease_for_its_holder_only<S: RequestStore + ?Sized
     assert_eq!(until, Some(expected), "the lease now ends `lease` from now");
     h.clock.advance(Duration::from_secs(60));
     assert!(
-        matches!(h.store.begin_request(r.clone()).await.expect("begin"), Begin::InFlight { lease_until, .. } if lease_until == expected),
+        matches!(h.store.begin_request(r.clone()).await.expect("begin"), Begin::Held { lease_until, .. } if lease_until == expected),
         "still held past the first lease's end"
     );
     assert!(h.store.complete_request(&r.id, token, &response("done"), TTL).await.expect("complete").is_some());
@@ -190,12 +190,12 @@ pub async fn held_bytes_are_kept_while_held_and_forget_frees_only_results<S: Req
     let r = NewRequest { held: b"ttl=90s".to_vec(), ..request("k", 1) };
     let token = start(h, &r).await;
     match h.store.peek_request(&r.id).await.expect("peek") {
-        Some(RequestState::InFlight { held, lease_until, .. }) => {
+        Some(RequestState::Held { held, lease_until, .. }) => {
             assert_eq!((held.as_slice(), lease_until), (&b"ttl=90s"[..], crate::START.plus(LEASE)))
         }
         other => panic!("expected in flight with its held bytes, got {other:?}"),
     }
-    assert_eq!(h.store.forget_request(&r.id).await.expect("forget"), Forget::InFlight, "a held key stays");
+    assert_eq!(h.store.forget_request(&r.id).await.expect("forget"), Forget::Held, "a held key stays");
     assert!(h.store.complete_request(&r.id, token, &response("done"), TTL).await.expect("complete").is_some());
     match h.store.peek_request(&r.id).await.expect("peek") {
         Some(RequestState::Completed { result, .. }) => {
@@ -210,7 +210,7 @@ pub async fn held_bytes_are_kept_while_held_and_forget_frees_only_results<S: Req
 }
 
 /// A begin whose answer was lost (it took the key) is sent again with the same client token: it
-/// gets the same lease (token, end, fence), not `InFlight`. Another token, or another request,
+/// gets the same lease (token, end, fence), not `Held`. Another token, or another request,
 /// does not; once the lease has run out the retry takes the key afresh.
 pub async fn a_begin_retried_with_its_client_token_gets_its_lease_back<S: RequestStore + ?Sized>(h: &Harness<S>) {
     let token_of = |t: &str| Some(idem_core::ClientToken::parse(t).expect("valid token"));
@@ -227,11 +227,11 @@ pub async fn a_begin_retried_with_its_client_token_gets_its_lease_back<S: Reques
         other => panic!("the retry gets its lease back, got {other:?}"),
     }
     let other = NewRequest { client: token_of("begin-2"), ..request("k", 1) };
-    assert!(matches!(h.store.begin_request(other).await.expect("begin"), Begin::InFlight { .. }));
+    assert!(matches!(h.store.begin_request(other).await.expect("begin"), Begin::Held { .. }));
     let changed = NewRequest { client: token_of("begin-1"), ..request("k", 2) };
     assert!(matches!(
         h.store.begin_request(changed).await.expect("begin"),
-        Begin::InFlight { same_fingerprint: false, .. }
+        Begin::Held { same_fingerprint: false, .. }
     ));
     assert!(
         h.store.complete_request(&r.id, token, &response("done"), TTL).await.expect("the lease still holds").is_some()

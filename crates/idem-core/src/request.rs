@@ -56,7 +56,7 @@ pub struct NewRequest {
     /// operations API keeps the result's TTL here; the gateway keeps nothing).
     pub held: Vec<u8>,
     /// The caller's token for this begin: a retry with the same token (and request) that finds
-    /// the key held by this begin's lease gets that lease back instead of `InFlight`.
+    /// the key held by this begin's lease gets that lease back instead of `Held`.
     pub client: Option<ClientToken>,
 }
 
@@ -71,7 +71,7 @@ pub enum Begin {
     /// refuse a call from an older holder that was paused or cut off past its lease.
     Started { token: LeaseToken, lease_until: Timestamp, lease_expired: bool, fence: u64 },
     /// Another caller holds the key.
-    InFlight { same_fingerprint: bool, lease_until: Timestamp },
+    Held { same_fingerprint: bool, lease_until: Timestamp },
     /// The key completed earlier; its result is stored.
     Completed { same_fingerprint: bool, result: Vec<u8>, expires_at: Timestamp },
 }
@@ -79,7 +79,7 @@ pub enum Begin {
 /// The live state of a key, as `peek_request` reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RequestState {
-    InFlight { fingerprint: Fingerprint, lease_until: Timestamp, held: Vec<u8> },
+    Held { fingerprint: Fingerprint, lease_until: Timestamp, held: Vec<u8> },
     Completed { fingerprint: Fingerprint, result: Vec<u8>, expires_at: Timestamp },
 }
 
@@ -118,7 +118,7 @@ pub fn decide_begin(
             Decision::Answer(Begin::Started { token, lease_until: until, lease_expired: false, fence })
         }
         Some(Found::Held { fingerprint: held, until, .. }) if until > now => {
-            Decision::Answer(Begin::InFlight { same_fingerprint: held == *fingerprint, lease_until: until })
+            Decision::Answer(Begin::Held { same_fingerprint: held == *fingerprint, lease_until: until })
         }
         Some(Found::Completed { fingerprint: held, until, result }) if until > now => {
             Decision::Answer(Begin::Completed { same_fingerprint: held == *fingerprint, result, expires_at: until })
@@ -134,7 +134,7 @@ pub enum Forget {
     /// A completed result was deleted; the key is free.
     Forgotten,
     /// The key is held by a running lease; nothing was changed.
-    InFlight,
+    Held,
     /// Nothing live had that key.
     Absent,
 }
@@ -164,7 +164,7 @@ mod tests {
             |until| Some(Found::Held { fingerprint: same, until: Timestamp(until), token, client: None, fence: 1 });
         let done = |until| Some(Found::Completed { fingerprint: same, until: Timestamp(until), result: b"r".to_vec() });
         let answer = |found, fp: &Fingerprint| match decide_begin(found, fp, None, now) {
-            Decision::Answer(Begin::InFlight { same_fingerprint, lease_until }) => {
+            Decision::Answer(Begin::Held { same_fingerprint, lease_until }) => {
                 format!("in flight {same_fingerprint} {}", lease_until.0)
             }
             Decision::Answer(Begin::Completed { same_fingerprint, result, expires_at }) => {
@@ -203,7 +203,7 @@ mod tests {
                 assert_eq!(t, token);
                 format!("started {} {lease_expired} {fence}", lease_until.0)
             }
-            Decision::Answer(Begin::InFlight { same_fingerprint, .. }) => format!("in flight {same_fingerprint}"),
+            Decision::Answer(Begin::Held { same_fingerprint, .. }) => format!("in flight {same_fingerprint}"),
             Decision::Answer(Begin::Completed { .. }) => "completed".into(),
             Decision::Take { lease_expired } => format!("take {lease_expired}"),
         };

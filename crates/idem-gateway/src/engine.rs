@@ -45,7 +45,7 @@ use idem_metrics::gateway::Outcome;
 use crate::background::Background;
 use crate::cache::{Cached, ReplayCache};
 use crate::policy::RoutePolicy;
-use crate::problem::{Problem, in_flight};
+use crate::problem::{Problem, held};
 use crate::unstored::Unstored;
 use crate::waiters::{Wait, Waiters};
 use crate::{GatewayBody, full};
@@ -228,13 +228,13 @@ impl Engine {
                 Ok(Begin::Completed { same_fingerprint, result, expires_at }) => {
                     return Err(self.completed(route, identity, same_fingerprint, &result, expires_at));
                 }
-                Ok(Begin::InFlight { same_fingerprint: false, .. }) => return Err(mismatch(route)),
+                Ok(Begin::Held { same_fingerprint: false, .. }) => return Err(mismatch(route)),
                 // Woken by the holder on this node, or look again after a second (the holder may
                 // be another node), or give up at the deadline.
-                Ok(Begin::InFlight { .. }) => {
+                Ok(Begin::Held { .. }) => {
                     if !wait.until_next_look(armed, Duration::from_secs(1)).await {
                         count(route, Outcome::Conflict);
-                        return Err(in_flight(1));
+                        return Err(held(1));
                     }
                 }
             }

@@ -20,7 +20,7 @@ pub enum Problem {
     /// A bearer JWT that did not verify.
     InvalidToken,
     /// A key whose request is still running.
-    InFlight,
+    Held,
     /// A body over `limits.max_body_bytes`.
     PayloadTooLarge,
     /// A key already used with another request.
@@ -42,7 +42,7 @@ impl Problem {
         match self {
             Self::MissingKey | Self::InvalidKey | Self::InvalidRequest | Self::ScopeMissing => StatusCode::BAD_REQUEST,
             Self::InvalidToken => StatusCode::UNAUTHORIZED,
-            Self::InFlight => StatusCode::CONFLICT,
+            Self::Held => StatusCode::CONFLICT,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::KeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -60,7 +60,7 @@ impl Problem {
             Self::InvalidRequest => "invalid-request",
             Self::ScopeMissing => "scope-missing",
             Self::InvalidToken => "invalid-token",
-            Self::InFlight => "request-in-flight",
+            Self::Held => "request-in-flight",
             Self::PayloadTooLarge => "payload-too-large",
             Self::KeyReused => "idempotency-key-reused",
             Self::Internal => "internal",
@@ -95,8 +95,8 @@ impl Problem {
 }
 
 /// 409 for a duplicate of a request that is still running.
-pub fn in_flight(retry_after_secs: u64) -> Response<GatewayBody> {
-    Problem::InFlight.retry_after(
+pub fn held(retry_after_secs: u64) -> Response<GatewayBody> {
+    Problem::Held.retry_after(
         "a request with this Idempotency-Key is still being processed; retry after the indicated time",
         retry_after_secs,
     )

@@ -171,7 +171,7 @@ impl RequestStore for MemoryStore {
         let now = self.clock.now();
         Ok(match self.keys().get(id) {
             Some(Entry::Held { fingerprint, until, held, .. }) if *until > now => {
-                Some(RequestState::InFlight { fingerprint: *fingerprint, lease_until: *until, held: held.clone() })
+                Some(RequestState::Held { fingerprint: *fingerprint, lease_until: *until, held: held.clone() })
             }
             Some(Entry::Done { fingerprint, result, until }) if *until > now => {
                 Some(RequestState::Completed { fingerprint: *fingerprint, result: result.clone(), expires_at: *until })
@@ -188,7 +188,7 @@ impl RequestStore for MemoryStore {
                 keys.remove(id);
                 Forget::Forgotten
             }
-            Some(Entry::Held { until, .. }) if *until > now => Forget::InFlight,
+            Some(Entry::Held { until, .. }) if *until > now => Forget::Held,
             _ => Forget::Absent,
         })
     }

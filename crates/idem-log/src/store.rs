@@ -256,7 +256,7 @@ impl RequestStore for LogStore {
         Ok(Some(if entry.completed {
             RequestState::Completed { fingerprint: rec.fingerprint, result: rec.body, expires_at: Timestamp(rec.until) }
         } else {
-            RequestState::InFlight { fingerprint: rec.fingerprint, lease_until: Timestamp(rec.until), held: rec.body }
+            RequestState::Held { fingerprint: rec.fingerprint, lease_until: Timestamp(rec.until), held: rec.body }
         }))
     }
 

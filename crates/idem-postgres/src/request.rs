@@ -175,7 +175,7 @@ pub async fn forget(client: &Object, id: &ClaimId, now: Timestamp) -> Result<For
         .query_opt("SELECT 1 FROM requests WHERE id = $1 AND state = 0 AND until > $2", &[&&id.0[..], &now.millis()])
         .await
         .map_err(store_error)?;
-    Ok(if held.is_some() { Forget::InFlight } else { Forget::Absent })
+    Ok(if held.is_some() { Forget::Held } else { Forget::Absent })
 }
 
 pub async fn peek(client: &Object, id: &ClaimId, now: Timestamp) -> Result<Option<RequestState>, StoreError> {
@@ -185,7 +185,7 @@ pub async fn peek(client: &Object, id: &ClaimId, now: Timestamp) -> Result<Optio
         return Ok(None);
     }
     Ok(Some(match found(id, &row)? {
-        Found::Held { fingerprint, until, .. } => RequestState::InFlight {
+        Found::Held { fingerprint, until, .. } => RequestState::Held {
             fingerprint,
             lease_until: until,
             held: row.get::<_, Option<Vec<u8>>>(3).unwrap_or_default(),

@@ -491,7 +491,7 @@ impl<'a> Group<'a> {
             return Ok(Forget::Absent);
         };
         if !entry.completed {
-            return Ok(Forget::InFlight);
+            return Ok(Forget::Held);
         }
         self.remove_request(id)?;
         Ok(Forget::Forgotten)

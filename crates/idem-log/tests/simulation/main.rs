@@ -201,7 +201,7 @@ impl Sim {
     async fn read_request(&self, key: &str) -> Result<Option<ReqView>, String> {
         let state = self.store()?.peek_request(&request_id(key)).await.map_err(|e| e.to_string())?;
         Ok(state.map(|s| match s {
-            RequestState::InFlight { fingerprint, lease_until, held } => {
+            RequestState::Held { fingerprint, lease_until, held } => {
                 ReqView { completed: false, until: lease_until.millis(), fingerprint, body: held }
             }
             RequestState::Completed { fingerprint, result, expires_at } => {

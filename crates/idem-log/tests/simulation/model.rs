@@ -111,7 +111,7 @@ pub enum Answer {
     Claims(Vec<(bool, Option<String>, i64, i64)>),
     Done(bool),
     Started,
-    InFlight { same: bool, until: i64 },
+    Held { same: bool, until: i64 },
     Completed { same: bool, result: Vec<u8>, until: i64 },
     Extended(Option<i64>),
     Forgot(&'static str),
@@ -148,7 +148,7 @@ pub fn expect(model: &Model, op: &Op, now: i64) -> (Answer, Model) {
             }
             // A retry of the begin that took the key: its lease back.
             Some(r) if r.fingerprint == *fingerprint && same_client(&r.client, client) => Answer::Started,
-            Some(r) => Answer::InFlight { same: r.fingerprint == *fingerprint, until: r.until },
+            Some(r) => Answer::Held { same: r.fingerprint == *fingerprint, until: r.until },
             None => {
                 let req = MReq {
                     completed: false,
@@ -250,8 +250,8 @@ pub async fn run(store: &LogStore, op: &Op) -> Result<(Answer, Option<(LeaseToke
             };
             match store.begin_request(request).await.map_err(e)? {
                 Begin::Started { token, fence, .. } => (Answer::Started, Some((token, fence))),
-                Begin::InFlight { same_fingerprint, lease_until } => {
-                    (Answer::InFlight { same: same_fingerprint, until: lease_until.millis() }, None)
+                Begin::Held { same_fingerprint, lease_until } => {
+                    (Answer::Held { same: same_fingerprint, until: lease_until.millis() }, None)
                 }
                 Begin::Completed { same_fingerprint, result, expires_at } => {
                     (Answer::Completed { same: same_fingerprint, result, until: expires_at.millis() }, None)
@@ -272,7 +272,7 @@ pub async fn run(store: &LogStore, op: &Op) -> Result<(Answer, Option<(LeaseToke
         Op::Forget { key } => {
             let forgot = match store.forget_request(&request_id(key)).await.map_err(e)? {
                 Forget::Forgotten => "forgotten",
-                Forget::InFlight => "in flight",
+                Forget::Held => "in flight",
                 Forget::Absent => "absent",
             };
             (Answer::Forgot(forgot), None)

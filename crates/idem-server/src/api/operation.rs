@@ -310,7 +310,7 @@ pub async fn begin(
                 let view = completed_view(&id, decode(&result)?, expires_at)?;
                 return Ok(([super::REPLAYED], Json(view)).into_response());
             }
-            Begin::InFlight { same_fingerprint, lease_until } => {
+            Begin::Held { same_fingerprint, lease_until } => {
                 same_request(&state, &path.ns, &key, op.fingerprint, same_fingerprint).await?;
                 lease_until
             }
@@ -338,7 +338,7 @@ async fn same_request(
         return Ok(());
     }
     let stored = match state.stores.requests.peek_request(key).await? {
-        Some(RequestState::InFlight { fingerprint, .. } | RequestState::Completed { fingerprint, .. }) => fingerprint,
+        Some(RequestState::Held { fingerprint, .. } | RequestState::Completed { fingerprint, .. }) => fingerprint,
         None => return Ok(()),
     };
     if operation::same_request(&asked, &stored) {
@@ -370,7 +370,7 @@ pub async fn complete(
         return Err(Invalid::new("result", format!("must be at most {MAX_DATA_BYTES} bytes of JSON")).into());
     }
     let ttl = match state.stores.requests.peek_request(&key).await? {
-        Some(RequestState::InFlight { held, .. }) => operation::decode_held(&held).unwrap_or(DEFAULT_TTL),
+        Some(RequestState::Held { held, .. }) => operation::decode_held(&held).unwrap_or(DEFAULT_TTL),
         Some(RequestState::Completed { result, expires_at, .. }) => {
             return completed_by(&path.ns, &id, &token, &result, expires_at).map(Json);
         }
@@ -466,7 +466,7 @@ pub async fn extend(
 pub async fn read(State(state): State<AppState>, path: OperationPath) -> Result<Json<OperationView>, ApiError> {
     let (id, key) = (path.id, path.key);
     match state.stores.requests.peek_request(&key).await? {
-        Some(RequestState::InFlight { lease_until, .. }) => Ok(Json(OperationView::InProgress(InProgress {
+        Some(RequestState::Held { lease_until, .. }) => Ok(Json(OperationView::InProgress(InProgress {
             status: OperationStatus::InProgress,
             id: id.to_string(),
             lease_expires_at: lease_until.to_rfc3339(),
@@ -495,7 +495,7 @@ pub async fn delete(State(state): State<AppState>, path: OperationPath) -> Resul
             tracing::info!(token = path.caller.name(), namespace = path.ns.as_str(), operation = %id, "operation deleted");
             Ok(StatusCode::NO_CONTENT)
         }
-        Forget::InFlight => Err(ApiError::InProgress(1)),
+        Forget::Held => Err(ApiError::InProgress(1)),
         Forget::Absent => Err(ApiError::NotFound(format!("no operation {id} in namespace {}", path.ns))),
     }
 }

@@ -203,7 +203,7 @@ async fn operation_result(state: &Ui, t: &Target<'_>) -> Result<Markup, ApiError
                 "No operation " code { (id) } " in " (ns) ": it was never begun, was released, or expired."
             }
         },
-        Some(RequestState::InFlight { lease_until, .. }) => html! {
+        Some(RequestState::Held { lease_until, .. }) => html! {
             div.card data-testid="lookup-result" {
                 p {
                     (ns) " — " strong { "in progress" } ": someone holds it; the lease ends "
@@ -286,7 +286,7 @@ pub async fn lookup_delete(state: Ui, Form(form): Form<LookupForm>) -> Response 
                     tracing::info!(token, namespace = ns.as_str(), operation = %id, "operation deleted from the dashboard");
                     notice("ok", &format!("Deleted operation {id}: the key is free again."))
                 }
-                Forget::InFlight => {
+                Forget::Held => {
                     notice("error", "Someone holds this operation now; it cannot be deleted while in progress.")
                 }
                 Forget::Absent => notice("error", "That operation was already gone."),
