@@ -24,6 +24,37 @@ pub const TMP: &str = "MANIFEST.tmp";
 const MAGIC: &[u8; 8] = b"idemmanf";
 const VERSION: u8 = 1;
 
+/// Why a manifest's bytes do not read as one. Start-up and `idem check` report it as
+/// `the manifest cannot be read: …`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Malformed {
+    #[error("too short")]
+    TooShort,
+    #[error("checksum mismatch")]
+    ChecksumMismatch,
+    /// The body ends before a field it must hold.
+    #[error("ends early")]
+    EndsEarly,
+    #[error("not an idem manifest")]
+    NotManifest,
+    #[error("manifest version {0} is not one this idem reads")]
+    Version(u8),
+    #[error("bytes after the manifest")]
+    Trailing,
+    /// Sealed segments not ascending, or one not older than the head.
+    #[error("segments out of order")]
+    OutOfOrder,
+}
+
+/// Why the manifest in a directory cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum Unreadable {
+    #[error(transparent)]
+    Io(#[from] io::Error),
+    #[error(transparent)]
+    Malformed(#[from] Malformed),
+}
+
 /// A sealed segment as the manifest knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sealed {
@@ -75,23 +106,23 @@ impl Manifest {
         out
     }
 
-    pub fn decode(bytes: &[u8]) -> Result<Self, String> {
-        let Some((body, crc)) = bytes.split_last_chunk::<4>() else { return Err("too short".into()) };
+    pub fn decode(bytes: &[u8]) -> Result<Self, Malformed> {
+        let Some((body, crc)) = bytes.split_last_chunk::<4>() else { return Err(Malformed::TooShort) };
         if crc32fast::hash(body) != u32::from_le_bytes(*crc) {
-            return Err("checksum mismatch".into());
+            return Err(Malformed::ChecksumMismatch);
         }
         let mut r = body;
-        let mut take = |n: usize| -> Result<&[u8], String> {
-            let (head, rest) = r.split_at_checked(n).ok_or("ends early")?;
+        let mut take = |n: usize| -> Result<&[u8], Malformed> {
+            let (head, rest) = r.split_at_checked(n).ok_or(Malformed::EndsEarly)?;
             r = rest;
             Ok(head)
         };
         if take(8)? != MAGIC {
-            return Err("not an idem manifest".into());
+            return Err(Malformed::NotManifest);
         }
         let version = take(1)?[0];
         if version != VERSION {
-            return Err(format!("manifest version {version} is not one this idem reads"));
+            return Err(Malformed::Version(version));
         }
         let u32_of = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
         let u64_of = |b: &[u8]| {
@@ -107,24 +138,24 @@ impl Manifest {
             sealed.push(Sealed { number: u32_of(take(4)?), len: u64_of(take(8)?), records: u64_of(take(8)?) });
         }
         if !take(0)?.is_empty() || !r.is_empty() {
-            return Err("bytes after the manifest".into());
+            return Err(Malformed::Trailing);
         }
         if sealed.windows(2).any(|w| w[0].number >= w[1].number) || sealed.last().is_some_and(|s| s.number >= head) {
-            return Err("segments out of order".into());
+            return Err(Malformed::OutOfOrder);
         }
         Ok(Self { sealed, head, mark })
     }
 
     /// The manifest in `dir`: `Ok(None)` when there is none; `Err` (with why) when it cannot be
     /// read.
-    pub fn read(disk: &dyn Disk, dir: &Path) -> Result<Option<Self>, String> {
+    pub fn read(disk: &dyn Disk, dir: &Path) -> Result<Option<Self>, Unreadable> {
         let path = dir.join(FILE);
         if !disk.exists(&path) {
             return Ok(None);
         }
-        let file = disk.open(&path, OpenMode::Read).map_err(|e| e.to_string())?;
-        let bytes = disk::read_all(file.as_ref()).map_err(|e| e.to_string())?;
-        Self::decode(&bytes).map(Some)
+        let file = disk.open(&path, OpenMode::Read)?;
+        let bytes = disk::read_all(file.as_ref())?;
+        Ok(Some(Self::decode(&bytes)?))
     }
 
     /// Replaces the manifest in `dir` durably.

@@ -18,6 +18,28 @@
 
 use idem_core::ClaimId;
 
+/// Why a record's bytes do not read as a record. Shown to operators (in `idem check` and
+/// `idem repair` reports, and start-up's refusal) in these words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Malformed {
+    /// The body ends before a field it must hold.
+    #[error("record ends early")]
+    Short,
+    /// A text field is not UTF-8.
+    #[error(transparent)]
+    NotUtf8(#[from] std::str::Utf8Error),
+    #[error("unknown record kind {0}")]
+    UnknownKind(u8),
+    /// Bytes left over after the record's last field.
+    #[error("{0} bytes after the record")]
+    Trailing(usize),
+    /// A header claiming no body, or more than [`MAX_BODY`].
+    #[error("impossible record length {0}")]
+    ImpossibleLength(usize),
+    #[error("checksum mismatch")]
+    ChecksumMismatch,
+}
+
 /// Where a record starts: the segment it is in and its byte offset there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Loc {
@@ -180,7 +202,7 @@ impl Record {
     }
 
     /// Decodes a body whose checksum has been verified.
-    pub fn decode(body: &[u8]) -> Result<Self, String> {
+    pub fn decode(body: &[u8]) -> Result<Self, Malformed> {
         let mut r = Reader { bytes: body, at: 0 };
         let record = match r.u8()? {
             kind @ (CLAIM | CLAIM_TOKEN) => {
@@ -189,7 +211,7 @@ impl Record {
                 let parts = r.bytes()?.to_vec();
                 let data = match r.u8()? {
                     0 => None,
-                    _ => Some(String::from_utf8(r.bytes()?.to_vec()).map_err(|e| e.to_string())?),
+                    _ => Some(r.string()?),
                 };
                 let (created_at, expires_at) = (r.i64()?, r.i64()?);
                 let client = if kind == CLAIM_TOKEN { Some(r.array()?) } else { None };
@@ -211,11 +233,9 @@ impl Record {
                 let group_bytes = if body.len() == COMMIT_BODY { Some(u32::from_le_bytes(r.array()?)) } else { None };
                 Record::Commit { count, group_bytes }
             }
-            kind => return Err(format!("unknown record kind {kind}")),
+            kind => return Err(Malformed::UnknownKind(kind)),
         };
-        if r.at != body.len() {
-            return Err(format!("{} bytes after the record", body.len() - r.at));
-        }
+        r.end()?;
         Ok(record)
     }
 }
@@ -305,23 +325,21 @@ pub struct ClaimView<'a> {
 }
 
 /// A claim record's view, or `None` for any other kind of record.
-pub fn claim_view(body: &[u8]) -> Result<Option<ClaimView<'_>>, String> {
+pub fn claim_view(body: &[u8]) -> Result<Option<ClaimView<'_>>, Malformed> {
     let Some(kind @ (&CLAIM | &CLAIM_TOKEN)) = body.first() else { return Ok(None) };
     let mut r = Reader { bytes: body, at: 1 };
-    let ns = std::str::from_utf8(r.bytes()?).map_err(|e| e.to_string())?;
+    let ns = std::str::from_utf8(r.bytes()?)?;
     let id = r.id()?;
     let parts = r.bytes()?;
     if r.u8()? != 0 {
-        std::str::from_utf8(r.bytes()?).map_err(|e| e.to_string())?;
+        std::str::from_utf8(r.bytes()?)?;
     }
     let _created_at = r.i64()?;
     let expires_at = r.i64()?;
     if *kind == CLAIM_TOKEN {
         r.take(16)?;
     }
-    if r.at != body.len() {
-        return Err(format!("{} bytes after the record", body.len() - r.at));
-    }
+    r.end()?;
     Ok(Some(ClaimView { ns, id, parts, expires_at }))
 }
 
@@ -332,7 +350,7 @@ pub enum Frame<'a> {
     /// The buffer ends inside the frame.
     Short,
     /// The header or the checksum is wrong.
-    Damaged(String),
+    Damaged(Malformed),
 }
 
 /// Reads the frame at the start of `buf`.
@@ -341,11 +359,11 @@ pub fn frame(buf: &[u8]) -> Frame<'_> {
     let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
     let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
     if len == 0 || len > MAX_BODY {
-        return Frame::Damaged(format!("impossible record length {len}"));
+        return Frame::Damaged(Malformed::ImpossibleLength(len));
     }
     let Some(body) = buf.get(HEADER..HEADER + len) else { return Frame::Short };
     if crc32fast::hash(body) != crc {
-        return Frame::Damaged("checksum mismatch".into());
+        return Frame::Damaged(Malformed::ChecksumMismatch);
     }
     Frame::Valid { body, len: HEADER + len }
 }
@@ -399,48 +417,56 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        let end = self.at.checked_add(n).filter(|end| *end <= self.bytes.len()).ok_or("record ends early")?;
+    fn take(&mut self, n: usize) -> Result<&'a [u8], Malformed> {
+        let end = self.at.checked_add(n).filter(|end| *end <= self.bytes.len()).ok_or(Malformed::Short)?;
         let out = &self.bytes[self.at..end];
         self.at = end;
         Ok(out)
     }
 
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], Malformed> {
         let mut out = [0; N];
         out.copy_from_slice(self.take(N)?);
         Ok(out)
     }
 
-    fn u8(&mut self) -> Result<u8, String> {
+    fn u8(&mut self) -> Result<u8, Malformed> {
         Ok(self.take(1)?[0])
     }
 
-    fn i64(&mut self) -> Result<i64, String> {
+    fn i64(&mut self) -> Result<i64, Malformed> {
         Ok(i64::from_le_bytes(self.array()?))
     }
 
-    fn id(&mut self) -> Result<ClaimId, String> {
+    fn id(&mut self) -> Result<ClaimId, Malformed> {
         Ok(ClaimId(self.array()?))
     }
 
-    fn bytes(&mut self) -> Result<&'a [u8], String> {
+    fn bytes(&mut self) -> Result<&'a [u8], Malformed> {
         let len = u32::from_le_bytes(self.array()?) as usize;
         self.take(len)
     }
 
-    fn string(&mut self) -> Result<String, String> {
-        String::from_utf8(self.bytes()?.to_vec()).map_err(|e| e.to_string())
+    fn string(&mut self) -> Result<String, Malformed> {
+        Ok(std::str::from_utf8(self.bytes()?)?.to_owned())
     }
 
-    fn client(&mut self) -> Result<Option<[u8; 16]>, String> {
+    /// Every byte read: anything left is not part of the record.
+    fn end(&self) -> Result<(), Malformed> {
+        match self.bytes.len() - self.at {
+            0 => Ok(()),
+            left => Err(Malformed::Trailing(left)),
+        }
+    }
+
+    fn client(&mut self) -> Result<Option<[u8; 16]>, Malformed> {
         Ok(match self.u8()? {
             0 => None,
             _ => Some(self.array()?),
         })
     }
 
-    fn gone(&mut self) -> Result<Gone, String> {
+    fn gone(&mut self) -> Result<Gone, Malformed> {
         Ok(Gone { target: Loc::unpack(u64::from_le_bytes(self.array()?)), until: self.i64()? })
     }
 }

@@ -12,14 +12,14 @@ use std::path::Path;
 use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex};
 
-use idem_core::Clock;
+use idem_core::{Clock, StoreError};
 
 use crate::counts::Counts;
 use crate::disk::{Disk, OpenMode};
 use crate::index::{ClaimEntry, Index, RequestEntry, Slot, claim_part, request_part};
 use crate::manifest::Manifest;
-use crate::record::{self, Loc, Record, RequestRec};
-use crate::segment::{self, Segments};
+use crate::record::{self, ClaimView, Loc, Record, RequestRec};
+use crate::segment::{self, Segments, Unreadable};
 use crate::verify::{self, Damage, Torn, Verdict};
 use crate::writer::Active;
 use crate::{LogOptions, OpenError, Shared, Space};
@@ -156,27 +156,12 @@ fn replay(
     loc: Loc,
     body: &[u8],
     len: u32,
-) -> Result<(), String> {
+) -> Result<(), Unreadable> {
     let index = &shared.index;
     // Claims, nearly every record of a large log, are read without allocating.
     if let Some(claim) = record::claim_view(body)? {
-        if claim_part(claim.ns, &claim.id, PARTS) != part {
-            return Ok(());
-        }
-        let found = shared.find_claim(claim.ns, &claim.id).map_err(|e| e.to_string())?;
-        let after = (claim.expires_at > now).then(|| ClaimEntry::new(loc, len, claim.expires_at));
-        let (slot, before) = match &found.hit {
-            Some((slot, entry, _)) => (*slot, Some(*entry)),
-            None => (if found.main_taken { Slot::Overflow } else { Slot::Main }, None),
-        };
-        index.update_claim(slot, claim.ns, &claim.id, claim.parts, before, after);
-        if before != after {
-            if let Some(before) = before {
-                counts.add(claim.ns, before.expires_at(), -1);
-            }
-            if let Some(after) = after {
-                counts.add(claim.ns, after.expires_at(), 1);
-            }
+        if claim_part(claim.ns, &claim.id, PARTS) == part {
+            replay_claim(shared, counts, now, &claim, loc, len)?;
         }
         return Ok(());
     }
@@ -191,7 +176,7 @@ fn replay(
     }
     match record {
         Record::ClaimGone { ns, id, gone } => {
-            if let Some((slot, entry, old)) = shared.find_claim(&ns, &id).map_err(|e| e.to_string())?.hit
+            if let Some((slot, entry, old)) = shared.find_claim(&ns, &id)?.hit
                 && entry.loc() == gone.target
             {
                 index.update_claim(slot, &ns, &id, &old.parts, Some(entry), None);
@@ -208,6 +193,32 @@ fn replay(
             }
         }
         Record::Claim(_) | Record::Commit { .. } => {}
+    }
+    Ok(())
+}
+
+fn replay_claim(
+    shared: &Shared,
+    counts: &mut Counts,
+    now: i64,
+    claim: &ClaimView<'_>,
+    loc: Loc,
+    len: u32,
+) -> Result<(), StoreError> {
+    let found = shared.find_claim(claim.ns, &claim.id)?;
+    let after = (claim.expires_at > now).then(|| ClaimEntry::new(loc, len, claim.expires_at));
+    let (slot, before) = match &found.hit {
+        Some((slot, entry, _)) => (*slot, Some(*entry)),
+        None => (if found.main_taken { Slot::Overflow } else { Slot::Main }, None),
+    };
+    shared.index.update_claim(slot, claim.ns, &claim.id, claim.parts, before, after);
+    if before != after {
+        if let Some(before) = before {
+            counts.add(claim.ns, before.expires_at(), -1);
+        }
+        if let Some(after) = after {
+            counts.add(claim.ns, after.expires_at(), 1);
+        }
     }
     Ok(())
 }
@@ -249,7 +260,7 @@ pub fn check(disk: &dyn Disk, dir: &Path) -> std::io::Result<CheckReport> {
     let mut tries = 0;
     let verdict = loop {
         let before = manifest_bytes();
-        let verdict = verify::verify(disk, dir, &mut |_, body, _| Record::decode(body).map(drop));
+        let verdict = verify::verify(disk, dir, &mut |_, body, _| Record::decode(body).map(drop).map_err(Into::into));
         tries += 1;
         if before == manifest_bytes() || tries == 5 {
             break verdict;

@@ -18,7 +18,7 @@ use std::sync::{Arc, RwLock};
 use idem_core::StoreError;
 
 use crate::disk::{self, Disk, FileRef, OpenMode};
-use crate::record::{self, Frame, HEADER, Loc, Record};
+use crate::record::{self, Frame, HEADER, Loc, Malformed, Record};
 
 /// Bytes before the first frame: magic, format version, segment number, and their checksum.
 pub const SEGMENT_HEADER: usize = 16;
@@ -104,26 +104,26 @@ impl Segments {
 
     /// Reads and verifies the record at `loc`; answers it with its frame length.
     pub fn read(&self, loc: Loc) -> Result<Read, StoreError> {
-        let damaged =
-            |why: String| StoreError::Internal(format!("{} at byte {}: {why}", file_name(loc.segment), loc.offset));
+        let damaged = |why: &dyn std::fmt::Display| {
+            StoreError::Internal(format!("{} at byte {}: {why}", file_name(loc.segment), loc.offset))
+        };
         let Some(file) = self.file(loc.segment) else { return Ok(Read::Gone) };
         let mut buf = vec![0; 512];
-        let got =
-            disk::read_at_most(file.as_ref(), &mut buf, u64::from(loc.offset)).map_err(|e| damaged(e.to_string()))?;
+        let got = disk::read_at_most(file.as_ref(), &mut buf, u64::from(loc.offset)).map_err(|e| damaged(&e))?;
         buf.truncate(got);
         if buf.len() >= HEADER {
             let body = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
             if HEADER + body > buf.len() && body <= record::MAX_BODY {
                 let mut more = vec![0; HEADER + body - buf.len()];
                 let at = u64::from(loc.offset) + buf.len() as u64;
-                let got = disk::read_at_most(file.as_ref(), &mut more, at).map_err(|e| damaged(e.to_string()))?;
+                let got = disk::read_at_most(file.as_ref(), &mut more, at).map_err(|e| damaged(&e))?;
                 buf.extend_from_slice(&more[..got]);
             }
         }
         match record::frame(&buf) {
-            Frame::Valid { body, len } => Ok(Read::Found(Record::decode(body).map_err(damaged)?, len as u32)),
-            Frame::Short => Err(damaged("record ends early".into())),
-            Frame::Damaged(why) => Err(damaged(why)),
+            Frame::Valid { body, len } => Ok(Read::Found(Record::decode(body).map_err(|e| damaged(&e))?, len as u32)),
+            Frame::Short => Err(damaged(&Malformed::Short)),
+            Frame::Damaged(why) => Err(damaged(&why)),
         }
     }
 
@@ -142,19 +142,43 @@ impl Segments {
 }
 
 /// A stretch of a segment that could not be read as whole groups.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Bad {
     /// Where the last whole group before it ends: everything from here to `resume` is lost.
     pub start: u64,
     /// The first frame that could not be read.
     pub at: u64,
-    pub reason: String,
+    pub reason: Unreadable,
     /// Where the next intact group after it begins, if one was found (only commit frames that
     /// say how long their group is can be found this way).
     pub resume: Option<u64>,
     /// A pre-manifest commit frame follows (its group cannot be located, but it proves that a
     /// group was committed after this stretch was written).
     pub old_commit_follows: bool,
+}
+
+/// Why a segment, or a stretch of one, does not read as whole groups. Shown to operators (in
+/// `idem check` and `idem repair` reports) in these words.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Unreadable {
+    /// The file does not begin with this segment's header.
+    #[error("bad segment header")]
+    Header,
+    /// The file ends inside a frame.
+    #[error("a record ends early")]
+    Short,
+    /// A frame or its record does not read.
+    #[error(transparent)]
+    Record(#[from] Malformed),
+    /// A commit frame that does not end the group before it.
+    #[error("a commit of {count} records ends a group of {group}")]
+    CommitMismatch { count: u32, group: usize },
+    /// The file ends where the group's commit should be.
+    #[error("a group has no commit")]
+    NoCommit,
+    /// The caller's [`Apply`] could not take a committed record (start-up's index read it back).
+    #[error(transparent)]
+    Apply(#[from] StoreError),
 }
 
 /// What reading one segment found.
@@ -175,14 +199,14 @@ pub struct Scan {
 }
 
 /// Called with each committed record's place, body and frame length; an error is damage there.
-pub type Apply<'a> = dyn FnMut(Loc, &[u8], u32) -> Result<(), String> + 'a;
+pub type Apply<'a> = dyn FnMut(Loc, &[u8], u32) -> Result<(), Unreadable> + 'a;
 
 /// Reads the groups of one segment in order, handing each committed record to `apply`. A
 /// stretch that cannot be read is noted in [`Scan::bad`], and reading goes on at the next intact
 /// group, if any. `Err` is a header that is not this segment's.
-pub fn scan(number: u32, bytes: &[u8], mark: Option<u64>, apply: &mut Apply<'_>) -> Result<Scan, String> {
+pub fn scan(number: u32, bytes: &[u8], mark: Option<u64>, apply: &mut Apply<'_>) -> Result<Scan, Unreadable> {
     if version(bytes, number).is_none() {
-        return Err("bad segment header".into());
+        return Err(Unreadable::Header);
     }
     let out = Scan { len: bytes.len() as u64, end: SEGMENT_HEADER as u64, ..Scan::default() };
     let mut scanner =
@@ -207,7 +231,7 @@ pub fn scan(number: u32, bytes: &[u8], mark: Option<u64>, apply: &mut Apply<'_>)
     if !scanner.group.is_empty() {
         // The file ends where the group's commit should be: that is what cannot be read.
         let (start, at) = (scanner.group_start as u64, scanner.at as u64);
-        let reason = "a group has no commit".into();
+        let reason = Unreadable::NoCommit;
         scanner.out.bad.push(Bad { start, at, reason, resume: None, old_commit_follows: false });
     }
     Ok(scanner.out)
@@ -228,11 +252,11 @@ struct Scanner<'b, 'a> {
 
 impl Scanner<'_, '_> {
     /// Reads the frame at `at`; `Err` says why it cannot be read as part of a whole group.
-    fn step(&mut self) -> Result<(), String> {
+    fn step(&mut self) -> Result<(), Unreadable> {
         let (body, len) = match record::frame(&self.bytes[self.at..]) {
             Frame::Valid { body, len } => (body, len),
-            Frame::Short => return Err("a record ends early".into()),
-            Frame::Damaged(why) => return Err(why),
+            Frame::Short => return Err(Unreadable::Short),
+            Frame::Damaged(why) => return Err(why.into()),
         };
         match record::commit_info(body) {
             _ if record::is_pad(body) && self.group.is_empty() => self.group_ended(self.at + len),
@@ -244,7 +268,7 @@ impl Scanner<'_, '_> {
                 self.group_ended(self.at + len);
             }
             Some(info) => {
-                return Err(format!("a commit of {} records ends a group of {}", info.count, self.group.len()));
+                return Err(Unreadable::CommitMismatch { count: info.count, group: self.group.len() });
             }
             None => {
                 let loc = Loc { segment: self.number, offset: self.at as u32 };
@@ -255,7 +279,7 @@ impl Scanner<'_, '_> {
         Ok(())
     }
 
-    fn apply_group(&mut self) -> Result<(), String> {
+    fn apply_group(&mut self) -> Result<(), Unreadable> {
         for (loc, start, end) in self.group.drain(..) {
             (self.apply)(loc, &self.bytes[start..end], (HEADER + end - start) as u32)?;
             self.out.records += 1;

@@ -179,7 +179,7 @@ pub fn verify(disk: &dyn Disk, dir: &Path, apply: &mut Apply<'_>) -> Verdict {
                     Role::Unlisted { .. } => None,
                 };
                 let fix = Fix::SetAside { segment: number };
-                verdict.damage.push(Damage { file: path, offset: 0, reason: why, lost_records, fix });
+                verdict.damage.push(Damage { file: path, offset: 0, reason: why.to_string(), lost_records, fix });
             }
         }
     }
@@ -327,14 +327,15 @@ fn judge_bad(at: &Judged<'_>, bytes: &[u8], role: Role, verdict: &mut Verdict) -
                 }
                 Err(why) => {
                     let lost = (bad.start < mark.len).then(|| mark.records.saturating_sub(scan.records));
-                    verdict.damage.push(at.damage(bad.at, why, lost, at.pad_or_cut(bad)));
+                    let reason = format!("{}, {why}", bad.reason);
+                    verdict.damage.push(at.damage(bad.at, reason, lost, at.pad_or_cut(bad)));
                 }
             }
             continue;
         }
         let reason = match bad.resume {
             Some(next) => format!("{}; the records from byte {} to {next} cannot be read", bad.reason, bad.start),
-            None => bad.reason.clone(),
+            None => bad.reason.to_string(),
         };
         verdict.damage.push(at.damage(bad.at, reason, None, at.pad_or_cut(bad)));
     }
@@ -380,23 +381,41 @@ fn judge_role(at: &Judged<'_>, role: Role) -> Option<Damage> {
     }
 }
 
+/// Why the unreadable end of the head is damage, not a torn write: what follows the stretch's own
+/// reason in the report (`a record ends early, and committed records follow`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+enum NotTorn {
+    /// It starts before the mark: acknowledged bytes.
+    #[error("before byte {0} up to which the log was acknowledged")]
+    BeforeMark(u64),
+    /// A pre-manifest commit frame follows it.
+    #[error("and committed records follow")]
+    CommitsFollow,
+    #[error("and a group committed after it follows at byte {0}")]
+    LaterGroup(u64),
+    #[error("and bytes follow the group being written")]
+    BytesFollow,
+    #[error("though every sector of the record was written: not a torn write")]
+    EverySectorWritten,
+}
+
 /// The unreadable end of the head: a torn write (`Ok`), or damage (why).
-fn torn_or_damage(bytes: &[u8], bad: &Bad, mark: Mark) -> Result<(), String> {
+fn torn_or_damage(bytes: &[u8], bad: &Bad, mark: Mark) -> Result<(), NotTorn> {
     if bad.start < mark.len {
-        return Err(format!("{}, before byte {} up to which the log was acknowledged", bad.reason, mark.len));
+        return Err(NotTorn::BeforeMark(mark.len));
     }
     if bad.old_commit_follows {
-        return Err(format!("{}, and committed records follow", bad.reason));
+        return Err(NotTorn::CommitsFollow);
     }
     if let Some(next) = segment::later_group_committed(bytes, bad.start, bad.at) {
-        return Err(format!("{}, and a group committed after it follows at byte {next}", bad.reason));
+        return Err(NotTorn::LaterGroup(next));
     }
     let group_end = segment::own_commit_end(bytes, bad.start, bad.at).unwrap_or(bytes.len() as u64);
     if bytes[group_end as usize..].iter().any(|&b| b != 0) {
-        return Err(format!("{}, and bytes follow the group being written", bad.reason));
+        return Err(NotTorn::BytesFollow);
     }
     if !segment::torn_write_explains(bytes, bad.start, bad.at) {
-        return Err(format!("{}, though every sector of the record was written: not a torn write", bad.reason));
+        return Err(NotTorn::EverySectorWritten);
     }
     Ok(())
 }
