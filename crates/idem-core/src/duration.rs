@@ -3,12 +3,22 @@
 
 use std::time::Duration;
 
+/// Why a text is not a duration; the text is the one given, trimmed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadDuration {
+    #[error("{0:?} is not a duration like \"250ms\", \"10s\", \"5m\", \"24h\" or \"90d\"")]
+    NotADuration(String),
+    /// More milliseconds than a `u64` holds.
+    #[error("{0:?} is too long")]
+    TooLong(String),
+}
+
 /// Parses `<digits><unit>` with unit one of `ms`, `s`, `m`, `h`, `d`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, BadDuration> {
     let text = text.trim();
     let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
     let (digits, unit) = text.split_at(split);
-    let expected = || format!("{text:?} is not a duration like \"250ms\", \"10s\", \"5m\", \"24h\" or \"90d\"");
+    let expected = || BadDuration::NotADuration(text.to_owned());
     let n: u64 = digits.parse().map_err(|_| expected())?;
     let unit_ms: u64 = match unit {
         "ms" => 1,
@@ -18,7 +28,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "d" => 86_400_000,
         _ => return Err(expected()),
     };
-    n.checked_mul(unit_ms).map(Duration::from_millis).ok_or_else(|| format!("{text:?} is too long"))
+    n.checked_mul(unit_ms).map(Duration::from_millis).ok_or_else(|| BadDuration::TooLong(text.to_owned()))
 }
 
 /// The shortest exact form of a duration in the same notation (`90d`, `1500ms`).

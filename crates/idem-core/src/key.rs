@@ -12,6 +12,15 @@ use sha2::{Digest, Sha256};
 
 use crate::Invalid;
 
+/// Why stored bytes do not read as encoded parts ([`Parts::encode`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadEncoding {
+    #[error("encoded parts must end with NUL")]
+    Unterminated,
+    #[error(transparent)]
+    NotUtf8(#[from] std::str::Utf8Error),
+}
+
 /// A validated list of key parts.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Parts(Vec<String>);
@@ -29,14 +38,14 @@ impl Parts {
             return Err(Invalid::new("", format!("must have at most {} parts", Self::MAX_PARTS)));
         }
         for (i, part) in parts.iter().enumerate() {
-            check_part(part).map_err(|message| Invalid::new(format!("[{i}]"), message))?;
+            check_part(part).map_err(|e| e.within(&format!("[{i}]")))?;
         }
         Ok(Self(parts))
     }
 
     /// The one-part form, as given by `"key": "..."`.
     pub fn single(key: String) -> Result<Self, Invalid> {
-        check_part(&key).map_err(|message| Invalid::new("", message))?;
+        check_part(&key)?;
         Ok(Self(vec![key]))
     }
 
@@ -72,11 +81,11 @@ impl Parts {
     }
 
     /// The inverse of [`Parts::encode`], for rows read back from a store.
-    pub fn decode(encoded: &[u8]) -> Result<Self, String> {
-        let body = encoded.strip_suffix(&[0]).ok_or("encoded parts must end with NUL")?;
+    pub fn decode(encoded: &[u8]) -> Result<Self, BadEncoding> {
+        let body = encoded.strip_suffix(&[0]).ok_or(BadEncoding::Unterminated)?;
         let parts = body
             .split(|b| *b == 0)
-            .map(|p| String::from_utf8(p.to_vec()).map_err(|e| e.to_string()))
+            .map(|p| std::str::from_utf8(p).map(str::to_owned))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self(parts))
     }
@@ -93,15 +102,16 @@ impl Parts {
     }
 }
 
-fn check_part(part: &str) -> Result<(), String> {
+/// A part, checked; the error names no field (the caller places it).
+fn check_part(part: &str) -> Result<(), Invalid> {
     if part.is_empty() {
-        return Err("must not be empty".into());
+        return Err(Invalid::new("", "must not be empty"));
     }
     if part.len() > Parts::MAX_PART_BYTES {
-        return Err(format!("must be at most {} bytes", Parts::MAX_PART_BYTES));
+        return Err(Invalid::new("", format!("must be at most {} bytes", Parts::MAX_PART_BYTES)));
     }
     if part.contains('\0') {
-        return Err("must not contain NUL".into());
+        return Err(Invalid::new("", "must not contain NUL"));
     }
     Ok(())
 }

@@ -89,6 +89,11 @@ pub struct Outcome {
 
 const VERSION: u8 = 1;
 
+/// Stored bytes that do not read as an [`Outcome`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a stored operation result is malformed")]
+pub struct Malformed;
+
 impl Outcome {
     pub fn new(completed_at: Timestamp, token: &LeaseToken, result: Option<String>) -> Self {
         Self { completed_at, completed_by: token_digest(token), result }
@@ -110,14 +115,13 @@ impl Outcome {
         out
     }
 
-    pub fn decode(bytes: &[u8]) -> Result<Self, String> {
-        let bad = || "a stored operation result is malformed".to_owned();
+    pub fn decode(bytes: &[u8]) -> Result<Self, Malformed> {
         if bytes.len() < 26 || bytes[0] != VERSION {
-            return Err(bad());
+            return Err(Malformed);
         }
-        let completed_at = Timestamp(i64::from_be_bytes(bytes[1..9].try_into().map_err(|_| bad())?));
-        let completed_by: [u8; 16] = bytes[9..25].try_into().map_err(|_| bad())?;
-        let text = std::str::from_utf8(&bytes[26..]).map_err(|_| bad())?;
+        let completed_at = Timestamp(i64::from_be_bytes(bytes[1..9].try_into().map_err(|_| Malformed)?));
+        let completed_by: [u8; 16] = bytes[9..25].try_into().map_err(|_| Malformed)?;
+        let text = std::str::from_utf8(&bytes[26..]).map_err(|_| Malformed)?;
         let result = (bytes[25] == 1).then(|| text.to_owned());
         Ok(Self { completed_at, completed_by, result })
     }

@@ -10,6 +10,23 @@ use sha2::Sha256;
 
 type HmacSha256 = Hmac<Sha256>;
 
+/// Why a signing secret, or a set of them, is refused. Never repeats a secret.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadSecret {
+    #[error("a signing secret must start with whsec_")]
+    Prefix,
+    #[error("a signing secret must be whsec_ followed by base64")]
+    NotBase64,
+    /// The key's length in bytes, outside 24 to 64.
+    #[error("a signing secret must hold 24 to 64 bytes, not {0}")]
+    Length(usize),
+    #[error("give at least one secret")]
+    NoSecret,
+    /// More than [`SigningSecrets::MAX`] at once.
+    #[error("at most {max} secrets at once (rotation needs two), not {given}", max = SigningSecrets::MAX)]
+    TooMany { given: usize },
+}
+
 /// A signing secret's key bytes. `Debug` never shows them.
 #[derive(Clone, PartialEq, Eq)]
 pub struct SigningSecret(Vec<u8>);
@@ -36,11 +53,11 @@ impl serde::Serialize for SigningSecret {
 
 impl SigningSecret {
     /// Parses `whsec_<base64>`; the error never repeats the secret.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let encoded = text.strip_prefix("whsec_").ok_or("a signing secret must start with whsec_")?;
-        let key = STANDARD.decode(encoded).map_err(|_| "a signing secret must be whsec_ followed by base64")?;
+    pub fn parse(text: &str) -> Result<Self, BadSecret> {
+        let encoded = text.strip_prefix("whsec_").ok_or(BadSecret::Prefix)?;
+        let key = STANDARD.decode(encoded).map_err(|_| BadSecret::NotBase64)?;
         if !(24..=64).contains(&key.len()) {
-            return Err(format!("a signing secret must hold 24 to 64 bytes, not {}", key.len()));
+            return Err(BadSecret::Length(key.len()));
         }
         Ok(Self(key))
     }
@@ -73,10 +90,10 @@ impl SigningSecrets {
     /// More would only be forgotten old ones: each one costs every message an HMAC.
     pub const MAX: usize = 4;
 
-    pub fn new(secrets: Vec<SigningSecret>) -> Result<Self, String> {
+    pub fn new(secrets: Vec<SigningSecret>) -> Result<Self, BadSecret> {
         match secrets.len() {
-            0 => Err("give at least one secret".into()),
-            n if n > Self::MAX => Err(format!("at most {} secrets at once (rotation needs two), not {n}", Self::MAX)),
+            0 => Err(BadSecret::NoSecret),
+            given if given > Self::MAX => Err(BadSecret::TooMany { given }),
             _ => Ok(Self(secrets)),
         }
     }

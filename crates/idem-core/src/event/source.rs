@@ -6,6 +6,11 @@ use crate::Invalid;
 /// The longest event id accepted, in bytes.
 pub const MAX_EVENT_ID_BYTES: usize = 255;
 
+/// A source's `event_id` that is neither a JSON pointer nor `header:NAME`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("must be a JSON pointer (\"/field\") or \"header:NAME\"")]
+pub struct BadEventIdRule;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EventIdRule {
     /// A JSON pointer (RFC 6901) into the body, which must then be JSON.
@@ -15,7 +20,7 @@ pub enum EventIdRule {
 }
 
 impl EventIdRule {
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, BadEventIdRule> {
         if text.starts_with('/') {
             return Ok(Self::Pointer(text.to_owned()));
         }
@@ -23,7 +28,7 @@ impl EventIdRule {
             Some(name) if !name.is_empty() && name.bytes().all(|b| b.is_ascii_graphic() && b != b':') => {
                 Ok(Self::Header(name.to_owned()))
             }
-            _ => Err("must be a JSON pointer (\"/field\") or \"header:NAME\"".into()),
+            _ => Err(BadEventIdRule),
         }
     }
 

@@ -12,6 +12,18 @@ pub struct StoredResponse {
 
 const VERSION: u8 = 1;
 
+/// Why stored bytes do not read as a [`StoredResponse`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Malformed {
+    #[error("unknown stored response version")]
+    Version,
+    #[error("stored response is truncated")]
+    Truncated,
+    /// A header name that is not UTF-8.
+    #[error(transparent)]
+    NotUtf8(#[from] std::str::Utf8Error),
+}
+
 impl StoredResponse {
     /// The size the response holds in memory and in the store.
     pub fn weight(&self) -> usize {
@@ -33,17 +45,17 @@ impl StoredResponse {
         out
     }
 
-    pub fn decode(bytes: &[u8]) -> Result<Self, String> {
+    pub fn decode(bytes: &[u8]) -> Result<Self, Malformed> {
         let mut r = Reader(bytes);
         if r.take(1)? != [VERSION] {
-            return Err("unknown stored response version".into());
+            return Err(Malformed::Version);
         }
         let status = u16::from_be_bytes(r.array()?);
         let count = u16::from_be_bytes(r.array()?);
         let mut headers = Vec::with_capacity(count.into());
         for _ in 0..count {
             let name_len = u16::from_be_bytes(r.array()?);
-            let name = String::from_utf8(r.take(name_len.into())?.to_vec()).map_err(|e| e.to_string())?;
+            let name = std::str::from_utf8(r.take(name_len.into())?)?.to_owned();
             let value_len = u32::from_be_bytes(r.array()?);
             headers.push((name, r.take(value_len as usize)?.to_vec()));
         }
@@ -54,17 +66,17 @@ impl StoredResponse {
 struct Reader<'a>(&'a [u8]);
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], Malformed> {
         if self.0.len() < n {
-            return Err("stored response is truncated".into());
+            return Err(Malformed::Truncated);
         }
         let (head, rest) = self.0.split_at(n);
         self.0 = rest;
         Ok(head)
     }
 
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
-        self.take(N)?.try_into().map_err(|_| "stored response is truncated".to_owned())
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], Malformed> {
+        self.take(N)?.try_into().map_err(|_| Malformed::Truncated)
     }
 }
 

@@ -5,6 +5,16 @@
 //! routes without regard to case (ASP.NET Core, IIS) matches ignoring ASCII case
 //! ([`PathCase::Insensitive`]), so that `/Orders` cannot slip past it either.
 
+/// Why a path pattern is refused; each names the pattern as given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadPattern {
+    #[error("path {0:?} must start with '/'")]
+    NotAbsolute(String),
+    /// A `*` or `{name}` inside a segment (`/orders*`, `/o/{id}.json`).
+    #[error("path {0:?}: '*' and '{{name}}' must be whole segments")]
+    PartSegment(String),
+}
+
 /// Whether a matching request must carry an `Idempotency-Key`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -84,9 +94,9 @@ impl serde::Serialize for PathPattern {
 }
 
 impl PathPattern {
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, BadPattern> {
         if !text.starts_with('/') {
-            return Err(format!("path {text:?} must start with '/'"));
+            return Err(BadPattern::NotAbsolute(text.to_owned()));
         }
         let normal = super::path::normalize(text);
         let segments = normal[1..]
@@ -94,9 +104,7 @@ impl PathPattern {
             .map(|s| match s {
                 "*" => Ok(Segment::Any),
                 s if s.starts_with('{') && s.ends_with('}') && s.len() > 2 => Ok(Segment::Any),
-                s if s.contains(['*', '{', '}']) => {
-                    Err(format!("path {text:?}: '*' and '{{name}}' must be whole segments"))
-                }
+                s if s.contains(['*', '{', '}']) => Err(BadPattern::PartSegment(text.to_owned())),
                 s => Ok(Segment::Literal(s.to_owned())),
             })
             .collect::<Result<Vec<_>, _>>()?;
