@@ -66,17 +66,12 @@ fn keys(alg: Algorithm) -> Result<(JwtVerifier, EncodingKey), String> {
     fn pem(text: &'static str) -> &'static [u8] {
         text.as_bytes()
     }
+    let public = |text| JwtVerifier::public_key_pem(pem(text)).map_err(|e| e.to_string());
     Ok(match alg {
-        Algorithm::HS256 => (JwtVerifier::hs256(SECRET)?, EncodingKey::from_secret(SECRET)),
-        Algorithm::RS256 => (JwtVerifier::public_key_pem(pem(RSA_PUBLIC))?, rsa()?),
-        Algorithm::ES256 => (
-            JwtVerifier::public_key_pem(pem(EC_PUBLIC))?,
-            EncodingKey::from_ec_pem(pem(EC_PRIVATE)).map_err(|e| e.to_string())?,
-        ),
-        _ => (
-            JwtVerifier::public_key_pem(pem(ED_PUBLIC))?,
-            EncodingKey::from_ed_pem(pem(ED_PRIVATE)).map_err(|e| e.to_string())?,
-        ),
+        Algorithm::HS256 => (JwtVerifier::hs256(SECRET).map_err(|e| e.to_string())?, EncodingKey::from_secret(SECRET)),
+        Algorithm::RS256 => (public(RSA_PUBLIC)?, rsa()?),
+        Algorithm::ES256 => (public(EC_PUBLIC)?, EncodingKey::from_ec_pem(pem(EC_PRIVATE)).map_err(|e| e.to_string())?),
+        _ => (public(ED_PUBLIC)?, EncodingKey::from_ed_pem(pem(ED_PRIVATE)).map_err(|e| e.to_string())?),
     })
 }
 

@@ -39,21 +39,39 @@ pub enum ScopePart {
     Jwt(String),
 }
 
+/// Why a scope part as written is refused; each names the text as given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadScopePart {
+    /// Not `header:`, `cookie:` or `jwt:`.
+    #[error("{0:?}: expected \"header:NAME\", \"cookie:NAME\" or \"jwt:CLAIM\"")]
+    Kind(String),
+    #[error("{text:?}: {name:?} is not a header name")]
+    HeaderName { text: String, name: String },
+    #[error("{text:?}: {name:?} is not a cookie name (letters, digits and !#$%&'*+-.^_`|~)")]
+    CookieName { text: String, name: String },
+    #[error("{0:?}: name a claim, such as \"jwt:sub\"")]
+    Claim(String),
+}
+
 impl ScopePart {
     /// Parses `header:NAME`, `cookie:NAME` or `jwt:CLAIM`.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let expected = "expected \"header:NAME\", \"cookie:NAME\" or \"jwt:CLAIM\"";
-        let Some((kind, name)) = text.split_once(':') else { return Err(format!("{text:?}: {expected}")) };
+    pub fn parse(text: &str) -> Result<Self, BadScopePart> {
+        let Some((kind, name)) = text.split_once(':') else { return Err(BadScopePart::Kind(text.to_owned())) };
         let name = name.trim();
+        let named = || (text.to_owned(), name.to_owned());
         match kind.trim() {
-            "header" => http::HeaderName::from_bytes(name.as_bytes())
-                .map(ScopePart::Header)
-                .map_err(|_| format!("{text:?}: {name:?} is not a header name")),
+            "header" => http::HeaderName::from_bytes(name.as_bytes()).map(ScopePart::Header).map_err(|_| {
+                let (text, name) = named();
+                BadScopePart::HeaderName { text, name }
+            }),
             "cookie" if is_cookie_name(name) => Ok(ScopePart::Cookie(name.to_owned())),
-            "cookie" => Err(format!("{text:?}: {name:?} is not a cookie name (letters, digits and !#$%&'*+-.^_`|~)")),
+            "cookie" => {
+                let (text, name) = named();
+                Err(BadScopePart::CookieName { text, name })
+            }
             "jwt" if !name.is_empty() && !name.chars().any(char::is_control) => Ok(ScopePart::Jwt(name.to_owned())),
-            "jwt" => Err(format!("{text:?}: name a claim, such as \"jwt:sub\"")),
-            _ => Err(format!("{text:?}: {expected}")),
+            "jwt" => Err(BadScopePart::Claim(text.to_owned())),
+            _ => Err(BadScopePart::Kind(text.to_owned())),
         }
     }
 }

@@ -31,7 +31,21 @@ pub const MAX_AGE: Duration = Duration::from_secs(3600);
 /// How long after a failed fetch the next one is tried (the keys at hand serve meanwhile).
 pub const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(10);
 
-pub type JwksFuture<'a> = Pin<Box<dyn Future<Output = Result<Bytes, String>> + Send + 'a>>;
+/// Why a [`JwksSource`] could not fetch: its own error, logged as it displays.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+pub type JwksFuture<'a> = Pin<Box<dyn Future<Output = Result<Bytes, BoxError>> + Send + 'a>>;
+
+/// Why a fetch brought no keys.
+#[derive(Debug, thiserror::Error)]
+enum FetchFailed {
+    #[error("{0}")]
+    Source(BoxError),
+    #[error("not a JWKS: {0}")]
+    NotJwks(#[source] serde_json::Error),
+    #[error("the JWKS holds no signing key idem can use (RSA, P-256, P-384 or Ed25519)")]
+    NoUsableKey,
+}
 
 /// Fetches the JWKS document: the server's does it over its outbound HTTPS client (the system's
 /// roots and `[tls] ca_file`); an application using the tower layer brings its own.
@@ -146,12 +160,12 @@ impl Jwks {
         }
     }
 
-    async fn fetch(&self) -> Result<Vec<(Option<String>, Arc<VerifyKey>)>, String> {
-        let body = self.source.fetch().await?;
-        let set: JwkSet = serde_json::from_slice(&body).map_err(|e| format!("not a JWKS: {e}"))?;
+    async fn fetch(&self) -> Result<Vec<(Option<String>, Arc<VerifyKey>)>, FetchFailed> {
+        let body = self.source.fetch().await.map_err(FetchFailed::Source)?;
+        let set: JwkSet = serde_json::from_slice(&body).map_err(FetchFailed::NotJwks)?;
         let keys: Vec<_> = set.keys.iter().filter_map(|jwk| self.key(jwk)).collect();
         if keys.is_empty() {
-            return Err("the JWKS holds no signing key idem can use (RSA, P-256, P-384 or Ed25519)".into());
+            return Err(FetchFailed::NoUsableKey);
         }
         Ok(keys)
     }

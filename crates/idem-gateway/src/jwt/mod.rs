@@ -19,7 +19,7 @@ use std::sync::Arc;
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 
-pub use jwks::{JwksFuture, JwksSource, MAX_AGE, RETRY_AFTER_FAILURE, UNKNOWN_KID_REFRESH};
+pub use jwks::{BoxError, JwksFuture, JwksSource, MAX_AGE, RETRY_AFTER_FAILURE, UNKNOWN_KID_REFRESH};
 
 use crate::policy::RoutePolicy;
 
@@ -31,6 +31,16 @@ pub const LEEWAY_SECS: u64 = 60;
 
 /// The shortest HS256 secret taken: as long as the hash (RFC 7518 §3.2).
 pub const MIN_SECRET_BYTES: usize = 32;
+
+/// Why a configured key cannot verify tokens.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadKey {
+    /// An HS256 secret shorter than [`MIN_SECRET_BYTES`].
+    #[error("must be at least {} bytes (RFC 7518 §3.2)", MIN_SECRET_BYTES)]
+    ShortSecret,
+    #[error("holds no PEM public key (BEGIN PUBLIC KEY: RSA, P-256 or Ed25519)")]
+    NoPublicKey,
+}
 
 /// Verifies bearer JWTs against one key source and the configured issuer and audience.
 pub struct JwtVerifier {
@@ -96,22 +106,22 @@ impl std::fmt::Debug for JwtVerifier {
 
 impl JwtVerifier {
     /// HS256 with a shared secret of at least [`MIN_SECRET_BYTES`].
-    pub fn hs256(secret: &[u8]) -> Result<Self, String> {
+    pub fn hs256(secret: &[u8]) -> Result<Self, BadKey> {
         if secret.len() < MIN_SECRET_BYTES {
-            return Err(format!("must be at least {MIN_SECRET_BYTES} bytes (RFC 7518 §3.2)"));
+            return Err(BadKey::ShortSecret);
         }
         Ok(Self::fixed(DecodingKey::from_secret(secret), &[Algorithm::HS256]))
     }
 
     /// A PEM public key: RSA (RS256), P-256 (ES256) or Ed25519 (EdDSA).
-    pub fn public_key_pem(pem: &[u8]) -> Result<Self, String> {
+    pub fn public_key_pem(pem: &[u8]) -> Result<Self, BadKey> {
         let key = DecodingKey::from_rsa_pem(pem)
             .map(|k| (k, Algorithm::RS256))
             .or_else(|_| DecodingKey::from_ec_pem(pem).map(|k| (k, Algorithm::ES256)))
             .or_else(|_| DecodingKey::from_ed_pem(pem).map(|k| (k, Algorithm::EdDSA)));
         match key {
             Ok((key, alg)) => Ok(Self::fixed(key, &[alg])),
-            Err(_) => Err("holds no PEM public key (BEGIN PUBLIC KEY: RSA, P-256 or Ed25519)".to_owned()),
+            Err(_) => Err(BadKey::NoPublicKey),
         }
     }
 
