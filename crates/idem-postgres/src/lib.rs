@@ -166,7 +166,7 @@ impl PgStore {
         options: &PgOptions,
         time: TimeSource,
     ) -> Result<Self, OpenError> {
-        let db = Arc::new(Db::new(&config, options).map_err(OpenError::Url)?);
+        let db = Arc::new(Db::new(&config, options).map_err(|e| OpenError::Url(e.to_string()))?);
         // The first connection says, host by host, why none will do.
         let first = db.pool.get().await.map_err(|e| {
             OpenError::Connect(match e {

@@ -58,9 +58,30 @@ const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(3);
 const KEEPALIVE_RETRIES: u32 = 3;
 
-/// Why no host gave a writable connection.
+/// Why no host gave a writable connection: each host tried, and why it was not taken.
 #[derive(Debug)]
-pub struct ConnectError(Vec<(String, String)>);
+pub struct ConnectError(Vec<(String, HostRefused)>);
+
+/// Why one host was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum HostRefused {
+    #[error("{}", describe(.0))]
+    Driver(#[from] tokio_postgres::Error),
+    /// A standby, or a primary whose sessions default to read-only.
+    #[error("read-only (a standby, or default_transaction_read_only is on)")]
+    ReadOnly,
+    #[error("no answer within connect_timeout ({0:?})")]
+    Timeout(Duration),
+}
+
+/// Why the pool could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum NoPool {
+    #[error("the URL names no host")]
+    NoHost,
+    #[error(transparent)]
+    Build(#[from] deadpool::managed::BuildError),
+}
 
 impl std::fmt::Display for ConnectError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -160,14 +181,14 @@ pub async fn connect_writable(hosts: &[(String, Config)], timeout: Duration) -> 
         match tokio::time::timeout(timeout, connect_one(config)).await {
             Ok(Ok(connected)) => return Ok(connected),
             Ok(Err(why)) => failures.push((name.clone(), why)),
-            Err(_) => failures.push((name.clone(), format!("no answer within connect_timeout ({timeout:?})"))),
+            Err(_) => failures.push((name.clone(), HostRefused::Timeout(timeout))),
         }
     }
     Err(ConnectError(failures))
 }
 
-async fn connect_one(config: &Config) -> Result<Connected, String> {
-    let (client, mut connection) = config.connect(NoTls).await.map_err(|e| describe(&e))?;
+async fn connect_one(config: &Config) -> Result<Connected, HostRefused> {
+    let (client, mut connection) = config.connect(NoTls).await?;
     let (tx, notifications) = mpsc::unbounded_channel();
     let driver = tokio::spawn(async move {
         while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
@@ -180,8 +201,7 @@ async fn connect_one(config: &Config) -> Result<Connected, String> {
     });
     let read_only = client
         .simple_query("SHOW transaction_read_only")
-        .await
-        .map_err(|e| describe(&e))?
+        .await?
         .into_iter()
         .find_map(|m| match m {
             tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(|v| v == "on"),
@@ -190,7 +210,7 @@ async fn connect_one(config: &Config) -> Result<Connected, String> {
         .unwrap_or(false);
     if read_only {
         driver.abort();
-        return Err("read-only (a standby, or default_transaction_read_only is on)".into());
+        return Err(HostRefused::ReadOnly);
     }
     Ok(Connected { client, notifications, driver })
 }
@@ -270,11 +290,11 @@ pub struct Db {
 }
 
 impl Db {
-    pub fn new(config: &Config, options: &PgOptions) -> Result<Self, String> {
+    pub fn new(config: &Config, options: &PgOptions) -> Result<Self, NoPool> {
         let health = Arc::new(Health::default());
         let hosts = per_host(config, options.connect_timeout);
         if hosts.is_empty() {
-            return Err("the URL names no host".into());
+            return Err(NoPool::NoHost);
         }
         // A connection may try every host; past that (and a second to spare) creating one has failed.
         let create = options.connect_timeout * hosts.len() as u32 + Duration::from_secs(1);
@@ -285,8 +305,7 @@ impl Db {
             .wait_timeout(Some(options.call_timeout))
             .create_timeout(Some(create))
             .recycle_timeout(Some(options.call_timeout))
-            .build()
-            .map_err(|e| e.to_string())?;
+            .build()?;
         Ok(Self { pool, health, call_timeout: options.call_timeout })
     }
 

@@ -80,6 +80,15 @@ async fn send(db: &Db, payloads: &[String]) -> Result<(), idem_core::StoreError>
     })
 }
 
+/// Why the listening connection ended (it is made again).
+#[derive(Debug, thiserror::Error)]
+enum Disconnected {
+    #[error(transparent)]
+    Connect(#[from] crate::pool::ConnectError),
+    #[error("{}", crate::pool::describe(.0))]
+    Listen(#[from] tokio_postgres::Error),
+}
+
 /// Listens for as long as the handlers are wanted, on a connection to the first host that
 /// accepts writes (a standby hears nothing of what is committed on the primary).
 pub fn spawn(hosts: Vec<(String, tokio_postgres::Config)>, connect_timeout: Duration, handlers: Handlers) {
@@ -102,9 +111,9 @@ async fn listen(
     hosts: &[(String, tokio_postgres::Config)],
     connect_timeout: Duration,
     handlers: &std::sync::Weak<Mutex<Vec<SignalHandler>>>,
-) -> Result<(), String> {
-    let mut connected = crate::pool::connect_writable(hosts, connect_timeout).await.map_err(|e| e.to_string())?;
-    connected.client.batch_execute(&format!("LISTEN {CHANNEL}")).await.map_err(|e| crate::pool::describe(&e))?;
+) -> Result<(), Disconnected> {
+    let mut connected = crate::pool::connect_writable(hosts, connect_timeout).await?;
+    connected.client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
     while let Some(notification) = connected.notifications.recv().await {
         let Some(handlers) = handlers.upgrade() else { break };
         if let Some(signal) = parse(notification.payload())

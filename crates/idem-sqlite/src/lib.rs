@@ -134,26 +134,52 @@ impl SqliteStore {
     }
 }
 
+/// Why a store file does not pass `quick_check`.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckFailed {
+    /// The file could not be opened or asked.
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
+    /// What `quick_check` reported instead of `ok`.
+    #[error("{0}")]
+    Damaged(String),
+}
+
 /// SQLite's `quick_check` of a store file, read-only (safe while idem runs).
-pub fn quick_check(path: &Path) -> Result<(), String> {
-    let conn = schema::open_reader(path).map_err(|e| e.to_string())?;
-    let verdict: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0)).map_err(|e| e.to_string())?;
-    if verdict == "ok" { Ok(()) } else { Err(verdict) }
+pub fn quick_check(path: &Path) -> Result<(), CheckFailed> {
+    let conn = schema::open_reader(path)?;
+    let verdict: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0))?;
+    if verdict == "ok" { Ok(()) } else { Err(CheckFailed::Damaged(verdict)) }
+}
+
+/// Why a backup of a store file was not written.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupFailed {
+    #[error("{} exists already; back up into an empty directory", .0.display())]
+    Exists(PathBuf),
+    /// `VACUUM INTO` takes the path as text.
+    #[error("the backup path is not UTF-8")]
+    NotUtf8,
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
 }
 
 /// A consistent copy of a store file while it is in use (`VACUUM INTO`, one read transaction).
-pub fn backup(from: &Path, to: &Path) -> Result<(), String> {
+pub fn backup(from: &Path, to: &Path) -> Result<(), BackupFailed> {
     if to.exists() {
-        return Err(format!("{} exists already; back up into an empty directory", to.display()));
+        return Err(BackupFailed::Exists(to.to_owned()));
     }
     if let Some(parent) = to.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(parent)?;
     }
     // A plain connection: `VACUUM INTO` reads in one transaction and writes only the new file.
-    let conn = rusqlite::Connection::open(from).map_err(|e| e.to_string())?;
-    conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(|e| e.to_string())?;
-    let target = to.to_str().ok_or("the backup path is not UTF-8")?;
-    conn.execute("VACUUM INTO ?1", [target]).map(drop).map_err(|e| e.to_string())
+    let conn = rusqlite::Connection::open(from)?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    let target = to.to_str().ok_or(BackupFailed::NotUtf8)?;
+    conn.execute("VACUUM INTO ?1", [target])?;
+    Ok(())
 }
 
 fn lock_data_dir(dir: &Path) -> Result<File, OpenError> {
