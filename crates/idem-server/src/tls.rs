@@ -10,14 +10,14 @@
 //!   that trusts the system's roots plus `[tls] ca_file`, and a connector for hyper-util's client
 //!   that speaks plain HTTP or TLS as the URL says.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, SystemTime};
 
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
@@ -26,6 +26,35 @@ use tokio::sync::watch as signal_watch;
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::{Config, ListenerTls};
+
+/// Why TLS cannot be set up: a file that does not read as what it should hold, a certificate and key
+/// that do not match, or rustls refusing its settings. Each names the file at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("{}: cannot read certificates (PEM): {source}", path.display())]
+    Certificates { path: PathBuf, source: pem::Error },
+    #[error("{}: holds no certificate (PEM, BEGIN CERTIFICATE)", path.display())]
+    NoCertificate { path: PathBuf },
+    #[error("{}: no private key could be read (PEM: PKCS#8, PKCS#1 or SEC1): {source}", path.display())]
+    Key { path: PathBuf, source: pem::Error },
+    #[error("{} and {} do not make a pair: {source}", cert.display(), key.display())]
+    Pair { cert: PathBuf, key: PathBuf, source: rustls::Error },
+    #[error("{}: a certificate could not be used as a root: {source}", path.display())]
+    Root { path: PathBuf, source: rustls::Error },
+    /// The protocol versions rustls was asked for (never, with its safe defaults).
+    #[error(transparent)]
+    Rustls(#[from] rustls::Error),
+    /// One of the above, in the config table (or key) it comes from: `tls`, `gateway.tls`,
+    /// `tls.ca_file`.
+    #[error("{key}: {error}")]
+    In { key: &'static str, error: Box<TlsError> },
+}
+
+impl TlsError {
+    fn within(self, key: &'static str) -> Self {
+        Self::In { key, error: Box::new(self) }
+    }
+}
 
 fn provider() -> Arc<CryptoProvider> {
     static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
@@ -47,17 +76,16 @@ type Stamp = [(u64, Option<SystemTime>, u64); 2];
 
 impl Certificate {
     /// Reads the files; an error names the file and what is wrong with it.
-    pub fn load(files: &ListenerTls) -> Result<Arc<Self>, String> {
+    pub fn load(files: &ListenerTls) -> Result<Arc<Self>, TlsError> {
         let seen = stamp(files);
         let key = read_pair(files)?;
         Ok(Arc::new(Self { files: files.clone(), current: RwLock::new(Arc::new(key)), seen: RwLock::new(seen) }))
     }
 
     /// An acceptor whose handshakes take the current certificate.
-    pub fn acceptor(self: &Arc<Self>) -> Result<TlsAcceptor, String> {
+    pub fn acceptor(self: &Arc<Self>) -> Result<TlsAcceptor, TlsError> {
         let mut config = ServerConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
+            .with_safe_default_protocol_versions()?
             .with_no_client_auth()
             .with_cert_resolver(Arc::clone(self) as Arc<dyn ResolvesServerCert>);
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
@@ -107,21 +135,23 @@ fn stamp(files: &ListenerTls) -> Option<Stamp> {
     Some([one(&files.cert)?, one(&files.key)?])
 }
 
-fn read_pair(files: &ListenerTls) -> Result<CertifiedKey, String> {
+fn read_pair(files: &ListenerTls) -> Result<CertifiedKey, TlsError> {
     let certs = read_certs(&files.cert)?;
-    let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| {
-        format!("{}: no private key could be read (PEM: PKCS#8, PKCS#1 or SEC1): {e}", files.key.display())
-    })?;
-    CertifiedKey::from_der(certs, key, &provider())
-        .map_err(|e| format!("{} and {} do not make a pair: {e}", files.cert.display(), files.key.display()))
+    let key =
+        PrivateKeyDer::from_pem_file(&files.key).map_err(|source| TlsError::Key { path: files.key.clone(), source })?;
+    CertifiedKey::from_der(certs, key, &provider()).map_err(|source| TlsError::Pair {
+        cert: files.cert.clone(),
+        key: files.key.clone(),
+        source,
+    })
 }
 
-fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let certs = CertificateDer::pem_file_iter(path)
         .and_then(|iter| iter.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("{}: cannot read certificates (PEM): {e}", path.display()))?;
+        .map_err(|source| TlsError::Certificates { path: path.to_owned(), source })?;
     if certs.is_empty() {
-        return Err(format!("{}: holds no certificate (PEM, BEGIN CERTIFICATE)", path.display()));
+        return Err(TlsError::NoCertificate { path: path.to_owned() });
     }
     Ok(certs)
 }
@@ -189,7 +219,7 @@ pub async fn watch(
 
 /// The roots outbound `https://` requests are verified against: the system's, and `ca_file`'s.
 /// Without `ca_file` the config is made once per process (every CLI and test client shares it).
-pub fn client_config(ca_file: Option<&Path>) -> Result<Arc<ClientConfig>, String> {
+pub fn client_config(ca_file: Option<&Path>) -> Result<Arc<ClientConfig>, TlsError> {
     static SYSTEM_ONLY: OnceLock<Arc<ClientConfig>> = OnceLock::new();
     if ca_file.is_none()
         && let Some(config) = SYSTEM_ONLY.get()
@@ -203,21 +233,18 @@ pub fn client_config(ca_file: Option<&Path>) -> Result<Arc<ClientConfig>, String
     Ok(config)
 }
 
-fn make_client_config(ca_file: Option<&Path>) -> Result<Arc<ClientConfig>, String> {
+fn make_client_config(ca_file: Option<&Path>) -> Result<Arc<ClientConfig>, TlsError> {
     let mut roots = RootCertStore::empty();
     let (added, _) = roots.add_parsable_certificates(system_roots().iter().cloned());
     if let Some(path) = ca_file {
         for cert in read_certs(path)? {
-            roots
-                .add(cert)
-                .map_err(|e| format!("{}: a certificate could not be used as a root: {e}", path.display()))?;
+            roots.add(cert).map_err(|source| TlsError::Root { path: path.to_owned(), source })?;
         }
     } else if added == 0 {
         tracing::debug!("no system root certificates found (install ca-certificates)");
     }
     let config = ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .with_safe_default_protocol_versions()?
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(Arc::new(config))
@@ -259,9 +286,9 @@ pub struct ListenerCerts {
 }
 
 impl ListenerCerts {
-    pub fn load(config: &Config) -> Result<Self, String> {
-        let load = |key: &str, files: Option<ListenerTls>| {
-            files.map(|f| Certificate::load(&f).map_err(|e| format!("{key}: {e}"))).transpose()
+    pub fn load(config: &Config) -> Result<Self, TlsError> {
+        let load = |key: &'static str, files: Option<ListenerTls>| {
+            files.map(|f| Certificate::load(&f).map_err(|e| e.within(key))).transpose()
         };
         Ok(Self {
             api: load("tls", config.tls.listener())?,
@@ -272,10 +299,10 @@ impl ListenerCerts {
 
 /// What `idem config check` checks of the files `[tls]` and `[gateway.tls]` name: that each can be
 /// read and that each certificate matches its key.
-pub fn check_files(config: &Config) -> Result<(), String> {
+pub fn check_files(config: &Config) -> Result<(), TlsError> {
     ListenerCerts::load(config)?;
     if let Some(path) = &config.tls.ca_file {
-        read_certs(path).map_err(|e| format!("tls.ca_file: {e}"))?;
+        read_certs(path).map_err(|e| e.within("tls.ca_file"))?;
     }
     Ok(())
 }

@@ -17,8 +17,8 @@ use hyper_util::rt::TokioExecutor;
 pub enum ClientError {
     #[error("invalid server URL {0:?}: use http://HOST:PORT or https://HOST:PORT")]
     Url(String),
-    #[error("{0}")]
-    Tls(String),
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
     #[error("cannot reach {url}: {message}")]
     Connect { url: String, message: String },
 }
@@ -62,7 +62,7 @@ impl ApiClient {
         if !web || base.parse::<http::Uri>().is_err() {
             return Err(ClientError::Url(base));
         }
-        let tls = crate::tls::client_config(ca_file).map_err(ClientError::Tls)?;
+        let tls = crate::tls::client_config(ca_file)?;
         let connector = crate::tls::connector(HttpConnector::new(), &tls);
         let http = Client::builder(TokioExecutor::new()).build(connector);
         Ok(Self { base, token, http })

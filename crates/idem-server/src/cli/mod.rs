@@ -340,8 +340,8 @@ pub async fn dispatch(cli: Cli) -> Result<(), Failure> {
             }
             config.check_exposure(false).map_err(Failure::usage)?;
             config.check_transport().map_err(Failure::usage)?;
-            crate::tls::check_files(&config).map_err(Failure::usage)?;
-            crate::jwks::check_files(&config).map_err(Failure::usage)?;
+            crate::tls::check_files(&config).map_err(|e| Failure::usage(e.to_string()))?;
+            crate::jwks::check_files(&config).map_err(|e| Failure::usage(e.to_string()))?;
             print!("{}", config.to_redacted_toml());
             eprintln!("idem: config ok");
             Ok(())

@@ -26,7 +26,9 @@ pub async fn open_store(config: &Config) -> Result<(Stores, Arc<dyn Clock>), Fai
     match &config.store {
         StoreConfig::Embedded {} => {
             let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-            let stores = crate::embedded::open(&config.data_dir, Arc::clone(&clock)).await.map_err(Failure::runtime)?;
+            let stores = crate::embedded::open(&config.data_dir, Arc::clone(&clock))
+                .await
+                .map_err(|e| Failure::runtime(e.to_string()))?;
             Ok((stores, clock))
         }
         StoreConfig::Postgres { url, pool_size, connect_timeout, call_timeout } => {
@@ -57,12 +59,12 @@ fn embedded_only(config: &Config, verb: &str) -> Result<(), Failure> {
 
 pub(super) fn check(config: &Config) -> Result<(), Failure> {
     embedded_only(config, "check")?;
-    crate::embedded::tools::check(&config.data_dir).map_err(Failure::runtime)
+    crate::embedded::tools::check(&config.data_dir).map_err(|e| Failure::runtime(e.to_string()))
 }
 
 pub(super) fn repair(config: &Config, yes: bool) -> Result<(), Failure> {
     embedded_only(config, "repair")?;
-    crate::embedded::tools::repair(&config.data_dir, yes).map_err(Failure::runtime)
+    crate::embedded::tools::repair(&config.data_dir, yes).map_err(|e| Failure::runtime(e.to_string()))
 }
 
 pub(super) async fn backup(config: &Config, to: &std::path::Path) -> Result<(), Failure> {
@@ -71,7 +73,7 @@ pub(super) async fn backup(config: &Config, to: &std::path::Path) -> Result<(), 
     tokio::task::spawn_blocking(move || crate::embedded::tools::backup(&from, &to))
         .await
         .map_err(|e| Failure::runtime(e.to_string()))?
-        .map_err(Failure::runtime)
+        .map_err(|e| Failure::runtime(e.to_string()))
 }
 
 pub(super) async fn serve(args: ServeArgs) -> Result<(), Failure> {

@@ -115,19 +115,25 @@ pub fn token_digest(token: &str) -> [u8; 32] {
     sha2::Sha256::digest(token.as_bytes()).into()
 }
 
+/// A `sha256` that is not 64 hex digits.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("must be 64 hex digits: the token's SHA-256 (`idem token new` prints it)")]
+pub struct BadDigest;
+
 /// A token's SHA-256, written as 64 hex digits.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct TokenDigest(pub [u8; 32]);
 
 impl TokenDigest {
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, BadDigest> {
         let text = text.trim();
         if text.len() != 64 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err("must be 64 hex digits: the token's SHA-256 (`idem token new` prints it)".into());
+            return Err(BadDigest);
         }
         let mut out = [0u8; 32];
         for (i, byte) in out.iter_mut().enumerate() {
-            *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).map_err(|e| e.to_string())?;
+            // Never fails: every byte is an ASCII hex digit.
+            *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).map_err(|_| BadDigest)?;
         }
         Ok(Self(out))
     }

@@ -13,7 +13,7 @@ use idem_gateway::{EngineConfig, JwtVerifier, RoutePolicy, Routes, ScopePart};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::jwt::JwtConfig;
-use super::value::ConfigDuration;
+use super::value::{BadUrl, ConfigDuration};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -150,13 +150,13 @@ pub struct Upstream {
 }
 
 impl Upstream {
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let uri: http::Uri = text.parse().map_err(|_| format!("{text:?} is not a URL"))?;
+    pub fn parse(text: &str) -> Result<Self, BadUrl> {
+        let uri: http::Uri = text.parse().map_err(|_| BadUrl::NotUrl(text.to_owned()))?;
         let scheme = uri.scheme().cloned().filter(|s| *s == Scheme::HTTP || *s == Scheme::HTTPS);
         let (Some(scheme), Some(authority)) = (scheme, uri.authority().cloned()) else {
-            return Err(format!("{text:?} must be an http:// or https:// URL with a host"));
+            return Err(BadUrl::NotHttp(text.to_owned()));
         };
-        let host = HeaderValue::from_str(authority.as_str()).map_err(|_| format!("{text:?} has an unusable host"))?;
+        let host = HeaderValue::from_str(authority.as_str()).map_err(|_| BadUrl::UnusableHost(text.to_owned()))?;
         Ok(Self { scheme, authority, host, base_path: uri.path().trim_end_matches('/').to_owned() })
     }
 }

@@ -6,6 +6,27 @@ use std::time::Duration;
 use idem_core::{format_duration, parse_duration};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+/// Why a text is not the URL a key wants; each names the text as given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadUrl {
+    #[error("{0:?} is not a URL")]
+    NotUrl(String),
+    #[error("{0:?} must be an http:// or https:// URL with a host")]
+    NotHttp(String),
+    /// A host that cannot be a `Host` header's value.
+    #[error("{0:?} has an unusable host")]
+    UnusableHost(String),
+}
+
+/// A text that is not an address to listen on (a host name, or no port).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{text:?} is not an address to listen on: give an IP address and a port, such as 127.0.0.1:7070 or 0.0.0.0:7070"
+)]
+pub struct BadListen {
+    pub text: String,
+}
+
 /// A duration written as `"250ms"`, `"10s"`, `"5m"`, `"24h"` or `"90d"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConfigDuration(pub Duration);
@@ -56,12 +77,12 @@ impl Serialize for Secret {
 pub struct HttpUrl(http::Uri);
 
 impl HttpUrl {
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let uri: http::Uri = text.parse().map_err(|_| format!("{text:?} is not a URL"))?;
+    pub fn parse(text: &str) -> Result<Self, BadUrl> {
+        let uri: http::Uri = text.parse().map_err(|_| BadUrl::NotUrl(text.to_owned()))?;
         let scheme = uri.scheme();
         let web = scheme == Some(&http::uri::Scheme::HTTP) || scheme == Some(&http::uri::Scheme::HTTPS);
         if !web || uri.authority().is_none() {
-            return Err(format!("{text:?} must be an http:// or https:// URL with a host"));
+            return Err(BadUrl::NotHttp(text.to_owned()));
         }
         Ok(Self(uri))
     }
@@ -97,15 +118,13 @@ pub fn listen_addr<'de, D: Deserializer<'de>>(d: D) -> Result<std::net::SocketAd
     parse_listen(&text).map_err(serde::de::Error::custom)
 }
 
-pub fn parse_listen(text: &str) -> Result<std::net::SocketAddr, String> {
+pub fn parse_listen(text: &str) -> Result<std::net::SocketAddr, BadListen> {
     let text = text.trim();
     let spelled = match text.strip_prefix("localhost:") {
         Some(port) => format!("127.0.0.1:{port}"),
         None => text.to_owned(),
     };
-    spelled.parse().map_err(|_| {
-        format!("{text:?} is not an address to listen on: give an IP address and a port, such as 127.0.0.1:7070 or 0.0.0.0:7070")
-    })
+    spelled.parse().map_err(|_| BadListen { text: text.to_owned() })
 }
 
 #[cfg(test)]
@@ -116,7 +135,7 @@ mod tests {
     fn listen_addresses_are_ip_and_port_or_localhost() {
         assert_eq!(parse_listen("localhost:7070").map(|a| a.to_string()), Ok("127.0.0.1:7070".into()));
         assert_eq!(parse_listen("[::1]:7070").map(|a| a.to_string()), Ok("[::1]:7070".into()));
-        let err = parse_listen("example.com:7070").unwrap_err();
+        let err = parse_listen("example.com:7070").unwrap_err().to_string();
         assert!(err.contains("give an IP address and a port"), "{err}");
     }
 

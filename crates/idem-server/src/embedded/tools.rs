@@ -2,20 +2,45 @@
 //! (read only, safe while idem runs), `idem repair` (idem stopped), `idem backup` (while idem
 //! serves), and the sizes the disk gauges report.
 
-use std::path::Path;
+use std::io;
+use std::path::{Path, PathBuf};
 
 use idem_log::disk::{Disk, OsDisk};
 use idem_sqlite::SqliteStore;
 
 use super::log_dir;
 
+/// Why `idem check`, `idem repair` or `idem backup` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    /// The log directory could not be read.
+    #[error("{}: {source}", dir.display())]
+    Log { dir: PathBuf, source: io::Error },
+    #[error("{}: {source}", db.display())]
+    Events { db: PathBuf, source: idem_sqlite::CheckFailed },
+    /// `idem check` found damage (it printed what).
+    #[error(
+        "the log is damaged: acknowledged records cannot be read, and idem will not start on it. \
+         `idem repair --data-dir {}` shows what it would drop; with --yes it drops that and \
+         keeps every intact record. Or restore the data dir from a backup (`idem backup`).",
+        data_dir.display()
+    )]
+    Damaged { data_dir: PathBuf },
+    #[error(transparent)]
+    Repair(io::Error),
+    #[error("log: {0}")]
+    LogBackup(#[source] io::Error),
+    #[error("events: {0}")]
+    EventsBackup(#[source] idem_sqlite::BackupFailed),
+}
+
 /// `idem check`: every log segment read and verified against the manifest, and SQLite's
 /// `quick_check` of the events. Exit 1 on anything acknowledged that cannot be read.
-pub fn check(data_dir: &Path) -> Result<(), String> {
+pub fn check(data_dir: &Path) -> Result<(), ToolError> {
     let dir = log_dir(data_dir);
     let mut damaged = false;
     if dir.exists() {
-        let report = idem_log::check(&OsDisk, &dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let report = idem_log::check(&OsDisk, &dir).map_err(|source| ToolError::Log { dir: dir.clone(), source })?;
         println!("log: {} segments, {} bytes, {} records", report.segments, report.bytes, report.records);
         for damage in &report.damage {
             eprintln!("log: DAMAGED: {damage}");
@@ -44,28 +69,23 @@ pub fn check(data_dir: &Path) -> Result<(), String> {
     }
     let db = data_dir.join(SqliteStore::FILE_NAME);
     if db.exists() {
-        idem_sqlite::quick_check(&db).map_err(|e| format!("{}: {e}", db.display()))?;
+        idem_sqlite::quick_check(&db).map_err(|source| ToolError::Events { db: db.clone(), source })?;
         println!("events: {} passes SQLite's quick_check", db.display());
     }
     if damaged {
-        let data_dir = data_dir.display();
-        return Err(format!(
-            "the log is damaged: acknowledged records cannot be read, and idem will not start on it. \
-             `idem repair --data-dir {data_dir}` shows what it would drop; with --yes it drops that and \
-             keeps every intact record. Or restore the data dir from a backup (`idem backup`)."
-        ));
+        return Err(ToolError::Damaged { data_dir: data_dir.to_owned() });
     }
     Ok(())
 }
 
 /// `idem repair`: what a damaged log would lose to start again; with `yes`, does it.
-pub fn repair(data_dir: &Path, yes: bool) -> Result<(), String> {
+pub fn repair(data_dir: &Path, yes: bool) -> Result<(), ToolError> {
     let dir = log_dir(data_dir);
     if !dir.exists() {
         println!("log: none in {}; nothing to repair", dir.display());
         return Ok(());
     }
-    let report = idem_log::repair(&OsDisk, &dir, yes).map_err(|e| e.to_string())?;
+    let report = idem_log::repair(&OsDisk, &dir, yes).map_err(ToolError::Repair)?;
     if report.damage.is_empty() {
         println!("log: nothing to repair: every segment the manifest lists is there and whole");
         return Ok(());
@@ -101,15 +121,15 @@ pub fn repair(data_dir: &Path, yes: bool) -> Result<(), String> {
 
 /// `idem backup DIR`: the log copied at one instant (compaction pauses meanwhile), and the events
 /// through SQLite's `VACUUM INTO`, while idem serves.
-pub fn backup(from: &Path, to: &Path) -> Result<(), String> {
+pub fn backup(from: &Path, to: &Path) -> Result<(), ToolError> {
     let log_from = log_dir(from);
     if log_from.exists() {
-        let report = idem_log::backup(&OsDisk, &log_from, &log_dir(to)).map_err(|e| format!("log: {e}"))?;
+        let report = idem_log::backup(&OsDisk, &log_from, &log_dir(to)).map_err(ToolError::LogBackup)?;
         println!("log: {} segments, {} bytes, {} records", report.segments, report.bytes, report.records);
     }
     let db = from.join(SqliteStore::FILE_NAME);
     if db.exists() {
-        idem_sqlite::backup(&db, &to.join(SqliteStore::FILE_NAME)).map_err(|e| format!("events: {e}"))?;
+        idem_sqlite::backup(&db, &to.join(SqliteStore::FILE_NAME)).map_err(ToolError::EventsBackup)?;
         println!("events: {}", to.join(SqliteStore::FILE_NAME).display());
     }
     eprintln!("idem: backup written to {}", to.display());

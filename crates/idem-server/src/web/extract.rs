@@ -151,13 +151,13 @@ pub struct NsIdParams {
     pub id: String,
 }
 
+/// A route's path parameters by name (`ns`, `id`).
+type PathParams = HashMap<String, String>;
+
 /// The path's parameters, its namespace (one the caller may use and the server admits) and the
 /// caller.
-async fn namespace(
-    parts: &mut RequestParts,
-    state: &AppState,
-) -> Result<(HashMap<String, String>, Namespace, Caller), ApiError> {
-    let Path(params) = Path::<HashMap<String, String>>::from_request_parts(parts, state)
+async fn namespace(parts: &mut RequestParts, state: &AppState) -> Result<(PathParams, Namespace, Caller), ApiError> {
+    let Path(params) = Path::<PathParams>::from_request_parts(parts, state)
         .await
         .map_err(|_| Invalid::new("path", "the path is not valid UTF-8"))?;
     let ns = Namespace::new(params.get("ns").map_or("", String::as_str))?;
@@ -172,7 +172,7 @@ async fn namespace(
 }
 
 /// `{id}`, required: a route without one is refused as a bad request, never a 500.
-fn id(params: &HashMap<String, String>) -> Result<ClaimId, Invalid> {
+fn id(params: &PathParams) -> Result<ClaimId, Invalid> {
     let id = params.get("id").ok_or_else(|| Invalid::new("id", "this path names no id"))?;
     ClaimId::parse(id)
 }
