@@ -92,6 +92,9 @@ scripts/check-openapi.sh 2>&1 | tee -a "$LOG"
 say "Docs: every relative link and anchor in README.md and docs/ resolves"
 python3 scripts/check-doc-links.py 2>&1 | tee -a "$LOG"
 
+say "House rules (docs/architecture.md): functions of at most 60 lines, few Result<_, String>, metric names only in the catalogue"
+python3 scripts/check-house.py 2>&1 | tee -a "$LOG"
+
 say "Operator's pack (deploy/): promtool check rules, systemd-analyze verify"
 if command -v promtool >/dev/null 2>&1 && command -v systemd-analyze >/dev/null 2>&1; then
     scripts/check-deploy.sh 2>&1 | tee -a "$LOG"

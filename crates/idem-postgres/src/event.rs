@@ -373,7 +373,7 @@ pub async fn discard(client: &mut Object, id: &ReceiptId, now: Timestamp) -> Res
             Err(e) => Err(e),
             Ok(None) => Ok(None),
             Ok(Some(status)) => {
-                if idem_core::event::discard(status) == Discard::Discard && status != ReceiptStatus::Discarded {
+                if idem_core::event::discard(status) == Discard::Discard {
                     tx.execute(
                         &tx.prepare_cached("UPDATE receipts SET status = $2, updated_at = $3 WHERE id = $1").await?,
                         &[&id.as_str(), &status_column(ReceiptStatus::Discarded), &now.millis()],

@@ -180,10 +180,9 @@ pub async fn discard_one(state: &AppState, id: &ReceiptId) -> Result<(), ApiErro
             Err(ApiError::Conflict(format!("receipt {id} is {}; only dead receipts can be discarded", status.as_str())))
         }
         Discard::Discard => {
-            if had == ReceiptStatus::Dead {
-                idem_metrics::events::discarded();
-            }
+            idem_metrics::events::discarded();
             Ok(())
         }
+        Discard::Already => Ok(()),
     }
 }

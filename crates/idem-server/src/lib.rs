@@ -1,17 +1,22 @@
-//! The idem server: HTTP API, background workers, configuration and the command line.
+//! The idem server: HTTP API, dashboard, gateway proxy, background workers, configuration and
+//! the command line (docs/architecture.md has the map).
 //!
-//! - [`api`]: the `/v1` API, health, metrics and OpenAPI on the main listener;
+//! - [`router`]: the main listener's one router, [`api`] (the `/v1` route table, health, metrics,
+//!   OpenAPI) beside [`ui`] (the dashboard), both on [`web`] (state, auth, problem+json,
+//!   extractors) and [`actions`] (what both do to receipts);
 //! - [`proxy`]: the `Idempotency-Key` reverse proxy on its own listener;
-//! - [`worker`]: event delivery and the sweeper;
+//! - [`worker`]: event delivery, the sweeper and the gauges sampled outside requests;
 //! - [`config`]: the typed config, parsed once;
+//! - [`embedded`]: the embedded store's data dir (open, upgrade, check, repair, backup);
 //! - [`conn`] and [`tls`]: serving connections (limits, TLS handshakes) and the certificates, the
 //!   listeners' (swapped on SIGHUP and when their files change) and the roots outbound `https://`
-//!   is verified against;
-//! - [`cli`]: the `idem` command line (`serve`, client verbs, `import`, `token new`).
+//!   is verified against; [`jwks`]: fetching `[gateway.jwt] jwks_url`;
+//! - [`telemetry`]: logs, and the Prometheus recorder built from the `idem_metrics` catalogue;
+//! - [`cli`]: the `idem` command line (`serve`, `health`, client verbs, `import`, `token new`).
 //!
-//! Dependencies run one way: `cli` → `run` → `api` / `proxy` / `worker` → `config`.
-//! [`run`] is the one way a server starts: the binary and every test call it with a config, a
-//! store, a bound listener and a shutdown future.
+//! Dependencies run one way: `cli` → `run` → `router` → `api` / `ui` → `actions` → `web` →
+//! `config`. [`run`] is the one way a server starts: the binary and every test call it with a
+//! config, a store, a bound listener and a shutdown future.
 
 pub mod actions;
 pub mod api;
@@ -85,29 +90,15 @@ pub async fn run(
         header_read_timeout: config.limits.header_read_timeout.0,
         idle_timeout: config.limits.idle_timeout.0,
     };
-    let tls = Tls::load(&config)?;
+    let mut tls = Tls::load(&config)?;
     let (stop, stopped) = watch::channel(false);
     let hangup = tls::Hangup::listen();
     let housekeeping = housekeeping(&config, &stores, &stopped);
     let wake = Arc::new(Notify::new());
     let describe = Listening::of(&config);
     let gateway_addr = listeners.gateway.as_ref().and_then(|l| l.local_addr().ok());
-    let (engine, gateway) = match (&config.gateway, listeners.gateway) {
-        (Some(gateway), Some(listener)) => {
-            let requests = Arc::clone(&stores.requests);
-            let proxy = proxy::Proxy::new(
-                gateway,
-                config.limits.max_body_bytes,
-                requests,
-                Arc::clone(&clock),
-                &tls.client,
-                tls.jwt.clone(),
-            );
-            let engine = proxy.engine();
-            (Some(engine), Some(tokio::spawn(proxy.serve(listener, limits, tls.gateway, stopped.clone()))))
-        }
-        _ => (None, None),
-    };
+    let started = start_gateway(&config, &stores, &clock, &mut tls, listeners.gateway, limits, &stopped);
+    let (engine, gateway) = started.unzip();
     let waiters = Arc::new(Waiters::default());
     forward_signals(stores.lifecycle.as_ref(), Arc::clone(&wake), engine, Arc::clone(&waiters));
     let delivery = start_delivery(&config, &stores.events, &clock, &wake, &stopped, &tls.client);
@@ -128,16 +119,32 @@ pub async fn run(
     log_listening(&describe, api_addr, gateway_addr);
     api.await;
     trigger.abort();
-    if let Some(gateway) = gateway {
-        let _ = gateway.await;
+    // The API has drained: the rest stops, then the store closes with every write on disk.
+    for task in [gateway, delivery].into_iter().flatten().chain([housekeeping, reloads]) {
+        let _ = task.await;
     }
-    if let Some(delivery) = delivery {
-        let _ = delivery.await;
-    }
-    let _ = tokio::join!(housekeeping, reloads);
     lifecycle.close().await;
     tracing::info!("idem stopped");
     Ok(())
+}
+
+/// The gateway's proxy, when `[gateway]` is configured, serving `listener` until `stopped`: its
+/// engine (which store signals wake) and its task. The gateway's TLS acceptor is taken from `tls`.
+fn start_gateway(
+    config: &Config,
+    stores: &Stores,
+    clock: &Arc<dyn Clock>,
+    tls: &mut Tls,
+    listener: Option<TcpListener>,
+    limits: conn::ConnLimits,
+    stopped: &watch::Receiver<bool>,
+) -> Option<(Arc<idem_gateway::Engine>, JoinHandle<()>)> {
+    let (Some(gateway), Some(listener)) = (&config.gateway, listener) else { return None };
+    let requests = Arc::clone(&stores.requests);
+    let jwt = tls.jwt.clone();
+    let proxy = proxy::Proxy::new(gateway, config.limits.max_body_bytes, requests, Arc::clone(clock), &tls.client, jwt);
+    let engine = proxy.engine();
+    Some((engine, tokio::spawn(proxy.serve(listener, limits, tls.gateway.take(), stopped.clone()))))
 }
 
 /// An `https://` handler, result webhook or upstream with nothing to verify it against fails every

@@ -17,10 +17,6 @@ use crate::row::store_error;
 /// A leased job row: id, receipt id, kind, attempt, result body.
 type LeasedRow = (i64, String, i64, u32, Option<Vec<u8>>);
 
-/// A receipt row, in the order of `RECEIPT_COLUMNS`.
-type ReceiptRow =
-    (String, String, String, String, i64, i64, u32, Option<String>, u32, Option<u16>, Option<String>, Option<i64>);
-
 const DELIVERY: i64 = 0;
 const RESULT: i64 = 1;
 
@@ -293,7 +289,7 @@ pub fn replay_matching(conn: &Connection, filter: &ReceiptFilter, now: Timestamp
 /// Marks a dead receipt as handled; answers the status it had.
 pub fn discard(conn: &Connection, id: &ReceiptId, now: Timestamp) -> Result<Option<ReceiptStatus>, StoreError> {
     let Some(status) = status_now(conn, id)? else { return Ok(None) };
-    if idem_core::event::discard(status) == Discard::Discard && status != ReceiptStatus::Discarded {
+    if idem_core::event::discard(status) == Discard::Discard {
         set_status(conn, id.as_str(), ReceiptStatus::Discarded, now, None)?;
     }
     Ok(Some(status))
@@ -368,51 +364,69 @@ fn filter_sql(filter: &ReceiptFilter) -> (String, Vec<Value>) {
 const RECEIPT_COLUMNS: &str = "id, source, event_id, status, created_at, updated_at, round, \
      result_status, result_attempts, result_status_code, result_error, next_attempt_at";
 
+/// A row of `RECEIPT_COLUMNS`, each column read by its name.
+struct ReceiptRow {
+    id: String,
+    source: String,
+    event_id: String,
+    status: String,
+    created_at: i64,
+    updated_at: i64,
+    round: u32,
+    result_status: Option<String>,
+    result_attempts: u32,
+    result_status_code: Option<u16>,
+    result_error: Option<String>,
+    next_attempt_at: Option<i64>,
+}
+
 fn receipt_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ReceiptRow> {
-    Ok((
-        r.get(0)?,
-        r.get(1)?,
-        r.get(2)?,
-        r.get(3)?,
-        r.get(4)?,
-        r.get(5)?,
-        r.get(6)?,
-        r.get(7)?,
-        r.get(8)?,
-        r.get(9)?,
-        r.get(10)?,
-        r.get(11)?,
-    ))
+    Ok(ReceiptRow {
+        id: r.get("id")?,
+        source: r.get("source")?,
+        event_id: r.get("event_id")?,
+        status: r.get("status")?,
+        created_at: r.get("created_at")?,
+        updated_at: r.get("updated_at")?,
+        round: r.get("round")?,
+        result_status: r.get("result_status")?,
+        result_attempts: r.get("result_attempts")?,
+        result_status_code: r.get("result_status_code")?,
+        result_error: r.get("result_error")?,
+        next_attempt_at: r.get("next_attempt_at")?,
+    })
 }
 
 fn to_receipt(row: ReceiptRow) -> Result<Receipt, StoreError> {
-    let (id, source, event_id, status, created, updated, round, rstatus, rattempts, rcode, rerror, next) = row;
-    let status = status_of(&status)?;
+    let status = status_of(&row.status)?;
+    let result = row.result_status.map(|state| result_of(&state)).transpose()?.map(|state| ResultState {
+        status: state,
+        attempts: row.result_attempts,
+        last_status_code: row.result_status_code,
+        last_error: row.result_error,
+    });
     Ok(Receipt {
-        id: receipt_id(id)?,
-        source,
-        event_id,
+        id: receipt_id(row.id)?,
+        source: row.source,
+        event_id: row.event_id,
         status,
-        next_attempt_at: next.filter(|_| status == ReceiptStatus::Retrying).map(Timestamp),
-        created_at: Timestamp(created),
-        updated_at: Timestamp(updated),
-        round,
+        next_attempt_at: row.next_attempt_at.filter(|_| status == ReceiptStatus::Retrying).map(Timestamp),
+        created_at: Timestamp(row.created_at),
+        updated_at: Timestamp(row.updated_at),
+        round: row.round,
         attempts: Vec::new(),
         body: None,
         content_type: None,
-        result: rstatus.map(|status| result_of(&status)).transpose()?.map(|status| ResultState {
-            status,
-            attempts: rattempts,
-            last_status_code: rcode,
-            last_error: rerror,
-        }),
+        result,
     })
 }
 
 pub fn get(conn: &Connection, id: &ReceiptId) -> Result<Option<Receipt>, StoreError> {
     let row = conn
         .prepare_cached(&format!("SELECT {RECEIPT_COLUMNS}, body, content_type FROM receipts WHERE id = ?1"))
-        .and_then(|mut s| s.query_row([id.as_str()], |r| Ok((receipt_row(r)?, r.get(12)?, r.get(13)?))).optional())
+        .and_then(|mut s| {
+            s.query_row([id.as_str()], |r| Ok((receipt_row(r)?, r.get("body")?, r.get("content_type")?))).optional()
+        })
         .map_err(store_error)?;
     let Some((row, body, content_type)) = row else { return Ok(None) };
     let mut receipt = to_receipt(row)?;

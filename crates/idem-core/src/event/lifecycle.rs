@@ -182,18 +182,22 @@ pub fn replay(status: ReceiptStatus) -> Replay {
     if status.is_terminal() { Replay::Restart } else { Replay::Refused(status) }
 }
 
-/// What discarding a receipt in `status` does.
+/// What discarding a receipt in `status` does. Every store writes `discarded` exactly when this
+/// says [`Discard::Discard`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Discard {
-    /// It becomes `discarded` (a discarded one stays so: discarding twice is harmless).
+    /// A dead letter: it becomes `discarded`.
     Discard,
+    /// Already discarded: nothing to write, and the call succeeds (discarding twice is harmless).
+    Already,
     /// Only dead letters can be discarded; nothing changes.
     Refused(ReceiptStatus),
 }
 
 pub fn discard(status: ReceiptStatus) -> Discard {
     match status {
-        ReceiptStatus::Dead | ReceiptStatus::Discarded => Discard::Discard,
+        ReceiptStatus::Dead => Discard::Discard,
+        ReceiptStatus::Discarded => Discard::Already,
         other => Discard::Refused(other),
     }
 }
@@ -340,9 +344,8 @@ mod tests {
     #[test]
     fn only_dead_letters_are_discarded_and_only_handled_receipts_expire() {
         use ReceiptStatus::*;
-        for status in [Dead, Discarded] {
-            assert_eq!(discard(status), Discard::Discard, "{status:?}");
-        }
+        assert_eq!(discard(Dead), Discard::Discard);
+        assert_eq!(discard(Discarded), Discard::Already, "discarding twice writes nothing and succeeds");
         for status in [Accepted, Processing, Retrying, Completed] {
             assert_eq!(discard(status), Discard::Refused(status), "{status:?}");
         }
