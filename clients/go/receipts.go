@@ -31,7 +31,8 @@ type Receipt struct {
 	UpdatedAt time.Time `json:"updated_at"`
 	// Round is 1, plus one per replay.
 	Round int `json:"round"`
-	// Attempts of the current round (Get only; not in List pages).
+	// Attempts of every round, oldest first, each with its Round (Get only;
+	// not in List pages).
 	Attempts []Attempt `json:"attempts,omitempty"`
 	// NextAttemptAt: while retrying, when the next attempt is due.
 	NextAttemptAt *time.Time     `json:"next_attempt_at,omitempty"`
@@ -46,6 +47,8 @@ type Receipt struct {
 
 // Attempt is one delivery attempt.
 type Attempt struct {
+	// Round is the receipt's round the attempt belongs to; N counts from 1 in each.
+	Round      int       `json:"round"`
 	N          int       `json:"n"`
 	StartedAt  time.Time `json:"started_at"`
 	DurationMS int64     `json:"duration_ms"`

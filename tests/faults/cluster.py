@@ -27,6 +27,9 @@ from typing import Dict, List, Optional
 
 from util import PG_BIN, kill_pid, pids_matching, psql, run, say, try_psql, wait_for
 
+# The suite's ports start here unless --port-base says otherwise (never 5432).
+DEFAULT_PORT_BASE = 5440
+
 HBA = """# written by tests/faults: trust on loopback, for a throw-away test cluster only
 local   all             all                                     trust
 host    all             all             127.0.0.1/32            trust
@@ -105,6 +108,12 @@ class StreamingCluster(Cluster):
         self.base_port = base_port
         self.prefix = prefix
         self.primary: str = self.members[0]
+
+    @classmethod
+    def at(cls, port_base: int, n: int = 2) -> "StreamingCluster":
+        """The suite's cluster for a `--port-base`: `faults-m1`… for the default 5440, and
+        `faults-<port_base>-m1`… for any other, so that two suites can run side by side."""
+        return cls(port_base, n, "faults" if port_base == DEFAULT_PORT_BASE else f"faults-{port_base}")
 
     def cname(self, m: str) -> str:
         return f"{self.prefix}-{m}"
@@ -319,6 +328,16 @@ class PatroniCluster(Cluster):
         self.procs: Dict[str, subprocess.Popen] = {}
         self.etcd: Optional[subprocess.Popen] = None
         self.scope = "idem-faults"
+
+    @classmethod
+    def at(cls, port_base: int, n: int = 2, strict: bool = False, run_dir: Optional[Path] = None) -> "PatroniCluster":
+        """The suite's Patroni cluster for a `--port-base`: REST API on port_base + 3000 + i, etcd on
+        port_base + 18350 (client) and + 18360 (peer), files under idem-faults-patroni for the
+        default 5440 and idem-faults-<port_base>-patroni for any other (no path is a prefix of
+        another's: clean-up finds processes by their paths)."""
+        name = "idem-faults-patroni" if port_base == DEFAULT_PORT_BASE else f"idem-faults-{port_base}-patroni"
+        return cls(port_base, n, rest_base=port_base + 3000, etcd_client=port_base + 18350, etcd_peer=port_base + 18360,
+                   strict=strict, base_dir=Path("/var/lib/postgresql") / name, run_dir=run_dir)
 
     def port(self, m: str) -> int:
         return self.base_port + self.members.index(m) + 1

@@ -194,10 +194,9 @@ class Harness:
         self.call_timeout = call_timeout
         self.events = EventLog(self.dir / "events.jsonl")
         if kind == "streaming":
-            self.cluster: Cluster = StreamingCluster(port_base, members)
+            self.cluster: Cluster = StreamingCluster.at(port_base, members)
         else:
-            self.cluster = PatroniCluster(port_base, members, rest_base=port_base + 3000, strict=strict,
-                                          run_dir=self.dir)
+            self.cluster = PatroniCluster.at(port_base, members, strict=strict, run_dir=self.dir)
         self.nodes = [IdemNode(self, i + 1) for i in range(nodes)]
         self.proxy_proc: Optional[subprocess.Popen] = None
         self.upstream_proc: Optional[subprocess.Popen] = None
@@ -216,11 +215,12 @@ class Harness:
         """Whatever an earlier (crashed) run of this suite left: its proxy, upstream and idem
         nodes (found by the suite's own paths in their command lines, ended by pid), and its
         clusters (PostgreSQL, Patroni and etcd under their own directories)."""
-        for frag in (str(HERE / "proxy.py"), str(HERE / "upstream.py"), f"/tmp/idem-faults/.nodes-{self.port_base}/"):
+        for frag in (f"{HERE / 'proxy.py'} --control {self.control_port}", f"{HERE / 'upstream.py'} --port {self.upstream_port}",
+                     f"/tmp/idem-faults/.nodes-{self.port_base}/"):
             for pid in pids_matching(frag):
                 kill_pid(pid)
-        StreamingCluster(self.port_base).cleanup()
-        PatroniCluster(self.port_base, 3, rest_base=self.port_base + 3000).cleanup()
+        StreamingCluster.at(self.port_base).cleanup()
+        PatroniCluster.at(self.port_base, 3).cleanup()
 
     def start_helpers(self) -> None:
         py = sys.executable

@@ -3,6 +3,8 @@ import type { Transport } from "./http.js";
 export type ReceiptStatus = "accepted" | "processing" | "retrying" | "completed" | "dead" | "discarded";
 /** One delivery attempt. */
 export interface Attempt {
+    /** The receipt's round this attempt belongs to (n counts from 1 in each). */
+    round: number;
     n: number;
     started_at: string;
     duration_ms: number;

@@ -7,6 +7,8 @@ export type ReceiptStatus = "accepted" | "processing" | "retrying" | "completed"
 
 /** One delivery attempt. */
 export interface Attempt {
+  /** The receipt's round this attempt belongs to (n counts from 1 in each). */
+  round: number;
   n: number;
   started_at: string;
   duration_ms: number;
