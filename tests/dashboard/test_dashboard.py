@@ -117,7 +117,11 @@ def test_a_dead_receipt_is_found_opened_replayed_and_completes(idem: Idem, handl
     click(browser, "replay")
     until("completed after the replay", lambda: "completed" in by_testid(browser, "receipt-status").text)
     assert receipt in handler.ids, "the handler got it again, with webhook-id = the receipt id"
-    assert "HTTP 200" in browser.find_element(By.CSS_SELECTOR, '[data-testid="attempt"]').text
+    # Every round's attempts, oldest first, each saying its round: round 1's failure stays, round 2 delivered.
+    timeline = until("round 2's attempt", lambda: (a := browser.find_elements(By.CSS_SELECTOR, '[data-testid="attempt"]')) and len(a) >= 2 and a)
+    assert [a.get_attribute("data-round") for a in timeline] == ["1", "2"]
+    assert "Round 1" in timeline[0].text and "HTTP 500" in timeline[0].text, timeline[0].text
+    assert "Round 2" in timeline[1].text and "HTTP 200" in timeline[1].text, timeline[1].text
     _, api = idem.api("GET", f"/v1/receipts/{receipt}")
     assert (api["status"], api["round"]) == ("completed", 2)
     screenshot(browser, "receipt.png")
