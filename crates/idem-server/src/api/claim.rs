@@ -29,9 +29,11 @@ pub const MAX_TTL_SECONDS: u64 = 100 * 365 * 86_400;
 #[serde(deny_unknown_fields)]
 pub struct KeyRef {
     /// The one-part form of a key.
+    #[serde(default, deserialize_with = "crate::web::extract::present")]
     #[schema(nullable = false, min_length = 1, max_length = 1024, pattern = "^[^\\u0000]+$")]
     pub key: Option<String>,
     /// 1 to 16 non-empty parts, each at most 1 KiB, without NUL.
+    #[serde(default, deserialize_with = "crate::web::extract::present")]
     #[schema(
         nullable = false,
         min_items = 1,
@@ -59,9 +61,11 @@ impl KeyRef {
 #[serde(deny_unknown_fields)]
 pub struct ClaimRequest {
     /// The one-part form of a key.
+    #[serde(default, deserialize_with = "crate::web::extract::present")]
     #[schema(nullable = false, min_length = 1, max_length = 1024, pattern = "^[^\\u0000]+$")]
     pub key: Option<String>,
     /// 1 to 16 non-empty parts, each at most 1 KiB, without NUL.
+    #[serde(default, deserialize_with = "crate::web::extract::present")]
     #[schema(
         nullable = false,
         min_items = 1,
@@ -81,11 +85,13 @@ pub struct ClaimRequest {
     /// Chosen by the caller for this one logical claim and sent again, unchanged, with each retry
     /// of it: a retry of a claim that was stored (its first answer lost) is told `claimed: true`
     /// again. 1 to 255 printable ASCII characters; a UUID is a good choice.
+    #[serde(default, deserialize_with = "crate::web::extract::present")]
     #[schema(nullable = false, min_length = 1, max_length = 255, pattern = "^[ -~]+$")]
     pub client_token: Option<String>,
     /// For a record imported from another store (`idem import`): when it was first made, RFC 3339,
     /// not in the future. Its TTL counts from then (an import of a record whose TTL has run out is
     /// absent at once). Default: now.
+    #[serde(default, deserialize_with = "crate::web::extract::present")]
     #[schema(nullable = false, format = DateTime)]
     pub created_at: Option<String>,
 }
@@ -140,6 +146,7 @@ pub struct BatchRequest {
     pub items: Vec<ClaimRequest>,
     /// As a single claim's, for the whole batch: a retry of the same batch (the same items in the
     /// same order) is told, item by item, which it won. An item's own `client_token` wins.
+    #[serde(default, deserialize_with = "crate::web::extract::present")]
     #[schema(nullable = false, min_length = 1, max_length = 255, pattern = "^[ -~]+$")]
     pub client_token: Option<String>,
 }
@@ -413,22 +420,48 @@ pub const MAX_DELETE: usize = 100_000;
 /// Claims deleted per store call (each call within its own time limit).
 const DELETE_STEP: usize = 1000;
 
-/// The query of a listing (`GET`) or a prefix delete (`DELETE`) of `/v1/claims/{ns}`.
+/// The prefix in the query of a listing (`GET`) or a prefix delete (`DELETE`) of `/v1/claims/{ns}`.
 #[derive(utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 #[allow(dead_code, reason = "only its IntoParams is used, to describe the query; `list_query` reads it")]
-pub struct ListParams {
+pub struct PrefixParams {
     /// One part of the prefix, repeated for each part in order (`?prefix=scenario-1&prefix=user-3`):
     /// 1 to 16 parts, each non-empty, at most 1 KiB, without NUL.
-    #[param(style = Form, explode, min_items = 1, max_items = 16)]
+    #[param(style = Form, explode, min_items = 1, max_items = 16, min_length = 1, max_length = 1024, pattern = "^[^\\u0000]+$")]
     pub prefix: Vec<String>,
-    /// 1 to 1000; default 100 (a listing only).
+}
+
+/// A listing's page in its query (a prefix delete takes neither: it is refused there).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code, reason = "only its IntoParams is used, to describe the query; `list_query` reads it")]
+pub struct PageParams {
+    /// 1 to 1000; default 100.
     #[param(nullable = false, minimum = 1, maximum = 1000)]
     pub limit: Option<usize>,
-    /// The `next` of the previous page (a listing only).
-    #[param(nullable = false, pattern = "^[A-Za-z0-9_-]+$")]
+    /// The `next` of the previous page.
+    #[param(
+        nullable = false,
+        min_length = 2,
+        max_length = 21_867,
+        pattern = "^(?:[A-Za-z0-9_-]{4})*(?:[A-Za-z0-9_-]{2,3})?$"
+    )]
     pub after: Option<String>,
 }
+
+/// The longest cursor, decoded: 16 parts of 1 KiB, each with its separator.
+pub const MAX_CURSOR_BYTES: usize = Parts::MAX_PARTS * (Parts::MAX_PART_BYTES + 1);
+
+/// A page's cursor: the parts of its last claim, encoded, in unpadded base64url. Read back with
+/// any trailing bits, so that every text of the document's pattern (no length of 4n + 1) is a
+/// position in parts order.
+const CURSOR: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::URL_SAFE,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_encode_padding(false)
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::RequireNone)
+        .with_decode_allow_trailing_bits(true),
+);
 
 /// A listing's query, read: the prefix, the page size, where the page starts.
 struct ListQuery {
@@ -451,9 +484,8 @@ fn list_query(raw: Option<&str>, listing: bool) -> Result<ListQuery, Invalid> {
                 limit = Some(n.ok_or_else(|| Invalid::new("limit", format!("must be 1 to {MAX_PAGE}")))?);
             }
             "after" if listing => {
-                let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(value.as_bytes()).ok();
-                let bytes =
-                    bytes.filter(|b| !b.is_empty() && b.len() <= Parts::MAX_PARTS * (Parts::MAX_PART_BYTES + 1));
+                let bytes = CURSOR.decode(value.as_bytes()).ok();
+                let bytes = bytes.filter(|b| !b.is_empty() && b.len() <= MAX_CURSOR_BYTES);
                 after = Some(bytes.ok_or_else(|| Invalid::new("after", "is not a cursor from this API"))?);
             }
             other => {
@@ -492,7 +524,7 @@ pub struct Deleted {
 
 /// List the live claims whose parts begin with a prefix, in parts order, a page at a time.
 #[utoipa::path(get, path = "/v1/claims/{ns}", operation_id = "listClaims", tag = "claims",
-    params(NsParam, ListParams),
+    params(NsParam, PrefixParams, PageParams),
     responses(
         (status = 200, description = "A page of claims in parts order, and the cursor of the next", body = ClaimPage),
         (status = 400, description = "Invalid request", body = Problem, content_type = "application/problem+json"),
@@ -509,16 +541,14 @@ pub async fn list(
     let more = found.len() > q.limit;
     found.truncate(q.limit);
     count_lookup(&path.ns, Lookup::List, found.len());
-    let next = more
-        .then(|| found.last().map(|r| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(r.parts.encode())))
-        .flatten();
+    let next = more.then(|| found.last().map(|r| CURSOR.encode(r.parts.encode()))).flatten();
     Ok(Json(ClaimPage { items: found.into_iter().map(Record::from).collect(), next }))
 }
 
 /// Delete every live claim whose parts begin with a prefix (at least one part): up to 100,000 a
 /// call, and `more` says when some remain.
 #[utoipa::path(delete, path = "/v1/claims/{ns}", operation_id = "deleteClaimsByPrefix", tag = "claims",
-    params(NsParam, ListParams),
+    params(NsParam, PrefixParams),
     responses(
         (status = 200, description = "How many were deleted", body = Deleted),
         (status = 400, description = "Invalid request: a prefix of at least one part is required", body = Problem, content_type = "application/problem+json"),

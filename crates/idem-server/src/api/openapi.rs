@@ -286,6 +286,19 @@ mod tests {
         for schema in ["ClaimByKey", "KeyRefByKey", "BeginByKey"] {
             assert_eq!(at(schema, "key")["maxLength"], Parts::MAX_PART_BYTES, "{schema}.key");
         }
+        // A listing's and a prefix delete's query: non-empty parts; only a listing pages.
+        for (method, names) in [("get", json!(["ns", "prefix", "limit", "after"])), ("delete", json!(["ns", "prefix"]))]
+        {
+            let ps = &doc["paths"]["/v1/claims/{ns}"][method]["parameters"];
+            let named: Vec<&Value> = ps.as_array().into_iter().flatten().map(|p| &p["name"]).collect();
+            assert_eq!(json!(named), names, "{method}");
+            let prefix = &ps[1]["schema"];
+            assert_eq!(prefix["maxItems"], Parts::MAX_PARTS, "{method}");
+            assert_eq!(prefix["items"]["minLength"], 1, "{method}");
+            assert_eq!(prefix["items"]["maxLength"], Parts::MAX_PART_BYTES, "{method}");
+        }
+        let after = &doc["paths"]["/v1/claims/{ns}"]["get"]["parameters"][3]["schema"];
+        assert_eq!(after["maxLength"], (claim::MAX_CURSOR_BYTES * 4).div_ceil(3), "unpadded base64url");
         assert_eq!(at("ClaimByKey", "ttl_seconds")["maximum"], claim::MAX_TTL_SECONDS);
         assert_eq!(at("BatchRequest", "items")["maxItems"], claim::MAX_ITEMS);
         assert_eq!(at("LookupRequest", "items")["maxItems"], claim::MAX_ITEMS);

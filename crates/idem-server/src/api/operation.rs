@@ -45,9 +45,11 @@ const DEFAULT_TTL: Duration = Duration::from_secs(24 * 3600);
 #[serde(deny_unknown_fields)]
 pub struct BeginRequest {
     /// The one-part form of a key.
+    #[serde(default, deserialize_with = "crate::web::extract::present")]
     #[schema(nullable = false, min_length = 1, max_length = 1024, pattern = "^[^\\u0000]+$")]
     pub key: Option<String>,
     /// 1 to 16 non-empty parts, each at most 1 KiB, without NUL.
+    #[serde(default, deserialize_with = "crate::web::extract::present")]
     #[schema(
         nullable = false,
         min_items = 1,
@@ -76,6 +78,7 @@ pub struct BeginRequest {
     /// Chosen by the caller for this one begin and sent again, unchanged, with each retry of it:
     /// a retry of a begin that took the key (its first answer lost) gets `201` with the same lease
     /// token. 1 to 255 printable ASCII characters.
+    #[serde(default, deserialize_with = "crate::web::extract::present")]
     #[schema(nullable = false, min_length = 1, max_length = 255, pattern = "^[ -~]+$")]
     pub client_token: Option<String>,
 }

@@ -108,9 +108,10 @@ fn parse_line(text: &str, default_ns: Option<&str>) -> Result<(String, serde_jso
         "ttl_seconds": line.ttl_seconds,
         "created_at": line.created_at,
     });
+    // What is not given is left out, as the server reads an absent field (not a null one).
+    let item = strip_nulls(item);
     let check: ClaimRequest = serde_json::from_value(item.clone()).map_err(|e| e.to_string())?;
     check.into_new_claim(None, idem_core::Clock::now(&idem_core::SystemClock)).map_err(|e| e.to_string())?;
-    let item = strip_nulls(item);
     Ok((ns.to_owned(), item))
 }
 

@@ -81,6 +81,13 @@ pub fn whole_seconds<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u6
     }
 }
 
+/// A field that may be absent but not `null`, as the OpenAPI document states it (`nullable` is
+/// false): absent is `None` (with `#[serde(default)]`), and a `null` is refused as the wrong type
+/// rather than read as absent.
+pub fn present<'de, D: serde::Deserializer<'de>, T: serde::Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
 /// A POST that takes no input: no body at all (what the clients send), or JSON (`{}`). Anything
 /// else, a form post above all, is 415, so that a cross-site form cannot make the call.
 pub struct NoInput;

@@ -24,6 +24,17 @@ fn bad_claims() -> Vec<(&'static str, &'static str, Value, u16, &'static str)> {
         ("oversized data", "/v1/claims/ns", json!({"key": "victim", "data": big_data}), 400, "data"),
         ("zero ttl", "/v1/claims/ns", json!({"key": "victim", "ttl_seconds": 0}), 400, "ttl_seconds"),
         ("negative ttl", "/v1/claims/ns", json!({"key": "victim", "ttl_seconds": -1}), 400, "ttl_seconds"),
+        // Absent is allowed; null is not (the OpenAPI document says these are not nullable).
+        ("null key", "/v1/claims/ns", json!({"key": null, "parts": ["victim"]}), 400, "key"),
+        ("null client_token", "/v1/claims/ns", json!({"key": "victim", "client_token": null}), 400, "client_token"),
+        ("null created_at", "/v1/claims/ns", json!({"key": "victim", "created_at": null}), 400, "created_at"),
+        (
+            "created_at in the future",
+            "/v1/claims/ns",
+            json!({"key": "victim", "created_at": "2999-01-01T00:00:00Z"}),
+            400,
+            "created_at",
+        ),
         ("bad namespace", "/v1/claims/Bad%20NS", json!({"key": "victim"}), 400, "namespace"),
         (
             "long namespace",
@@ -39,6 +50,13 @@ fn bad_claims() -> Vec<(&'static str, &'static str, Value, u16, &'static str)> {
             json!({"items": [{"key": "victim"}, {"parts": [""]}]}),
             400,
             "items[1].parts[0]",
+        ),
+        (
+            "null batch client_token",
+            "/v1/claims/ns/batch",
+            json!({"items": [{"key": "victim"}], "client_token": null}),
+            400,
+            "client_token",
         ),
         ("batch not a list", "/v1/claims/ns/batch", json!({"items": {"key": "victim"}}), 400, "items"),
         ("lookup without items or prefix", "/v1/claims/ns/lookup", json!({}), 400, "items"),

@@ -293,6 +293,8 @@ async fn bad_input_is_400_naming_the_field_and_changes_nothing() {
         (json!({"parts": ["a", ""]}), "parts[1]"),
         (json!({"key": "k", "bogus": 1}), "body"),
         (json!({"key": "k", "lease_seconds": "60"}), "lease_seconds"),
+        (json!({"key": "k", "client_token": null}), "client_token"),
+        (json!({"key": null, "parts": ["k"]}), "key"),
     ];
     for (body, field) in cases {
         let reply = s.client.send(Method::POST, "/v1/operations/bad/begin", Some(&body)).await.expect("begin");
