@@ -182,8 +182,13 @@ impl Engine {
                 Outcome::Forwarded
             }
             Ok(None) => {
+                // What this node counts as left of the lease (from when its call began; the store
+                // counts from the begin, a moment earlier): seconds left mean the store's time and
+                // this node's disagree, or another begin took the key.
+                let left = held.lease_ends.saturating_duration_since(Instant::now());
                 tracing::warn!(
                     route = route.path.as_str(),
+                    lease_left_here_ms = left.as_millis() as u64,
                     "lease ran out before the response came back; it was not stored"
                 );
                 Outcome::LeaseLost
