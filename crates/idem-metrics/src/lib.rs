@@ -166,7 +166,7 @@ mod tests {
         fn values<L: Label>() -> Vec<&'static str> {
             L::ALL.iter().map(|v| v.label()).collect()
         }
-        let valued: [(Family, Vec<&str>); 9] = [
+        let valued: [(Family, Vec<&str>); 10] = [
             (claims::LOOKUPS, values::<claims::Lookup>()),
             (claims::OPERATIONS, values::<claims::Operation>()),
             (
@@ -178,6 +178,7 @@ mod tests {
             (events::INTAKE, values::<events::Intake>()),
             (events::ATTEMPTS, [values::<events::Job>(), values::<events::Attempt>()].concat()),
             (events::DELIVERIES, values::<events::Ended>()),
+            (store::RETRIED, values::<store::Retry>()),
             (
                 gateway::BACKGROUND_ENDED,
                 vec![

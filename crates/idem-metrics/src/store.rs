@@ -1,7 +1,8 @@
 //! The store: the embedded store's group commits (size, time, failures), compactions, its size on
-//! disk and the space left, and the sweeper's deletions of expired claims and finished keys.
+//! disk and the space left, the sweeper's deletions of expired claims and finished keys, and
+//! PostgreSQL's transactions that had to be run again.
 
-use crate::Family;
+use crate::{Family, Label, labels};
 
 pub const SIZE: Family = Family::gauge(
     "idem_store_size_bytes",
@@ -45,6 +46,24 @@ pub const SWEPT_AT: Family = Family::gauge(
     "When the sweeper last finished a pass (Unix seconds).",
 );
 
+pub const RETRIED: Family = Family::counter(
+    "idem_store_retried_transactions_total",
+    &["reason"],
+    "PostgreSQL transactions run again because the database refused them as they were; nothing of the refused try was kept. unique_violation is expected when callers race for one key; deadlock should stay near zero (a steady rise means two kinds of work lock rows in different orders: worth a bug report).",
+);
+
+labels! {
+    /// Why PostgreSQL refused a transaction that was then run again.
+    pub enum Retry {
+        /// Two transactions waited for each other; the database ended one (SQLSTATE 40P01).
+        Deadlock => "deadlock",
+        /// A serializable read no longer held (40001).
+        Serialization => "serialization",
+        /// Another transaction inserted the same key first (23505).
+        UniqueViolation => "unique_violation",
+    }
+}
+
 pub const FAMILIES: &[Family] = &[
     SIZE,
     AVAILABLE,
@@ -56,6 +75,7 @@ pub const FAMILIES: &[Family] = &[
     COMMAND_ERRORS,
     SWEPT,
     SWEPT_AT,
+    RETRIED,
 ];
 
 /// One group commit: its commands and items, how long it took, and whether it failed (rolled
@@ -97,9 +117,21 @@ pub fn sweep_done(unix_seconds: f64) {
     metrics::gauge!(SWEPT_AT.name).set(unix_seconds);
 }
 
+/// A PostgreSQL transaction refused for `reason`, about to run again.
+pub fn retried(reason: Retry) {
+    metrics::counter!(RETRIED.name, "reason" => reason.label()).increment(1);
+}
+
 /// The store's series at zero.
 pub fn register() {
     for family in [COMMIT_ERRORS, COMPACTIONS, COMMAND_ERRORS, SWEPT] {
         metrics::counter!(family.name).increment(0);
+    }
+}
+
+/// PostgreSQL's series at zero (with `--store postgres`).
+pub fn register_postgres() {
+    for reason in Retry::ALL {
+        metrics::counter!(RETRIED.name, "reason" => reason.label()).increment(0);
     }
 }

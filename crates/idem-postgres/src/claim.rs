@@ -10,7 +10,7 @@ use serde_json::value::RawValue;
 use tokio_postgres::Row;
 
 use crate::pool::Object;
-use crate::{TxError, commit_error, retryable, store_error};
+use crate::{TxError, commit_error, run_again, store_error};
 
 /// Takes the key (a new row, or an expired row taken over), or answers the live row; a live row is
 /// `claimed` again only for the client token that stored it.
@@ -60,7 +60,7 @@ pub async fn claim(
     let mut tries = 0;
     loop {
         match run_batch(client, ns, &keyed, now).await {
-            Err(TxError::Before(e)) if retryable(&e) && tries < 3 => tries += 1,
+            Err(TxError::Before(e)) if tries < 3 && run_again(&e) => tries += 1,
             Err(TxError::Before(e)) => return Err(store_error(e)),
             Err(TxError::Commit(e)) => return Err(commit_error(e)),
             Ok(rows) => {

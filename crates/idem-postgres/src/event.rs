@@ -133,6 +133,10 @@ pub async fn lease(
                 &[&now.plus(lease).millis(), &&token.0[..], &now.millis(), &(limit as i64), &busy],
             )
             .await?;
+        // Receipts are locked newest first, in the order a bulk replay locks them: in any other
+        // order a lease and a replay of the same receipts can each hold what the other waits for.
+        let mut leased = leased;
+        leased.sort_unstable_by(|a, b| b.get::<_, &str>(1).cmp(a.get::<_, &str>(1)));
         let mut jobs = Vec::with_capacity(leased.len());
         for row in &leased {
             jobs.push(leased_job(&tx, row, token, now).await?);
@@ -282,7 +286,7 @@ pub async fn replay(client: &mut Object, id: &ReceiptId, now: Timestamp) -> Resu
     retrying!(client, |tx| {
         let row = tx
             .query_opt(
-                &tx.prepare_cached("SELECT status FROM receipts WHERE id = $1 FOR UPDATE").await?,
+                &tx.prepare_cached("SELECT status FROM receipts WHERE id = $1 FOR NO KEY UPDATE").await?,
                 &[&id.as_str()],
             )
             .await?;
@@ -313,9 +317,10 @@ async fn restart(tx: &Transaction<'_>, id: &str, now: Timestamp) -> Result<(), t
     enqueue(tx, id, DELIVERY, now, None).await
 }
 
-/// One step of a bulk replay in one transaction. The matching rows are locked in id order (so two
-/// nodes replaying the same filter wait for each other rather than deadlock) and their status is
-/// read again after the lock, so a receipt another node just replayed is not replayed twice.
+/// One step of a bulk replay in one transaction. The matching rows are locked newest first (so two
+/// nodes replaying the same filter wait for each other rather than deadlock, and so does a lease
+/// of their delivery jobs, which locks in the same order) and their status is read again after the
+/// lock, so a receipt another node just replayed is not replayed twice.
 pub async fn replay_matching(
     client: &mut Object,
     filter: &ReceiptFilter,
@@ -325,7 +330,8 @@ pub async fn replay_matching(
         return Err(internal("a bulk replay needs an ended status"));
     };
     let (clause, values) = filter_sql(filter);
-    let sql = format!("SELECT id, status FROM receipts {clause} ORDER BY id DESC LIMIT {} FOR UPDATE", filter.limit);
+    let sql =
+        format!("SELECT id, status FROM receipts {clause} ORDER BY id DESC LIMIT {} FOR NO KEY UPDATE", filter.limit);
     let params = as_params(&values);
     let (ids, replayed): (Vec<String>, u64) = retrying!(client, |tx| {
         let rows = tx.query(&sql, &params).await?;
@@ -365,7 +371,7 @@ pub async fn discard(client: &mut Object, id: &ReceiptId, now: Timestamp) -> Res
     retrying!(client, |tx| {
         let row = tx
             .query_opt(
-                &tx.prepare_cached("SELECT status FROM receipts WHERE id = $1 FOR UPDATE").await?,
+                &tx.prepare_cached("SELECT status FROM receipts WHERE id = $1 FOR NO KEY UPDATE").await?,
                 &[&id.as_str()],
             )
             .await?;

@@ -37,6 +37,7 @@ use idem_core::{
     ClaimId, ClaimOutcome, ClaimRecord, ClaimStore, Clock, EventStore, Namespace, NewClaim, Parts, RequestStore,
     StoreError, StoreLifecycle, Timestamp,
 };
+use idem_metrics::store::Retry;
 use tokio_postgres::error::SqlState;
 
 use crate::pool::{Db, with_conn};
@@ -65,7 +66,7 @@ pub struct PgStore {
 pub(crate) fn store_error(e: tokio_postgres::Error) -> StoreError {
     let what = pool::describe(&e);
     match e.code() {
-        Some(code) if is_transient(code) || is_fault(code) => StoreError::Unavailable(what),
+        Some(code) if transient(code).is_some() || is_fault(code) => StoreError::Unavailable(what),
         Some(_) => StoreError::Internal(what),
         None if broken(&e) => StoreError::Unavailable(what),
         None => StoreError::Internal(what),
@@ -88,10 +89,17 @@ pub(crate) fn commit_error(e: tokio_postgres::Error) -> StoreError {
     if unknown { StoreError::OutcomeUnknown(pool::describe(&e)) } else { store_error(e) }
 }
 
-fn is_transient(code: &SqlState) -> bool {
-    *code == SqlState::T_R_SERIALIZATION_FAILURE
-        || *code == SqlState::T_R_DEADLOCK_DETECTED
-        || *code == SqlState::UNIQUE_VIOLATION
+/// Why the database refused a transaction that is worth running again, if it is.
+fn transient(code: &SqlState) -> Option<Retry> {
+    if *code == SqlState::T_R_SERIALIZATION_FAILURE {
+        Some(Retry::Serialization)
+    } else if *code == SqlState::T_R_DEADLOCK_DETECTED {
+        Some(Retry::Deadlock)
+    } else if *code == SqlState::UNIQUE_VIOLATION {
+        Some(Retry::UniqueViolation)
+    } else {
+        None
+    }
 }
 
 /// The server cannot serve this connection now: broken (08), shutting down or starting (57),
@@ -110,9 +118,12 @@ fn broken(e: &tokio_postgres::Error) -> bool {
     e.is_closed() || std::error::Error::source(e).is_some_and(|cause| cause.is::<std::io::Error>())
 }
 
-/// Whether an error is worth running the same operation again.
-pub(crate) fn retryable(e: &tokio_postgres::Error) -> bool {
-    e.code().is_some_and(is_transient)
+/// Whether an error is worth running the same transaction again; one that is counts as a retry
+/// (`idem_store_retried_transactions_total`), so ask only when it would run again.
+pub(crate) fn run_again(e: &tokio_postgres::Error) -> bool {
+    let reason = e.code().and_then(transient);
+    reason.into_iter().for_each(idem_metrics::store::retried);
+    reason.is_some()
 }
 
 /// A transaction's failure: before its `COMMIT` was sent (nothing was changed), or at it.
@@ -141,7 +152,7 @@ macro_rules! retrying {
             }
             .await;
             match attempt {
-                Err($crate::TxError::Before(e)) if $crate::retryable(&e) && tries < 3 => tries += 1,
+                Err($crate::TxError::Before(e)) if tries < 3 && $crate::run_again(&e) => tries += 1,
                 Err($crate::TxError::Before(e)) => break Err($crate::store_error(e)),
                 Err($crate::TxError::Commit(e)) => break Err($crate::commit_error(e)),
                 Ok(out) => break out,

@@ -11,7 +11,7 @@ use idem_core::{ClaimId, ClientToken, StoreError, Timestamp};
 use tokio_postgres::Row;
 
 use crate::pool::Object;
-use crate::{commit_error, retryable, store_error};
+use crate::{commit_error, run_again, store_error};
 
 // Every statement is prepared once per connection (deadpool's statement cache): a statement sent
 // as text costs a round trip to prepare it each time.
@@ -79,7 +79,7 @@ pub async fn begin(client: &mut Object, request: &NewRequest, now: Timestamp) ->
     let mut tries = 0;
     loop {
         match try_begin(client, request, now).await {
-            Err(e) if retryable(&e) && tries < 3 => tries += 1,
+            Err(e) if tries < 3 && run_again(&e) => tries += 1,
             // The begin commits on its own: a connection broken under it leaves its outcome unknown
             // (a retry with the same client token learns it).
             other => return other.map_err(commit_error)?,

@@ -49,6 +49,9 @@ pub fn register_configured(config: &crate::config::Config) {
     if let Some(gateway) = &config.gateway {
         idem_metrics::gateway::register(gateway.jwt.as_ref().is_some_and(|j| j.jwks_url.is_some()));
     }
+    if matches!(config.store, crate::config::StoreConfig::Postgres { .. }) {
+        idem_metrics::store::register_postgres();
+    }
 }
 
 /// Starts structured logging to stderr. Safe to call more than once (later calls do nothing). Text

@@ -23,9 +23,9 @@ use jsonwebtoken::jwk::{Jwk, JwkSet};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
 
-use crate::support::TestServer;
 use crate::support::binary::{Idem, free_port};
 use crate::support::pg::TestSchema;
+use crate::support::{TestServer, metric};
 
 const SECRET: &str = "callers-test-hs256-secret-of-32-bytes";
 const ISSUER: &str = "https://login.example";
@@ -190,25 +190,16 @@ async fn callers_are_told_apart(nodes: [&ApiClient; 2], upstream: &Counting) {
     assert_eq!(upstream.count(), 7, "the upstream saw each order once");
 }
 
-/// The value of one series on `/metrics`.
-async fn metric(server: &TestServer, series: &str) -> f64 {
-    let text = server.client.send(Method::GET, "/metrics", None).await.expect("metrics");
-    let text = String::from_utf8_lossy(&text.body).into_owned();
-    text.lines()
-        .find_map(|line| line.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
-        .unwrap_or_else(|| panic!("no {series} in\n{text}"))
-}
-
 #[tokio::test]
 async fn callers_are_told_apart_on_one_node() {
     let upstream = Counting::start().await;
     let (server, node) = one_node(&gateway_toml("127.0.0.1:0", &upstream.url)).await;
     callers_are_told_apart([&node, &node], &upstream).await;
     let scope_missing = r#"idem_gateway_requests_total{route="/orders",outcome="scope_missing"}"#;
-    assert!(metric(&server, scope_missing).await >= 1.0);
+    assert!(metric(&server.client, scope_missing).await >= 1.0);
     for reason in ["expired", "bad_signature", "wrong_algorithm"] {
         let series = format!(r#"idem_gateway_jwt_failures_total{{route="/payments",reason="{reason}"}}"#);
-        assert!(metric(&server, &series).await >= 2.0, "{series}");
+        assert!(metric(&server.client, &series).await >= 2.0, "{series}");
     }
     server.stop().await;
 }

@@ -11,6 +11,7 @@ use idem_server::cli::client::ApiClient;
 use serde_json::json;
 
 use crate::support::binary::{Idem, free_port};
+use crate::support::metric;
 use crate::support::pg::TestSchema;
 use crate::support::receiver::Receiver;
 use crate::support::upstream::Upstream;
@@ -306,6 +307,13 @@ async fn bulk_replays_racing_on_three_nodes_replay_each_dead_letter_once() {
     let rounds: Vec<u64> =
         page["receipts"].as_array().expect("receipts").iter().filter_map(|r| r["round"].as_u64()).collect();
     assert_eq!((rounds.len(), rounds.iter().all(|&r| r == 2)), (300, true), "replayed once each: round 2");
+    // Replays and the leases of the deliveries they queue lock receipts in one order: no
+    // transaction waited for the database to end a deadlock (a second each, which under load added
+    // up past call_timeout and answered a replay 503).
+    for i in 0..3 {
+        let deadlocks = metric(&c.api(i), "idem_store_retried_transactions_total{reason=\"deadlock\"}").await;
+        assert_eq!(deadlocks, 0.0, "node {i} ran a transaction again after a deadlock");
+    }
 }
 
 /// `n` nodes on one database in front of `upstream`, with one gateway route (`route` is its TOML

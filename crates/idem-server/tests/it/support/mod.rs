@@ -113,6 +113,16 @@ pub async fn expect(client: &ApiClient, method: Method, path: &str, body: Option
     reply.json()
 }
 
+/// The value of one series on `client`'s `/metrics` (`series`: the name with its labels, as
+/// Prometheus prints them); a series that is not there panics, naming it.
+pub async fn metric(client: &ApiClient, series: &str) -> f64 {
+    let text = client.send(Method::GET, "/metrics", None).await.expect("metrics");
+    let text = String::from_utf8_lossy(&text.body).into_owned();
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+}
+
 pub fn assert_status(reply: &Reply, status: u16, what: &str) {
     assert_eq!(
         reply.status,
