@@ -296,13 +296,16 @@ impl ClaimStore for PgStore {
         })
     }
 
+    /// Rows another transaction holds (a claim replacing an expired one, another node's sweeper)
+    /// are skipped rather than waited for: a sweep never waits, so it cannot deadlock.
     async fn sweep_expired(&self, limit: usize) -> Result<usize, StoreError> {
         let (now, limit) = (self.now().millis(), limit as i64);
         with_conn!(self.db, true, |client| {
             let deleted = client
                 .execute(
                     "DELETE FROM claims WHERE (ns, id) IN
-                         (SELECT ns, id FROM claims WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2)",
+                         (SELECT ns, id FROM claims WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2
+                          FOR UPDATE SKIP LOCKED)",
                     &[&now, &limit],
                 )
                 .await
@@ -314,12 +317,14 @@ impl ClaimStore for PgStore {
 
 #[async_trait]
 impl RequestStore for PgStore {
+    /// As claims' sweep: rows another transaction holds are skipped, not waited for.
     async fn sweep_requests(&self, limit: usize) -> Result<usize, StoreError> {
         let now = self.now().millis();
         with_conn!(self.db, true, |client| {
             let deleted = client
                 .execute(
-                    "DELETE FROM requests WHERE id IN (SELECT id FROM requests WHERE until <= $1 ORDER BY until LIMIT $2)",
+                    "DELETE FROM requests WHERE id IN
+                         (SELECT id FROM requests WHERE until <= $1 ORDER BY until LIMIT $2 FOR UPDATE SKIP LOCKED)",
                     &[&now, &(limit as i64)],
                 )
                 .await
