@@ -94,7 +94,7 @@ impl Engine {
                     outcome = outcome.label(),
                     "an upstream call slower than upstream_timeout was dropped; its key is held until its lease ends"
                 );
-                let lease_left = (held.started + held.route.lease).saturating_duration_since(Instant::now());
+                let lease_left = held.lease_ends.saturating_duration_since(Instant::now());
                 return abandoned(lease_left);
             }
         };

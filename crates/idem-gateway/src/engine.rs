@@ -41,6 +41,7 @@ use idem_core::gateway::{
 use idem_core::request::{Begin, LeaseToken, NewRequest};
 use idem_core::{ClaimId, ClientToken, Clock, RequestStore, StoreError};
 use idem_metrics::gateway::Outcome;
+use tokio::time::Instant;
 
 use crate::background::Background;
 use crate::cache::{Cached, ReplayCache};
@@ -172,29 +173,31 @@ impl Engine {
             return answer_completed(route, hit.fingerprint == identity.fingerprint, &hit.response);
         }
         match self.take_key(route, &identity).await {
-            Ok((token, fence)) => {
-                request.headers_mut().insert(FENCING_TOKEN, HeaderValue::from(fence));
-                self.execute(route, identity, token, request, forward).await
+            Ok(taken) => {
+                request.headers_mut().insert(FENCING_TOKEN, HeaderValue::from(taken.fence));
+                self.execute(route, identity, taken, request, forward).await
             }
             Err(answer) => answer,
         }
     }
 
-    /// Takes the key for this request (its lease token and fence), or answers for it: a replay, a
-    /// mismatch, a conflict (at once, or after waiting for the holder with `in_flight = "wait"`),
-    /// or an unavailable store. A begin whose answer was lost is asked again with the same client
-    /// token, so that a key it took is not left held by a lease nobody knows.
-    async fn take_key(
-        &self,
-        route: &RoutePolicy,
-        identity: &Identity,
-    ) -> Result<(LeaseToken, u64), Response<GatewayBody>> {
+    /// Takes the key for this request, or answers for it: a replay, a mismatch, a conflict (at
+    /// once, or after waiting for the holder with `in_flight = "wait"`), or an unavailable store.
+    /// A begin whose answer was lost is asked again with the same client token, so that a key it
+    /// took is not left held by a lease nobody knows.
+    ///
+    /// The lease is counted from before the begin was sent: the store stamps it then, and a begin
+    /// held up on the way (a stalled path, a wait for a connection: up to `call_timeout`) has used
+    /// part of it by the time it answers. One more than half used is extended before anything is
+    /// forwarded, so the upstream is never called under a lease that may already have ended.
+    async fn take_key(&self, route: &RoutePolicy, identity: &Identity) -> Result<Taken, Response<GatewayBody>> {
         let wait = if route.in_flight == InFlightPolicy::Wait { route.wait_timeout } else { Duration::ZERO };
         let wait = Wait::new(&self.waiters, identity.id, wait);
         let client = Some(ClientToken::generate());
         let mut asked_again = false;
         loop {
             let armed = wait.arm();
+            let asked_at = Instant::now();
             let new = NewRequest {
                 id: identity.id,
                 fingerprint: identity.fingerprint,
@@ -223,7 +226,17 @@ impl Engine {
                     if lease_expired {
                         idem_metrics::gateway::lease_expired(route.path.shared());
                     }
-                    return Ok((token, fence));
+                    if Instant::now() < asked_at + route.lease / 2 {
+                        return Ok(Taken { token, fence, leased_at: asked_at });
+                    }
+                    let renewing_at = Instant::now();
+                    match self.store.extend_request(&identity.id, token, route.lease).await {
+                        Ok(Some(_)) => return Ok(Taken { token, fence, leased_at: renewing_at }),
+                        // Already ended and taken by another begin: look at the key again.
+                        Ok(None) => continue,
+                        // Not forwarded; the key is free again when the lease the begin took ends.
+                        Err(e) => return Err(store_unavailable(route, &e)),
+                    }
                 }
                 Ok(Begin::Completed { same_fingerprint, result, expires_at }) => {
                     return Err(self.completed(route, identity, same_fingerprint, &result, expires_at));
@@ -272,16 +285,24 @@ impl Engine {
         self: &Arc<Self>,
         route: &Arc<RoutePolicy>,
         identity: Identity,
-        token: LeaseToken,
+        taken: Taken,
         request: Request<Bytes>,
         forward: F,
     ) -> Response<GatewayBody>
     where
         F: FnOnce(Request<Bytes>) -> ForwardFuture + Send + 'static,
     {
-        let held = Arc::clone(self).run_held(Arc::clone(route), identity, token, forward(request));
+        let held = Arc::clone(self).run_held(Arc::clone(route), identity, taken, forward(request));
         tokio::spawn(held).await.unwrap_or_else(|_| Problem::Internal.answer("the request failed inside idem"))
     }
+}
+
+/// A key this node took: its lease token, its fencing number, and when its lease began as far as
+/// this node can tell (no later than the store counts it from).
+pub(crate) struct Taken {
+    pub token: LeaseToken,
+    pub fence: u64,
+    pub leased_at: Instant,
 }
 
 /// Why a request's `Idempotency-Key` cannot be used.

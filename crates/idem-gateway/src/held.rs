@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use crate::body::Prefixed;
 use crate::cache::Cached;
 use crate::call::{Call, Exchange};
-use crate::engine::{Engine, ForwardFuture, Identity, count};
+use crate::engine::{Engine, ForwardFuture, Identity, Taken, count};
 use crate::policy::RoutePolicy;
 use crate::unstored::{Pending, Settle};
 use crate::waiters::WakeOnDrop;
@@ -71,15 +71,16 @@ impl Engine {
         self: Arc<Self>,
         route: Arc<RoutePolicy>,
         identity: Identity,
-        token: LeaseToken,
+        taken: Taken,
         forward: ForwardFuture,
     ) -> Response<GatewayBody> {
         let started = Instant::now();
+        let token = taken.token;
         let _wake = WakeOnDrop { waiters: Arc::clone(&self.waiters), id: identity.id };
         let mut call = Call::new(forward, self.config.max_stored_response, route.store_5xx);
         let answer_by = started + route.upstream_timeout;
-        let beat_at = Some(started + route.lease / 2);
-        let lease_ends = started + route.lease;
+        let beat_at = Some(taken.leased_at + route.lease / 2);
+        let lease_ends = taken.leased_at + route.lease;
         let mut held = Held { route, identity, token, started, beat_at, lease_ends, _wake };
         match self.drive(&mut held, &mut call, Some(answer_by)).await {
             Some(exchange) => {
@@ -120,11 +121,12 @@ impl Engine {
     /// the call still runs to its end, but its answer will not be stored.
     async fn heartbeat(&self, held: &mut Held) {
         let lease = held.route.lease;
-        let next = Instant::now() + beat_every(lease);
+        let asked_at = Instant::now();
         match self.store.extend_request(&held.identity.id, held.token, lease).await {
             Ok(Some(_)) => {
-                held.beat_at = Some(next);
-                held.lease_ends = Instant::now() + lease;
+                // Counted from before the call, as the store counts it.
+                held.beat_at = Some(asked_at + beat_every(lease));
+                held.lease_ends = asked_at + lease;
             }
             Ok(None) => {
                 tracing::warn!(
@@ -182,8 +184,8 @@ impl Engine {
                 Outcome::Forwarded
             }
             Ok(None) => {
-                // What this node counts as left of the lease (from when its call began; the store
-                // counts from the begin, a moment earlier): seconds left mean the store's time and
+                // What this node counts as left of the lease (from before its begin or last
+                // extension was sent, as the store counts): seconds left mean the store's time and
                 // this node's disagree, or another begin took the key.
                 let left = held.lease_ends.saturating_duration_since(Instant::now());
                 tracing::warn!(

@@ -168,8 +168,9 @@ impl Engine {
                 Err(_) => {}
             }
             if Instant::now() >= beat_at {
+                let asked_at = Instant::now();
                 match self.store.extend_request(&p.id, p.token, lease).await {
-                    Ok(Some(_)) => p.lease_ends = Instant::now() + lease,
+                    Ok(Some(_)) => p.lease_ends = asked_at + lease,
                     Ok(None) => return self.not_held(&p).await,
                     Err(_) => {}
                 }

@@ -7,6 +7,7 @@
 //! PostgreSQL with real failovers.)
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
@@ -312,5 +313,76 @@ async fn a_response_the_store_could_not_take_is_kept_stored_and_replayed() {
     assert_eq!(replay.headers.get("idempotent-replayed").and_then(|v| v.to_str().ok()), Some("true"));
     assert_eq!(replay.body, first.body, "the first execution's response");
     assert_eq!(seen.lock().expect("lock").len(), 1, "the upstream ran the key once");
+    drop(proxy);
+}
+
+/// An upstream that takes `takes` to answer `201`, counting its calls.
+async fn slow_upstream(calls: Arc<AtomicUsize>, takes: Duration) -> String {
+    let app = axum::Router::new().route(
+        "/orders",
+        axum::routing::post(move || {
+            let calls = Arc::clone(&calls);
+            async move {
+                let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
+                tokio::time::sleep(takes).await;
+                (http::StatusCode::CREATED, axum::Json(json!({"order": n})))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+/// A begin held up on its way to the database (here 1.6 s of a 2 s lease, a stalled path that
+/// comes back) has used most of the lease the store stamped when it was asked. The gateway counts
+/// the lease from before the begin was sent and extends one more than half used before it forwards,
+/// so the response is stored and the retry replayed: the upstream runs once. Counting from the
+/// begin's answer instead, the lease ended in the store while the upstream ran, the response was
+/// not stored ("lease ran out before the response came back") and the retry ran the key again, as
+/// two of the fault suite's partitions did (#36).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_begin_held_up_on_the_way_still_runs_its_key_once() {
+    let Some(schema) = TestSchema::create("held_up").await else { return };
+    let proxy = Arc::new(FaultyProxy::start(schema.port()).await);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let upstream = slow_upstream(Arc::clone(&calls), Duration::from_millis(600)).await;
+    let call_timeout = Duration::from_secs(3);
+    let options = idem_postgres::PgOptions { pool_size: 4, connect_timeout: call_timeout, call_timeout };
+    let node = TestServer::start_postgres(&schema.url_through(proxy.port), &options, move |c| {
+        let text = format!(
+            "[gateway]\nlisten = \"127.0.0.1:0\"\nupstream = \"{upstream}\"\n[[gateway.routes]]\npath = \"/orders\"\n\
+             key = \"required\"\nlease = \"2s\"\nupstream_timeout = \"1500ms\"\nscope = [\"header:authorization\"]\n"
+        );
+        let parsed: idem_server::Config = toml::from_str(&text).expect("gateway config");
+        c.gateway = parsed.gateway;
+    })
+    .await;
+    let gw = ApiClient::new(node.gateway_url.as_deref().expect("gateway"), None).expect("client");
+    let order = || {
+        let client = gw.clone();
+        async move {
+            let headers = [
+                ("idempotency-key", "\"order-1\""),
+                ("content-type", "application/json"),
+                ("authorization", "Bearer alice"),
+            ];
+            let body = Some(bytes::Bytes::from_static(b"{\"item\":\"book\"}"));
+            client.send_with(Method::POST, "/orders", body, &headers).await.expect("an answer")
+        }
+    };
+
+    proxy.black_hole();
+    let first = tokio::spawn(order());
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    proxy.heal();
+    let first = first.await.expect("task");
+    assert_eq!(first.status.as_u16(), 201, "{}", String::from_utf8_lossy(&first.body));
+    let retry = order().await;
+    assert_eq!(retry.status.as_u16(), 201, "{}", String::from_utf8_lossy(&retry.body));
+    assert_eq!(retry.headers.get("idempotent-replayed").and_then(|v| v.to_str().ok()), Some("true"));
+    assert_eq!(retry.body, first.body, "the first execution's response");
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the upstream ran the key once");
     drop(proxy);
 }
