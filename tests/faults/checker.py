@@ -131,15 +131,32 @@ def fault_windows(events: List[dict]) -> List[dict]:
     return out
 
 
-def excuses_double(w: dict, node: str, t_a: float, t_b: float, lease: float) -> bool:
-    """Whether fault window `w` is the documented cause of a key executed at `t_a` on `node` and
-    again at `t_b`: that node died or was paused in between, or it (or every node) could not
-    write to the store for at least the lease in between."""
+def excuses_double(w: dict, node: str, a: dict, t_b: float, lease: float) -> bool:
+    """Whether fault window `w` is the documented cause of a key executed (`a`: its upstream
+    record, with the sending and answering times of the client's attempt where known) on `node` and
+    again at `t_b`: that node died or was paused in between, or it (or every node) could not write
+    to the store until the execution's lease had ended. The lease is counted from when the client
+    sent the attempt (its begin cannot have been stamped earlier) and the node counts as cut off
+    until its first write after the heal (`w["back"]`). Without the attempt's times: cut off for at
+    least the lease."""
+    t_a = a["t"]
     if w["start"] > t_b or w["end"] < t_a or w["node"] not in (node, None):
         return False
     if w["fault"] in PROCESS_FAULTS:
         return True
-    return w["end"] - w["start"] >= lease
+    sent, answered = a.get("sent"), a.get("answered")
+    if sent is None or answered is None:
+        return w["end"] - w["start"] >= lease
+    back = w.get("back", {}).get(node, w["end"])
+    return w["start"] <= answered and back >= sent + lease
+
+
+def first_write(attempts: List[dict], node: str, t: float) -> Optional[float]:
+    """When `node` first answered a store-backed request (a claim or an operation) 2xx at or after
+    `t`: from then on it could write again."""
+    ok = [a["t1"] for a in attempts if a["node"] == node and a["kind"] in ("claim", "op")
+          and a.get("t1", 0) >= t and a.get("status") and 200 <= a["status"] < 300]
+    return min(ok) if ok else None
 
 
 def check_run(run_dir: Path, events: List[dict], upstream: List[dict], meta: dict) -> dict:
@@ -258,12 +275,17 @@ def check_run(run_dir: Path, events: List[dict], upstream: List[dict], meta: dic
                 v["lost"].append(f"operation {key}: completed by {sorted(completed_by[key])}, stored {row['call']}")
     r["ops_completed"] = len(completed_at)
 
-    # Gateway executions.
+    # Gateway executions, each with the sending and answering times of the attempt it answered.
+    for w in windows:
+        w["back"] = {node: first_write(attempts, node, w["end"]) or w["end"] for node in meta["nodes"]}
+    attempt_of = {a["execution"]: a for a in attempts if a["kind"] == "gw" and a.get("execution") is not None
+                  and not a.get("replayed")}
     execs: Dict[str, List[dict]] = defaultdict(list)
     for u in upstream:
         k = (u.get("key") or "").strip('"')
         if k.startswith(run_id + "-"):
-            execs[k].append(u)
+            a = attempt_of.get(u.get("n"))
+            execs[k].append({**u, "sent": a and a["t0"], "answered": a and a.get("t1")})
     doubles, documented, fences = [], [], []
     r["gw_executions"] = sum(len(es) for es in execs.values())
     r["gw_executions_without_fence"] = sum(1 for es in execs.values() for e in es if e.get("fence") is None)
@@ -273,12 +295,12 @@ def check_run(run_dir: Path, events: List[dict], upstream: List[dict], meta: dic
         es.sort(key=lambda e: e["n"])
         ok = True
         for a, b in zip(es, es[1:]):
-            cut = [w for w in windows if excuses_double(w, a["node"], a["t"], b["t"], lease)]
+            cut = [w for w in windows if excuses_double(w, a["node"], a, b["t"], lease)]
             if not cut:
                 ok = False
         fence = [e.get("fence") for e in es]
         why = sorted({f"{w['fault']} {w['seconds']}s" for w in windows
-                      if excuses_double(w, es[0]["node"], es[0]["t"], es[-1]["t"], lease)})
+                      if excuses_double(w, es[0]["node"], es[0], es[-1]["t"], lease)})
         line = f"{key}: {len(es)}x on {[e['node'] for e in es]}, fences {fence}" + (f" ({', '.join(why)})" if why else "")
         if ok:
             documented.append(line)
@@ -306,8 +328,8 @@ def check_run(run_dir: Path, events: List[dict], upstream: List[dict], meta: dic
         for node in meta["nodes"]:
             after = [a for a in attempts if a["node"] == node and a["kind"] in ("claim", "op")
                      and a.get("t1", 0) >= h]
-            ok2 = [a["t1"] for a in after if a.get("status") and 200 <= a["status"] < 300]
-            secs = round(min(ok2) - h, 2) if ok2 else None
+            first = first_write(attempts, node, h)
+            secs = round(first - h, 2) if first is not None else None
             rec.append({"fault": e["fault"], "what": e.get("what"), "node": node, "seconds": secs,
                         "attempts_after": len(after)})
             if secs is None and after:
