@@ -183,13 +183,6 @@ impl Engine {
 
     /// Takes the key for this request, or answers for it: a replay, a mismatch, a conflict (at
     /// once, or after waiting for the holder with `in_flight = "wait"`), or an unavailable store.
-    /// A begin whose answer was lost is asked again with the same client token, so that a key it
-    /// took is not left held by a lease nobody knows.
-    ///
-    /// The lease is counted from before the begin was sent: the store stamps it then, and a begin
-    /// held up on the way (a stalled path, a wait for a connection: up to `call_timeout`) has used
-    /// part of it by the time it answers. One more than half used is extended before anything is
-    /// forwarded, so the upstream is never called under a lease that may already have ended.
     async fn take_key(&self, route: &RoutePolicy, identity: &Identity) -> Result<Taken, Response<GatewayBody>> {
         let wait = if route.in_flight == InFlightPolicy::Wait { route.wait_timeout } else { Duration::ZERO };
         let wait = Wait::new(&self.waiters, identity.id, wait);
@@ -205,35 +198,16 @@ impl Engine {
                 held: Vec::new(),
                 client,
             };
-            let begun = match self.store.begin_request(new.clone()).await {
-                // Asked again once, within half a second: a store back from a failover answers with
-                // the lease this request may have taken; one still away is answered 503.
-                Err(StoreError::OutcomeUnknown(_)) if !asked_again => {
-                    asked_again = true;
-                    let again = async {
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        self.store.begin_request(new).await
-                    };
-                    tokio::time::timeout(ASK_AGAIN_WITHIN, again)
-                        .await
-                        .unwrap_or_else(|_| Err(StoreError::OutcomeUnknown("no answer when asked again".into())))
-                }
-                other => other,
-            };
-            match begun {
+            match self.begin(new, &mut asked_again).await {
                 Err(e) => return Err(store_unavailable(route, &e)),
                 Ok(Begin::Started { token, lease_expired, fence, .. }) => {
                     if lease_expired {
                         idem_metrics::gateway::lease_expired(route.path.shared());
                     }
-                    if Instant::now() < asked_at + route.lease / 2 {
-                        return Ok(Taken { token, fence, leased_at: asked_at });
-                    }
-                    let renewing_at = Instant::now();
-                    match self.store.extend_request(&identity.id, token, route.lease).await {
-                        Ok(Some(_)) => return Ok(Taken { token, fence, leased_at: renewing_at }),
+                    match self.fresh(route, identity, Taken { token, fence, leased_at: asked_at }).await {
+                        Ok(Some(taken)) => return Ok(taken),
                         // Already ended and taken by another begin: look at the key again.
-                        Ok(None) => continue,
+                        Ok(None) => {}
                         // Not forwarded; the key is free again when the lease the begin took ends.
                         Err(e) => return Err(store_unavailable(route, &e)),
                     }
@@ -252,6 +226,40 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// A begin. One whose answer was lost is asked again, once per request, with the same client
+    /// token and within half a second: a store back from a failover answers with the lease this
+    /// request may have taken (so it is not left held by a lease nobody knows); one still away is
+    /// answered 503.
+    async fn begin(&self, new: NewRequest, asked_again: &mut bool) -> Result<Begin, StoreError> {
+        match self.store.begin_request(new.clone()).await {
+            Err(StoreError::OutcomeUnknown(_)) if !*asked_again => {
+                *asked_again = true;
+                let again = async {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    self.store.begin_request(new).await
+                };
+                tokio::time::timeout(ASK_AGAIN_WITHIN, again)
+                    .await
+                    .unwrap_or_else(|_| Err(StoreError::OutcomeUnknown("no answer when asked again".into())))
+            }
+            other => other,
+        }
+    }
+
+    /// A lease just taken, with at least half of it left to run. It is counted from before the
+    /// begin was sent (`leased_at`): the store stamps it then, and a begin held up on the way (a
+    /// stalled path, a wait for a connection: up to `call_timeout`) has used part of it by the time
+    /// it answers. One more than half used is extended before anything is forwarded, so the
+    /// upstream is never called under a lease that may already have ended; `None`: it had.
+    async fn fresh(&self, route: &RoutePolicy, identity: &Identity, taken: Taken) -> Result<Option<Taken>, StoreError> {
+        if Instant::now() < taken.leased_at + route.lease / 2 {
+            return Ok(Some(taken));
+        }
+        let renewing_at = Instant::now();
+        let extended = self.store.extend_request(&identity.id, taken.token, route.lease).await?;
+        Ok(extended.map(|_| Taken { leased_at: renewing_at, ..taken }))
     }
 
     /// The answer for a key the store holds completed: its response (cached for the next
