@@ -164,7 +164,7 @@ func (c *Claims) Claim(ctx context.Context, ns string, key KeyRef, opts ...CallO
 		return nil, err
 	}
 	var out ClaimResult
-	if err := c.t.call(ctx, request{method: "POST", path: claimsPath(ns), json: body}, &out); err != nil {
+	if err := c.t.call(ctx, request{method: "POST", path: claimsPath(ns), json: body, shape: shapeClaim}, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -205,7 +205,7 @@ func (c *Claims) ClaimBatch(ctx context.Context, ns string, items []Item, opts .
 	var out struct {
 		Results []ClaimResult `json:"results"`
 	}
-	req := request{method: "POST", path: claimsPath(ns) + "/batch", json: map[string]any{"items": list, "client_token": token}}
+	req := request{method: "POST", path: claimsPath(ns) + "/batch", json: map[string]any{"items": list, "client_token": token}, shape: shapeClaimBatch}
 	if err := c.t.call(ctx, req, &out); err != nil {
 		return nil, err
 	}
@@ -234,7 +234,7 @@ func (c *Claims) Lookup(ctx context.Context, ns string, items []Item) ([]LookupR
 	var out struct {
 		Results []LookupResult `json:"results"`
 	}
-	req := request{method: "POST", path: claimsPath(ns) + "/lookup", json: map[string]any{"items": list}}
+	req := request{method: "POST", path: claimsPath(ns) + "/lookup", json: map[string]any{"items": list}, shape: shapeLookup}
 	if err := c.t.call(ctx, req, &out); err != nil {
 		return nil, err
 	}
@@ -251,7 +251,7 @@ func (c *Claims) Exists(ctx context.Context, ns string, prefix ...string) (bool,
 	var out struct {
 		Exists bool `json:"exists"`
 	}
-	req := request{method: "POST", path: claimsPath(ns) + "/prefix", json: map[string]any{"prefix": prefix}}
+	req := request{method: "POST", path: claimsPath(ns) + "/prefix", json: map[string]any{"prefix": prefix}, shape: shapeExists}
 	if err := c.t.call(ctx, req, &out); err != nil {
 		return false, err
 	}
@@ -301,7 +301,7 @@ func (c *Claims) List(ctx context.Context, ns string, f ClaimFilter) (*ClaimPage
 		Items []Record `json:"items"`
 		Next  *string  `json:"next"`
 	}
-	if err := c.t.call(ctx, request{method: "GET", path: claimsPath(ns), query: q}, &out); err != nil {
+	if err := c.t.call(ctx, request{method: "GET", path: claimsPath(ns), query: q, shape: shapeClaimPage}, &out); err != nil {
 		return nil, err
 	}
 	page := &ClaimPage{Items: out.Items}
@@ -347,7 +347,7 @@ func (c *Claims) DeletePrefix(ctx context.Context, ns string, prefix ...string) 
 			Deleted int64 `json:"deleted"`
 			More    bool  `json:"more"`
 		}
-		if err := c.t.call(ctx, request{method: "DELETE", path: claimsPath(ns), query: q}, &out); err != nil {
+		if err := c.t.call(ctx, request{method: "DELETE", path: claimsPath(ns), query: q, shape: shapeDeleted}, &out); err != nil {
 			return total, err
 		}
 		total += out.Deleted
@@ -365,7 +365,7 @@ func (c *Claims) Get(ctx context.Context, ns string, key KeyRef) (*Record, error
 		return nil, err
 	}
 	var out Record
-	err = c.t.call(ctx, request{method: "GET", path: claimsPath(ns) + "/" + seg(id)}, &out)
+	err = c.t.call(ctx, request{method: "GET", path: claimsPath(ns) + "/" + seg(id), shape: shapeClaimRecord}, &out)
 	if errors.Is(err, ErrNotFound) {
 		return nil, nil
 	}

@@ -44,7 +44,7 @@ func (e *Events) Send(ctx context.Context, source string, body []byte, header ht
 		body = []byte{}
 	}
 	var out Intake
-	req := request{method: "POST", path: "/v1/sources/" + seg(source) + "/events", raw: body, header: h}
+	req := request{method: "POST", path: "/v1/sources/" + seg(source) + "/events", raw: body, header: h, shape: shapeIntake}
 	if err := e.t.call(ctx, req, &out); err != nil {
 		return nil, err
 	}

@@ -44,10 +44,19 @@ type request struct {
 	header http.Header
 	// extraTimeout is added to the per-attempt timeout (a begin the server may hold open).
 	extraTimeout time.Duration
+	// timeout, when not 0, is this call's per-attempt timeout instead of the client's (a
+	// heartbeat's, at most a third of its lease).
+	timeout time.Duration
+	// once: a single attempt, no retries (a heartbeat tries again on a pace of its own).
+	once bool
+	// shape is what a 2xx answer's body must have: without it the answer is not idem's, and the
+	// call returns the not-idem *Error naming the URL instead of reading it.
+	shape *shape
 }
 
 type response struct {
 	status int
+	header http.Header
 	body   []byte
 }
 
@@ -75,15 +84,19 @@ func (t *transport) do(ctx context.Context, req request) (*response, error) {
 	if len(req.query) > 0 {
 		u += "?" + req.query.Encode()
 	}
+	retries := t.retries
+	if req.once {
+		retries = 0
+	}
 	for attempt := 0; ; attempt++ {
-		status, header, answer, err := t.once(ctx, req, u, body, contentType)
+		status, header, answer, err := t.send(ctx, req, u, body, contentType)
 		if err != nil {
 			if ctx.Err() != nil {
 				// The caller's context ended: no retry, and its error is in the chain.
 				return nil, t.noAnswer(req, attempt+1, ctx.Err(), false)
 			}
 			timedOut := errors.Is(err, context.DeadlineExceeded)
-			if attempt < t.retries {
+			if attempt < retries {
 				if serr := sleep(ctx, t.backoff(attempt)); serr != nil {
 					return nil, t.noAnswer(req, attempt+1, serr, false)
 				}
@@ -92,10 +105,14 @@ func (t *transport) do(ctx context.Context, req request) (*response, error) {
 			return nil, t.noAnswer(req, attempt+1, err, timedOut)
 		}
 		if status >= 200 && status < 300 {
-			return &response{status: status, body: answer}, nil
+			res := &response{status: status, header: header, body: answer}
+			if req.shape != nil && !req.shape.fits(answer) {
+				return nil, notIdemAnswer(req, t.base, res, req.shape.expected, attempt+1)
+			}
+			return res, nil
 		}
 		retryAfter, hasRetryAfter := parseRetryAfter(header.Get("Retry-After"), time.Now())
-		if (status == 502 || status == 503 || status == 504) && attempt < t.retries {
+		if (status == 502 || status == 503 || status == 504) && attempt < retries {
 			wait := t.backoff(attempt)
 			if hasRetryAfter {
 				wait = retryAfter
@@ -111,9 +128,17 @@ func (t *transport) do(ctx context.Context, req request) (*response, error) {
 	}
 }
 
-// once sends one attempt and reads the whole answer.
-func (t *transport) once(ctx context.Context, req request, u string, body []byte, contentType string) (int, http.Header, []byte, error) {
-	timeout := t.timeout + req.extraTimeout
+// attemptTimeout is the time limit of one attempt of req.
+func (t *transport) attemptTimeout(req request) time.Duration {
+	if req.timeout > 0 {
+		return req.timeout + req.extraTimeout
+	}
+	return t.timeout + req.extraTimeout
+}
+
+// send sends one attempt and reads the whole answer.
+func (t *transport) send(ctx context.Context, req request, u string, body []byte, contentType string) (int, http.Header, []byte, error) {
+	timeout := t.attemptTimeout(req)
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var rd io.Reader
@@ -151,7 +176,7 @@ func (t *transport) noAnswer(req request, attempts int, cause error, timedOut bo
 	switch {
 	case timedOut:
 		e.Type = ProblemTimeout
-		e.Title = fmt.Sprintf("no answer from %s within %s", t.base, t.timeout+req.extraTimeout)
+		e.Title = fmt.Sprintf("no answer from %s within %s", t.base, t.attemptTimeout(req))
 	case !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded):
 		// Not the caller's own context: idem is not there, or not at that address.
 		e.Detail = "is idem running there? To point the client elsewhere, give idem.New its URL or set IDEM_URL"

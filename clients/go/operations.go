@@ -75,8 +75,8 @@ func WithWait(d time.Duration) CallOption {
 	return func(o *callOptions) { o.wait, o.hasWait = d, true; o.given = append(o.given, "WithWait") }
 }
 
-// WithHeartbeat sets how often Run extends the lease while the function runs (default: half the
-// lease).
+// WithHeartbeat sets how often Run extends the lease while the function runs (default: a third
+// of the lease). Mostly for tests.
 func WithHeartbeat(d time.Duration) CallOption {
 	return func(o *callOptions) { o.heartbeat = d; o.given = append(o.given, "WithHeartbeat") }
 }
@@ -128,7 +128,7 @@ func (o *Operations) begin(ctx context.Context, ns string, key KeyRef, c *callOp
 		return nil, err
 	}
 	var out Operation
-	req := request{method: "POST", path: opsPath(ns) + "/begin", json: body, extraTimeout: wait}
+	req := request{method: "POST", path: opsPath(ns) + "/begin", json: body, extraTimeout: wait, shape: shapeBegin}
 	if err := o.t.call(ctx, req, &out); err != nil {
 		return nil, err
 	}
@@ -145,7 +145,7 @@ func (o *Operations) Complete(ctx context.Context, ns, id, token string, result 
 		body["result"] = result
 	}
 	var out Operation
-	req := request{method: "POST", path: opsPath(ns) + "/" + seg(id) + "/complete", json: body}
+	req := request{method: "POST", path: opsPath(ns) + "/" + seg(id) + "/complete", json: body, shape: shapeCompleted}
 	if err := o.t.call(ctx, req, &out); err != nil {
 		return nil, err
 	}
@@ -162,11 +162,18 @@ func (o *Operations) Release(ctx context.Context, ns, id, token string) error {
 // Extend is a heartbeat: the token holds the key for lease more from now. It answers the new end
 // of the lease; ErrLeaseLost when the token no longer holds the key.
 func (o *Operations) Extend(ctx context.Context, ns, id, token string, lease time.Duration) (time.Time, error) {
+	return o.extend(ctx, ns, id, token, lease, request{})
+}
+
+// extend sends an extend with the transport settings of how (a heartbeat's: one attempt, its own
+// timeout).
+func (o *Operations) extend(ctx context.Context, ns, id, token string, lease time.Duration, how request) (time.Time, error) {
 	var out struct {
 		LeaseExpiresAt time.Time `json:"lease_expires_at"`
 	}
 	req := request{method: "POST", path: opsPath(ns) + "/" + seg(id) + "/extend",
-		json: map[string]any{"token": token, "lease_seconds": seconds(lease)}}
+		json: map[string]any{"token": token, "lease_seconds": seconds(lease)}, shape: shapeExtended,
+		timeout: how.timeout, once: how.once}
 	if err := o.t.call(ctx, req, &out); err != nil {
 		return time.Time{}, err
 	}
@@ -181,7 +188,7 @@ func (o *Operations) Get(ctx context.Context, ns string, key KeyRef) (*Operation
 		return nil, err
 	}
 	var out Operation
-	err = o.t.call(ctx, request{method: "GET", path: opsPath(ns) + "/" + seg(id)}, &out)
+	err = o.t.call(ctx, request{method: "GET", path: opsPath(ns) + "/" + seg(id), shape: shapeOperation}, &out)
 	if errors.Is(err, ErrNotFound) {
 		return nil, nil
 	}
@@ -209,8 +216,11 @@ func (o *Operations) Delete(ctx context.Context, ns string, key KeyRef) (bool, e
 //
 //  1. It begins the operation. If this call holds the key, fn runs with a context that is
 //     cancelled if the lease is lost.
-//  2. While fn runs, the lease is extended every half lease (WithHeartbeat), so work longer
-//     than the lease keeps its key.
+//  2. While fn runs, the lease is extended every third of it, counted from before the begin (then
+//     each extension) was sent, so work longer than the lease keeps its key. An extension that
+//     fails (no answer, a 5xx, a timeout: one attempt each, at most a third of the lease) is tried
+//     again 250 ms later, again and again, until one gets through — past the lease's end too, since
+//     a lease that ran out is still this caller's until another begin takes the key.
 //  3. fn returns a value: it is stored with Complete, and Run returns it as stored, exactly as
 //     every later Run of the key will get it.
 //  4. The work was completed before: the stored result is returned and fn is not called.
@@ -221,8 +231,9 @@ func (o *Operations) Delete(ctx context.Context, ns string, key KeyRef) (bool, e
 //     ErrInProgress. If the holder releases, or its lease ends, this call takes the key and runs
 //     fn itself.
 //  7. The key was begun with another WithRequest: ErrMismatch, fn not called.
-//  8. The lease was lost while fn ran (it ended before a heartbeat got through): ErrLeaseLost;
-//     the result was not stored, and another caller may have run the work.
+//  8. The lease was lost while fn ran (a heartbeat was answered lease-lost: another caller took
+//     the key after it ran out): fn's context is cancelled and Run returns ErrLeaseLost; the result
+//     was not stored, and another caller may have run the work.
 //
 // Every begin of one Run (the transport's retries, and the begins of step 6) carries one client
 // token, so a begin that took the key but whose answer was lost still hands this call the lease.
@@ -298,17 +309,31 @@ func (o *Operations) Run(ctx context.Context, ns string, key KeyRef, fn func(ctx
 		if !op.Started() {
 			return nil, fmt.Errorf("idem: POST %s/begin answered status %q", opsPath(ns), op.Status)
 		}
-		return o.hold(ctx, ns, op, c, fn)
+		// The lease counts from before this begin was sent, as the server counts it: a begin held
+		// up on the way (or retried) has used part of it.
+		return o.hold(ctx, ns, op, c, sent, fn)
 	}
 }
 
-// hold runs fn while holding op's key, heartbeating, then completes or releases.
-func (o *Operations) hold(ctx context.Context, ns string, op *Operation, c *callOptions, fn func(ctx context.Context) (any, error)) (json.RawMessage, error) {
+// retryBeat is how soon a heartbeat that failed (no answer, a 5xx, a timeout) is tried again.
+const retryBeat = 250 * time.Millisecond
+
+// hold runs fn while holding op's key, heartbeating, then completes or releases. The heartbeat
+// follows the gateway's rule (see Run): the lease counted from leasedAt, before the begin was sent.
+func (o *Operations) hold(ctx context.Context, ns string, op *Operation, c *callOptions, leasedAt time.Time, fn func(ctx context.Context) (any, error)) (json.RawMessage, error) {
 	fctx, cancelFn := context.WithCancel(ctx)
 	defer cancelFn()
-	interval := c.heartbeat
-	if interval <= 0 {
-		interval = c.lease / 2
+	every := c.heartbeat
+	if every <= 0 {
+		every = c.lease / 3
+	}
+	if every < 10*time.Millisecond {
+		every = 10 * time.Millisecond // never a busy loop
+	}
+	// One attempt's timeout: the client's, at most a third of the lease.
+	attempt := o.t.timeout
+	if third := c.lease / 3; third < attempt {
+		attempt = third
 	}
 	var lost atomic.Bool
 	var lostErr error // the Extend's lease-lost error, set before lost
@@ -316,21 +341,26 @@ func (o *Operations) hold(ctx context.Context, ns string, op *Operation, c *call
 	beats := make(chan struct{})
 	go func() {
 		defer close(beats)
-		ticker := time.NewTicker(interval)
-		defer ticker.Stop()
+		beatAt := leasedAt.Add(every)
 		for {
-			select {
-			case <-beatCtx.Done():
+			if sleep(beatCtx, time.Until(beatAt)) != nil {
 				return
-			case <-ticker.C:
-				_, err := o.Extend(beatCtx, ns, op.ID, op.Token, c.lease)
-				if errors.Is(err, ErrLeaseLost) {
-					lostErr = err
-					lost.Store(true)
-					cancelFn()
-					return
-				}
-				// Any other failure (after the transport's retries): try again on the next beat.
+			}
+			askedAt := time.Now()
+			_, err := o.extend(beatCtx, ns, op.ID, op.Token, c.lease, request{timeout: attempt, once: true})
+			switch {
+			case err == nil:
+				beatAt = askedAt.Add(every)
+			case errors.Is(err, ErrLeaseLost):
+				lostErr = err
+				lost.Store(true)
+				cancelFn()
+				return
+			case beatCtx.Err() != nil:
+				return
+			default:
+				// Soon again, not a whole interval later: the lease was not extended.
+				beatAt = time.Now().Add(retryBeat)
 			}
 		}
 	}()

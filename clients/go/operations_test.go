@@ -363,11 +363,23 @@ func TestRunContextCancelled(t *testing.T) {
 	}
 }
 
-// A lease that runs out while fn runs (heartbeats too rare to keep it): fn's context is cancelled
-// when a heartbeat is answered lease-lost, nothing is stored, and Run returns ErrLeaseLost.
+// A lease that runs out while fn runs (heartbeats too rare to keep it) and is taken by another
+// caller: fn's context is cancelled when a heartbeat is answered lease-lost, nothing is stored, and
+// Run returns ErrLeaseLost. (A lease that ran out is still its holder's until another begin takes
+// the key: the other caller's begin is what loses it.)
 func TestRunLeaseLost(t *testing.T) {
 	ctx, c, ns := ctxFor(t), client(), namespace(t)
+	other := make(chan *idem.Operation, 1)
+	takeOver := func(key string) {
+		op, err := c.Operations.Begin(ctx, ns, idem.Key(key), idem.WithLease(30*time.Second))
+		if err != nil || !op.Started() {
+			t.Errorf("another caller's begin after the lease ran out: %+v %v", op, err)
+		}
+		other <- op
+	}
 	_, err := c.Operations.Run(ctx, ns, idem.Key("lost"), func(ctx context.Context) (any, error) {
+		time.Sleep(1200 * time.Millisecond) // past the 1 s lease, before the first beat (1.5 s)
+		takeOver("lost")
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -378,16 +390,21 @@ func TestRunLeaseLost(t *testing.T) {
 	if !errors.Is(err, idem.ErrLeaseLost) {
 		t.Fatalf("want ErrLeaseLost, got %v", err)
 	}
-	if v, err := c.Operations.Get(ctx, ns, idem.Key("lost")); v != nil || err != nil {
-		t.Fatalf("nothing may be stored: %+v %v", v, err)
+	taker := <-other
+	if v, err := c.Operations.Get(ctx, ns, idem.Key("lost")); err != nil || v == nil || v.Status != idem.StatusInProgress {
+		t.Fatalf("nothing may be stored: the other caller holds the key: %+v %v", v, err)
 	}
+	_ = c.Operations.Release(ctx, ns, taker.ID, taker.Token)
 
-	// fn finishes after its lease ended, before any heartbeat: the complete is refused.
+	// fn finishes after its lease ended and another caller took the key, before any heartbeat:
+	// the complete is refused.
 	_, err = c.Operations.Run(ctx, ns, idem.Key("late"), func(ctx context.Context) (any, error) {
-		time.Sleep(1500 * time.Millisecond)
+		time.Sleep(1200 * time.Millisecond)
+		takeOver("late")
 		return "late", nil
 	}, idem.WithLease(time.Second), idem.WithHeartbeat(time.Hour))
 	if !errors.Is(err, idem.ErrLeaseLost) {
 		t.Fatalf("a complete after the lease: want ErrLeaseLost, got %v", err)
 	}
+	<-other
 }

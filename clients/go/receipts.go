@@ -119,7 +119,7 @@ func (r *Receipts) List(ctx context.Context, f ReceiptFilter) (*ReceiptPage, err
 		Receipts   []Receipt `json:"receipts"`
 		NextCursor *string   `json:"next_cursor"`
 	}
-	if err := r.t.call(ctx, request{method: "GET", path: "/v1/receipts", query: q}, &out); err != nil {
+	if err := r.t.call(ctx, request{method: "GET", path: "/v1/receipts", query: q, shape: shapeReceiptPage}, &out); err != nil {
 		return nil, err
 	}
 	page := &ReceiptPage{Items: out.Receipts}
@@ -152,7 +152,7 @@ func (r *Receipts) Each(ctx context.Context, f ReceiptFilter, fn func(Receipt) e
 // Get returns one receipt with its attempts and its event, or nil, nil when there is none.
 func (r *Receipts) Get(ctx context.Context, id string) (*Receipt, error) {
 	var out Receipt
-	err := r.t.call(ctx, request{method: "GET", path: "/v1/receipts/" + seg(id)}, &out)
+	err := r.t.call(ctx, request{method: "GET", path: "/v1/receipts/" + seg(id), shape: shapeReceipt}, &out)
 	if errors.Is(err, ErrNotFound) {
 		return nil, nil
 	}
@@ -166,13 +166,13 @@ func (r *Receipts) Get(ctx context.Context, id string) (*Receipt, error) {
 // Replay delivers a dead, discarded or completed receipt again from attempt 1, with the same
 // webhook-id. ErrConflict while it is still being delivered; ErrNotFound when there is none.
 func (r *Receipts) Replay(ctx context.Context, id string) error {
-	return r.t.call(ctx, request{method: "POST", path: "/v1/receipts/" + seg(id) + "/replay"}, nil)
+	return r.t.call(ctx, request{method: "POST", path: "/v1/receipts/" + seg(id) + "/replay", shape: shapeReceiptAck}, nil)
 }
 
 // Discard marks a dead receipt as handled by hand: it leaves the dead letters and can still be
 // replayed. ErrConflict when it is not dead; ErrNotFound when there is none.
 func (r *Receipts) Discard(ctx context.Context, id string) error {
-	return r.t.call(ctx, request{method: "POST", path: "/v1/receipts/" + seg(id) + "/discard"}, nil)
+	return r.t.call(ctx, request{method: "POST", path: "/v1/receipts/" + seg(id) + "/discard", shape: shapeReceiptAck}, nil)
 }
 
 // CountMatching is how many receipts ReplayMatching(f) would replay now; it changes nothing.
@@ -182,7 +182,7 @@ func (r *Receipts) CountMatching(ctx context.Context, f BulkFilter) (int64, erro
 	var out struct {
 		Matching int64 `json:"matching"`
 	}
-	err := r.t.call(ctx, request{method: "POST", path: "/v1/receipts/replay", json: body}, &out)
+	err := r.t.call(ctx, request{method: "POST", path: "/v1/receipts/replay", json: body, shape: shapeMatching}, &out)
 	return out.Matching, err
 }
 
@@ -192,7 +192,7 @@ func (r *Receipts) ReplayMatching(ctx context.Context, f BulkFilter) (int64, err
 	var out struct {
 		Queued int64 `json:"queued"`
 	}
-	err := r.t.call(ctx, request{method: "POST", path: "/v1/receipts/replay", json: bulkBody(f)}, &out)
+	err := r.t.call(ctx, request{method: "POST", path: "/v1/receipts/replay", json: bulkBody(f), shape: shapeQueued}, &out)
 	return out.Queued, err
 }
 

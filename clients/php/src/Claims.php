@@ -42,7 +42,7 @@ final class Claims
             $body['ttl_seconds'] = $ttlSeconds;
         }
         $body['client_token'] = $clientToken ?? Key::clientToken();
-        $response = $this->client->call('POST', '/v1/claims/' . Client::segment($ns), Client::encode($body));
+        $response = $this->client->call('POST', '/v1/claims/' . Client::segment($ns), Client::encode($body), shape: Shape::claim());
         return ClaimResult::fromApi(Client::json($response));
     }
 
@@ -60,7 +60,7 @@ final class Claims
             'items' => array_map([Key::class, 'item'], array_values($items)),
             'client_token' => $clientToken ?? Key::clientToken(),
         ];
-        $response = $this->client->call('POST', '/v1/claims/' . Client::segment($ns) . '/batch', Client::encode($body));
+        $response = $this->client->call('POST', '/v1/claims/' . Client::segment($ns) . '/batch', Client::encode($body), shape: Shape::listOf('results', ['claimed' => 'boolean', 'id' => 'string']));
         return array_map([ClaimResult::class, 'fromApi'], self::results($response));
     }
 
@@ -73,7 +73,7 @@ final class Claims
     public function lookup(string $ns, array $items): array
     {
         $body = ['items' => array_map([Key::class, 'item'], array_values($items))];
-        $response = $this->client->call('POST', '/v1/claims/' . Client::segment($ns) . '/lookup', Client::encode($body));
+        $response = $this->client->call('POST', '/v1/claims/' . Client::segment($ns) . '/lookup', Client::encode($body), shape: Shape::listOf('results', ['id' => 'string', 'exists' => 'boolean']));
         return array_map([LookupResult::class, 'fromApi'], self::results($response));
     }
 
@@ -91,8 +91,8 @@ final class Claims
                 throw new \InvalidArgumentException('give prefix, or key: / parts:, not both');
             }
             $body = ['prefix' => is_string($prefix) ? [$prefix] : array_values($prefix)];
-            $response = $this->client->call('POST', '/v1/claims/' . Client::segment($ns) . '/prefix', Client::encode($body));
-            return (bool) (Client::json($response)['exists'] ?? false);
+            $response = $this->client->call('POST', '/v1/claims/' . Client::segment($ns) . '/prefix', Client::encode($body), shape: Shape::of(['exists' => 'boolean']));
+            return Client::json($response)['exists'] === true;
         }
         $item = Key::body($key, $parts);
         return $this->lookup($ns, [$item])[0]->exists;
@@ -107,7 +107,7 @@ final class Claims
     public function get(string $ns, ?string $key = null, ?array $parts = null, ?string $id = null): ?array
     {
         $path = '/v1/claims/' . Client::segment($ns) . '/' . Client::segment(Key::resolve($id, $key, $parts));
-        $response = $this->client->call('GET', $path, absentOk: true);
+        $response = $this->client->call('GET', $path, absentOk: true, shape: Shape::of(['id' => 'string']));
         return $response->status === 404 ? null : Client::json($response);
     }
 
@@ -139,12 +139,9 @@ final class Claims
         if ($after !== null) {
             $query['after'] = $after;
         }
-        $response = $this->client->call('GET', '/v1/claims/' . Client::segment($ns), query: $query);
+        $response = $this->client->call('GET', '/v1/claims/' . Client::segment($ns), query: $query, shape: Shape::of(['items' => 'array']));
         $body = Client::json($response);
-        $items = $body['items'] ?? null;
-        if (!is_array($items) || !array_is_list($items)) {
-            throw new IdemException($response->status, 'about:blank', 'Invalid response', 'expected items');
-        }
+        $items = $body['items'];
         $next = $body['next'] ?? null;
         return new ClaimPage($items, is_string($next) && $next !== '' ? $next : null);
     }
@@ -178,12 +175,9 @@ final class Claims
         $query = ['prefix' => self::prefix($prefix)];
         $total = 0;
         do {
-            $response = $this->client->call('DELETE', '/v1/claims/' . Client::segment($ns), query: $query);
+            $response = $this->client->call('DELETE', '/v1/claims/' . Client::segment($ns), query: $query, shape: Shape::of(['deleted' => 'integer']));
             $body = Client::json($response);
-            $deleted = $body['deleted'] ?? null;
-            if (!is_int($deleted)) {
-                throw new IdemException($response->status, 'about:blank', 'Invalid response', 'expected deleted');
-            }
+            $deleted = (int) $body['deleted'];
             $total += $deleted;
             // A call that deleted nothing cannot have more to delete: never loop on a confused answer.
         } while (($body['more'] ?? false) === true && $deleted > 0);
@@ -203,13 +197,9 @@ final class Claims
         return $parts;
     }
 
-    /** @return list<array<string, mixed>> */
+    /** @return list<array<string, mixed>> the results of an answer whose shape was checked */
     private static function results(Http\Response $response): array
     {
-        $results = Client::json($response)['results'] ?? null;
-        if (!is_array($results) || !array_is_list($results)) {
-            throw new IdemException($response->status, 'about:blank', 'Invalid response', 'expected results');
-        }
-        return $results;
+        return array_values(Client::json($response)['results']);
     }
 }

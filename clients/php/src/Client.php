@@ -131,10 +131,13 @@ final class Client
     /**
      * Sends one call, retrying as the policy says; answers the final response. An error answer
      * throws the IdemException its problem calls for, except idem's own 404 not-found when
-     * $absentOk (get and delete read it as "absent").
+     * $absentOk (get and delete read it as "absent"). A 2xx answer whose body has not $shape
+     * (`200 {}`, an HTML page) is not idem's: it throws the not-idem IdemException naming the URL.
      *
      * @internal
      * @param array<string, string|list<string>> $query a list is the parameter repeated, in order
+     * @param float|null $timeout this call's per-attempt timeout instead of the client's
+     * @param int|null $retries this call's retries instead of the client's
      * @throws IdemException
      */
     public function call(
@@ -144,14 +147,18 @@ final class Client
         array $query = [],
         bool $absentOk = false,
         float $extraTimeout = 0.0,
+        ?Shape $shape = null,
+        ?float $timeout = null,
+        ?int $retries = null,
     ): Response {
         $url = $this->url . $path . ($query === [] ? '' : '?' . self::query($query));
         $headers = $body === null ? $this->headers : $this->headers + ['Content-Type' => 'application/json'];
+        $policy = $retries === null ? $this->policy : $this->policy->withRetries($retries);
         for ($attempt = 0;; $attempt++) {
             try {
-                $response = $this->transport->send($method, $url, $headers, $body, $this->timeout + $extraTimeout);
+                $response = $this->transport->send($method, $url, $headers, $body, ($timeout ?? $this->timeout) + $extraTimeout);
             } catch (TransportException $e) {
-                $delay = $this->policy->forConnectionError($attempt);
+                $delay = $policy->forConnectionError($attempt);
                 if ($delay === null) {
                     throw $this->connectionError($e, $method, $path, $attempt + 1);
                 }
@@ -159,7 +166,7 @@ final class Client
                 continue;
             }
             $retryAfter = RetryPolicy::parseRetryAfter($response->header('retry-after'));
-            $delay = $this->policy->forStatus($attempt, $response->status, $retryAfter);
+            $delay = $policy->forStatus($attempt, $response->status, $retryAfter);
             if ($delay === null) {
                 break;
             }
@@ -167,6 +174,9 @@ final class Client
         }
         if ($response->status >= 400 && !($absentOk && self::isAbsent($response))) {
             throw IdemException::fromResponse($response, $this->where(), "$method $path");
+        }
+        if ($shape !== null && $response->status >= 200 && $response->status < 300 && !$shape->fits($response->body)) {
+            throw IdemException::notIdemAnswer($response, $this->where(), "$method $path", $shape->expected);
         }
         return $response;
     }

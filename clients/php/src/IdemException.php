@@ -117,6 +117,32 @@ class IdemException extends \RuntimeException
     }
 
     /**
+     * The exception for a 2xx answer without the fields the call needs (`200 {}`, an HTML page
+     * from a server that answers anything): not idem's answer, so not a result either. The
+     * not-idem exception naming $base, as for an error answer that is not an idem problem document.
+     *
+     * @param string $what the call, e.g. "POST /v1/claims/survey"
+     * @param string $expected the fields the call needs, e.g. "{ claimed: boolean, id: string }"
+     */
+    public static function notIdemAnswer(Response $response, string $base, string $what, string $expected): self
+    {
+        $status = $response->status;
+        if (trim($response->body) === '') {
+            $got = "with an empty body (expected $expected)";
+        } else {
+            try {
+                json_decode($response->body, false, 512, JSON_THROW_ON_ERROR);
+                $got = "without the fields of idem's answer (expected $expected)";
+            } catch (\JsonException) {
+                $type = $response->header('content-type') ?? 'no Content-Type';
+                $got = "with a body that is not JSON ($type)";
+            }
+        }
+        $detail = "$base answered $status to $what $got: it does not look like idem (check the client's url: or IDEM_URL)";
+        return new self($status, 'about:blank', 'Invalid response', $detail, null, null, null, true);
+    }
+
+    /**
      * Whether an error answer is idem's own: application/problem+json whose type is one of idem's
      * (urn:idem:problem:…). Anything else (a web server's 404 page, a proxy's error) is not idem's.
      */

@@ -59,6 +59,7 @@ final class Operations
             '/v1/operations/' . Client::segment($ns) . '/begin',
             Client::encode($body),
             extraTimeout: (float) ($waitSeconds ?? 0),
+            shape: Shape::begin(),
         );
         return BeginResult::fromApi(Client::json($response));
     }
@@ -72,7 +73,7 @@ final class Operations
     public function complete(string $ns, string $id, #[\SensitiveParameter] string $token, mixed $result = null): array
     {
         $body = Client::encode(['token' => $token, 'result' => $result]);
-        return Client::json($this->client->call('POST', $this->path($ns, $id) . '/complete', $body));
+        return Client::json($this->client->call('POST', $this->path($ns, $id) . '/complete', $body, shape: Shape::completed()));
     }
 
     /** Gives the key up: the work failed and may run again. */
@@ -92,7 +93,19 @@ final class Operations
         if ($leaseSeconds !== null) {
             $body['lease_seconds'] = $leaseSeconds;
         }
-        return Client::json($this->client->call('POST', $this->path($ns, $id) . '/extend', Client::encode($body)));
+        return Client::json($this->client->call('POST', $this->path($ns, $id) . '/extend', Client::encode($body), shape: self::extended()));
+    }
+
+    /**
+     * One heartbeat: a single attempt (no retries, no Retry-After wait: Lease tries again on a
+     * pace of its own) with its own timeout.
+     *
+     * @internal
+     */
+    public function extendOnce(string $ns, string $id, #[\SensitiveParameter] string $token, int $leaseSeconds, float $timeout): void
+    {
+        $body = Client::encode(['token' => $token, 'lease_seconds' => $leaseSeconds]);
+        $this->client->call('POST', $this->path($ns, $id) . '/extend', $body, shape: self::extended(), timeout: $timeout, retries: 0);
     }
 
     /**
@@ -103,7 +116,7 @@ final class Operations
      */
     public function get(string $ns, ?string $key = null, ?array $parts = null, ?string $id = null): ?array
     {
-        $response = $this->client->call('GET', $this->path($ns, Key::resolve($id, $key, $parts)), absentOk: true);
+        $response = $this->client->call('GET', $this->path($ns, Key::resolve($id, $key, $parts)), absentOk: true, shape: Shape::of(['status' => 'string', 'id' => 'string']));
         return $response->status === 404 ? null : Client::json($response);
     }
 
@@ -129,10 +142,11 @@ final class Operations
      * $waitTimeout seconds, default the client's) and then throws InProgressException.
      *
      * PHP has no threads, so nothing extends the lease behind $fn's back. $fn may take a Lease
-     * argument and call $lease->heartbeat() in its loops (it extends once half the lease has
-     * passed, and costs nothing otherwise); or pass a $leaseSeconds longer than the work can take.
-     * If the lease ends while $fn runs, another caller may run the work too, and complete()
-     * throws LeaseLostException here.
+     * argument and call $lease->heartbeat() in its loops (it extends once a third of the lease has
+     * passed, counted from before the begin was sent, and costs nothing otherwise; a failed
+     * extension is tried again every 250 ms); or pass a $leaseSeconds longer than the work can
+     * take. If another caller takes the key after the lease ran out, heartbeat() throws
+     * LeaseLostException, and so does complete() here.
      *
      * @param callable(): mixed|callable(Lease): mixed $fn
      * @param list<string>|null $parts
@@ -222,6 +236,11 @@ final class Operations
             // The function's own exception matters more; the lease ends by itself.
             error_log("idem: could not release operation $ns/$id: " . $e->getMessage());
         }
+    }
+
+    private static function extended(): Shape
+    {
+        return Shape::of(['lease_expires_at' => 'string']);
     }
 
     private function path(string $ns, string $id): string

@@ -32,12 +32,9 @@ final class Receipts
         foreach (self::pick($filter, self::LIST_FILTER) as $name => $value) {
             $query[$name] = (string) $value;
         }
-        $response = $this->client->call('GET', '/v1/receipts', query: $query);
+        $response = $this->client->call('GET', '/v1/receipts', query: $query, shape: Shape::of(['receipts' => 'array']));
         $body = Client::json($response);
-        $items = $body['receipts'] ?? null;
-        if (!is_array($items) || !array_is_list($items)) {
-            throw new IdemException($response->status, 'about:blank', 'Invalid response', 'expected receipts');
-        }
+        $items = array_values($body['receipts']);
         $cursor = $body['next_cursor'] ?? null;
         return new ReceiptPage($items, is_string($cursor) && $cursor !== '' ? $cursor : null);
     }
@@ -65,7 +62,7 @@ final class Receipts
      */
     public function get(string $id): ?array
     {
-        $response = $this->client->call('GET', '/v1/receipts/' . Client::segment($id), absentOk: true);
+        $response = $this->client->call('GET', '/v1/receipts/' . Client::segment($id), absentOk: true, shape: Shape::of(['id' => 'string', 'status' => 'string']));
         return $response->status === 404 ? null : Client::json($response);
     }
 
@@ -76,7 +73,7 @@ final class Receipts
      */
     public function replay(string $id): array
     {
-        return Client::json($this->client->call('POST', '/v1/receipts/' . Client::segment($id) . '/replay'));
+        return Client::json($this->client->call('POST', '/v1/receipts/' . Client::segment($id) . '/replay', shape: self::ack()));
     }
 
     /**
@@ -86,7 +83,7 @@ final class Receipts
      */
     public function discard(string $id): array
     {
-        return Client::json($this->client->call('POST', '/v1/receipts/' . Client::segment($id) . '/discard'));
+        return Client::json($this->client->call('POST', '/v1/receipts/' . Client::segment($id) . '/discard', shape: self::ack()));
     }
 
     /**
@@ -112,12 +109,15 @@ final class Receipts
     private function matching(array $filter, bool $dryRun): int
     {
         $body = ['dry_run' => $dryRun] + self::pick($filter, self::MATCH_FILTER);
-        $response = $this->client->call('POST', '/v1/receipts/replay', Client::encode($body));
-        $count = Client::json($response)[$dryRun ? 'matching' : 'queued'] ?? null;
-        if (!is_int($count)) {
-            throw new IdemException($response->status, 'about:blank', 'Invalid response', 'expected a count');
-        }
-        return $count;
+        $field = $dryRun ? 'matching' : 'queued';
+        $response = $this->client->call('POST', '/v1/receipts/replay', Client::encode($body), shape: Shape::of([$field => 'integer']));
+        return (int) Client::json($response)[$field];
+    }
+
+    /** What replay() and discard() answer. */
+    private static function ack(): Shape
+    {
+        return Shape::of(['receipt_id' => 'string', 'status' => 'string']);
     }
 
     /**

@@ -116,7 +116,7 @@ final class OperationsTest extends IdemTestCase
         self::assertStringNotContainsString('token', print_r($seen, true));
     }
 
-    /** A lease of 2 s, work of 2.4 s: a heartbeat past half the lease keeps it, and the result is stored. */
+    /** A lease of 2 s, work of 2.4 s: a heartbeat past a third of the lease keeps it, and the result is stored. */
     public function testAHeartbeatKeepsTheLeaseWhileTheWorkRuns(): void
     {
         $idem = self::client();
@@ -133,32 +133,40 @@ final class OperationsTest extends IdemTestCase
         self::assertSame('completed', $idem->operations->get($ns, key: 'long')['status']);
     }
 
-    /** Without a heartbeat the lease ends: the key is free, and complete() is refused. */
+    /**
+     * Without a heartbeat the lease ends: the key is free, and once another caller has taken it,
+     * complete() is refused. (A lease that ran out is still its holder's until another begin takes
+     * the key.)
+     */
     public function testWorkLongerThanItsLeaseLosesIt(): void
     {
         $idem = self::client();
         $ns = self::ns();
+        $other = null;
         try {
-            $idem->operations->run($ns, static function (): string {
+            $idem->operations->run($ns, static function () use ($idem, $ns, &$other): string {
                 usleep(1_500_000);
+                $other = $idem->operations->begin($ns, key: 'slow', leaseSeconds: 30);
                 return 'late';
             }, key: 'slow', leaseSeconds: 1);
-            self::fail('a result was stored after its lease ended');
+            self::fail('a result was stored after its lease ended and another caller took the key');
         } catch (LeaseLostException $e) {
             self::assertSame(409, $e->status);
             self::assertSame('urn:idem:problem:lease-lost', $e->type);
         }
-        self::assertNull($idem->operations->get($ns, key: 'slow'));
+        self::assertTrue($other?->started, 'the key was free once the lease ended');
+        self::assertSame('in_progress', $idem->operations->get($ns, key: 'slow')['status'] ?? null, 'nothing stored: the other caller holds it');
     }
 
-    /** A heartbeat after the lease ended tells the work to stop; run() rethrows it. */
-    public function testAHeartbeatAfterTheLeaseEndedThrows(): void
+    /** A heartbeat after the lease ended and another caller took the key tells the work to stop; run() rethrows it. */
+    public function testAHeartbeatAfterTheLeaseEndedAndWasTakenThrows(): void
     {
         $idem = self::client();
         $ns = self::ns();
         $this->expectException(LeaseLostException::class);
-        $idem->operations->run($ns, static function (Lease $lease): void {
+        $idem->operations->run($ns, static function (Lease $lease) use ($idem, $ns): void {
             usleep(1_200_000);
+            self::assertTrue($idem->operations->begin($ns, key: 'k')->started);
             $lease->heartbeat();
         }, key: 'k', leaseSeconds: 1);
     }

@@ -78,7 +78,7 @@ class FakeIdem:
             if method == "GET":
                 if op is None:
                     return problem(404, "not-found")
-                return httpx.Response(200, json={k: v for k, v in op.items() if k != "token"})
+                return httpx.Response(200, json={"id": id, **{k: v for k, v in op.items() if k != "token"}})
             if op is None:
                 return problem(404, "not-found")
             del self.ops[id]

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List, Tuple, cast
 
 import httpx
 import pytest
 
-from fakes import FakeClock, FakeIdem
+from fakes import FakeClock, FakeIdem, problem
 from idem_client import AsyncIdem, Idem, InProgressError, MismatchError, claim_id
 from idem_client._errors import LeaseLostError
 
@@ -386,3 +386,111 @@ async def test_idempotent_decorator_async() -> None:
 
             @idem.idempotent("x", key=lambda: "k")
             def sync_fn() -> None: ...
+
+
+# The heartbeat: the gateway's rule (real time; the fake answers at once).
+
+
+def timed(fake: FakeIdem, extend: Any = None, begin_delay: float = 0.0) -> Tuple[Any, List[Tuple[str, float]]]:
+    """A handler in front of ``fake`` that logs ``(what, time.monotonic())`` of each call, answers
+    extends with ``extend(n)`` when it gives a response, and holds a begin's answer back."""
+    log: List[Tuple[str, float]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        what = request.url.path.rsplit("/", 1)[-1]
+        log.append((what, time.monotonic()))
+        if what == "extend" and extend is not None:
+            answer = extend(sum(1 for w, _ in log if w == "extend"))
+            if answer is not None:
+                return cast(httpx.Response, answer)
+        response = fake.handler(request)
+        if what == "begin":
+            time.sleep(begin_delay)
+        return response
+
+    return handler, log
+
+
+def work(seconds: float, result: str) -> Callable[[], str]:
+    def fn() -> str:
+        time.sleep(seconds)
+        return result
+
+    return fn
+
+
+def at(log: List[Tuple[str, float]], what: str) -> List[float]:
+    begun = next(t for w, t in log if w == "begin")
+    return [round(t - begun, 3) for w, t in log if w == what]
+
+
+def test_the_heartbeat_is_every_third_of_the_lease_counted_from_before_the_begin() -> None:
+    # The begin's answer comes 200 ms late: the first beat is due a third of the lease (333 ms)
+    # after the begin was sent, so 133 ms after its answer; the next 333 ms after that one.
+    handler, log = timed(FakeIdem(), begin_delay=0.2)
+    idem = Idem(URL, transport=httpx.MockTransport(handler))
+    assert idem.operations.run("ns", work(0.6, "ok"), key="k", lease_seconds=1) == "ok"
+    beats = at(log, "extend")
+    assert len(beats) >= 2, beats
+    assert 0.3 <= beats[0] < 0.5 and 0.3 <= beats[1] - beats[0] < 0.5, beats
+
+
+def test_a_failed_heartbeat_is_tried_again_within_250_ms_one_attempt_each() -> None:
+    # Three extends answered 503 with Retry-After: 1: each is one attempt (no transport retry, no
+    # Retry-After wait), tried again 250 ms later, not a whole interval later.
+    unavailable = lambda n: problem(503, "store-unavailable", retry_after="1") if n <= 3 else None  # noqa: E731
+    handler, log = timed(FakeIdem(), extend=unavailable)
+    clock = FakeClock()
+    idem = Idem(URL, transport=httpx.MockTransport(handler), sleep=clock.sleep, clock=clock)
+    assert idem.operations.run("ns", work(1.9, "kept"), key="k", lease_seconds=2) == "kept"
+    beats = at(log, "extend")
+    assert len(beats) >= 4 and 0.6 <= beats[0] < 0.8, beats
+    gaps = [b - a for a, b in zip(beats[:4], beats[1:4])]
+    assert all(0.2 <= g < 0.55 for g in gaps), beats
+    assert clock.sleeps == [], "the heartbeat never sat in the transport's Retry-After wait"
+
+
+def test_a_heartbeat_goes_on_past_the_lease_end_until_one_gets_through() -> None:
+    # A lease that ran out is still this caller's until another takes the key: the beats go on every
+    # 250 ms, and the one that gets through keeps the work's lease.
+    down = lambda n: httpx.Response(502, text="bad gateway") if n <= 5 else None  # noqa: E731
+    fake = FakeIdem()
+    handler, log = timed(fake, extend=down)
+    idem = Idem(URL, transport=httpx.MockTransport(handler))
+    assert idem.operations.run("ns", work(1.9, "late"), key="k", lease_seconds=1) == "late"
+    beats = at(log, "extend")
+    assert len(beats) >= 6 and beats[5] > 1.0, beats
+    assert all(b - a < 0.55 for a, b in zip(beats[:6], beats[1:6])), beats
+    assert fake.count("/complete") == 1 and fake.count("/release") == 0
+
+
+def test_lease_lost_stops_the_heartbeat() -> None:
+    fake = FakeIdem()
+
+    def taken(n: int) -> httpx.Response:
+        fake.ops[claim_id("k")]["token"] = "another caller's"
+        return problem(409, "lease-lost")
+
+    handler, log = timed(fake, extend=taken)
+    idem = Idem(URL, transport=httpx.MockTransport(handler))
+    with pytest.raises(LeaseLostError):
+        idem.operations.run("ns", work(1.0, "lost"), key="k", lease_seconds=1)
+    assert len(at(log, "extend")) == 1 and fake.count("/release") == 0
+
+
+@pytest.mark.anyio
+async def test_async_a_failed_heartbeat_is_tried_again_within_250_ms() -> None:
+    unavailable = lambda n: problem(503, "store-unavailable", retry_after="1") if n <= 3 else None  # noqa: E731
+    handler, log = timed(FakeIdem(), extend=unavailable)
+
+    async def slow() -> str:
+        await asyncio.sleep(1.9)
+        return "kept"
+
+    clock = FakeClock()
+    async with AsyncIdem(URL, transport=httpx.MockTransport(handler), sleep=clock.async_sleep, clock=clock) as idem:
+        assert await idem.operations.run("ns", slow, key="k", lease_seconds=2) == "kept"
+    beats = at(log, "extend")
+    assert len(beats) >= 4 and 0.6 <= beats[0] < 0.8, beats
+    assert all(0.2 <= b - a < 0.55 for a, b in zip(beats[:4], beats[1:4])), beats
+    assert clock.sleeps == []

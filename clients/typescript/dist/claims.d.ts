@@ -1,5 +1,5 @@
 /** `idem.claims`: the Claims API (docs/reference/api.md#claims). */
-import type { Transport } from "./http.js";
+import { type Transport } from "./http.js";
 import { type KeyRef } from "./keys.js";
 /** A stored claim, with the fields as the API names them. */
 export interface ClaimRecord<D = unknown> {

@@ -1,6 +1,6 @@
 /** `idem.claims`: the Claims API (docs/reference/api.md#claims). */
 import { clientTokenOf } from "./client-token.js";
-import { IdemError } from "./errors.js";
+import { CLAIM, CLAIM_BATCH, CLAIM_PAGE, CLAIM_RECORD, DELETED, EXISTS, LOOKUP } from "./http.js";
 import { idOf, keyBody, segment } from "./keys.js";
 function claimBody(item) {
     const body = keyBody(item);
@@ -15,10 +15,6 @@ function splitClaim(raw) {
     return { claimed, record };
 }
 const base = (ns) => `/v1/claims/${segment(ns, "namespace")}`;
-/** An answer of the wrong shape (a server that answers 200 to anything, say). */
-function invalid(res, expected) {
-    return new IdemError({ status: res?.status ?? 0, title: "Invalid response", detail: expected });
-}
 /** A prefix as the query takes it: at least one part (the server checks each part). */
 function prefixOf(prefix) {
     if (!Array.isArray(prefix) || prefix.length === 0) {
@@ -39,7 +35,7 @@ export class Claims {
      */
     async claim(ns, item) {
         const body = { ...claimBody(item), client_token: clientTokenOf(item.clientToken) };
-        const res = await this.#http.call("POST", base(ns), { body });
+        const res = await this.#http.call("POST", base(ns), { body, shape: CLAIM });
         return splitClaim(res?.body);
     }
     /**
@@ -50,13 +46,13 @@ export class Claims {
      */
     async claimBatch(ns, items, options = {}) {
         const body = { items: items.map(claimBody), client_token: clientTokenOf(options.clientToken) };
-        const res = await this.#http.call("POST", `${base(ns)}/batch`, { body });
+        const res = await this.#http.call("POST", `${base(ns)}/batch`, { body, shape: CLAIM_BATCH });
         const results = (res?.body).results;
         return results.map((r) => splitClaim(r));
     }
     /** Look up 1 to 10,000 keys; `[{ id, exists, record? }]` in request order. */
     async lookup(ns, keys) {
-        const res = await this.#http.call("POST", `${base(ns)}/lookup`, { body: { items: keys.map(keyBody) } });
+        const res = await this.#http.call("POST", `${base(ns)}/lookup`, { body: { items: keys.map(keyBody) }, shape: LOOKUP });
         return (res?.body).results;
     }
     /**
@@ -65,7 +61,7 @@ export class Claims {
      */
     async exists(ns, query) {
         if (query !== null && typeof query === "object" && "prefix" in query && query.prefix !== undefined) {
-            const res = await this.#http.call("POST", `${base(ns)}/prefix`, { body: { prefix: [...query.prefix] } });
+            const res = await this.#http.call("POST", `${base(ns)}/prefix`, { body: { prefix: [...query.prefix] }, shape: EXISTS });
             return (res?.body).exists;
         }
         const [result] = await this.lookup(ns, [query]);
@@ -78,10 +74,9 @@ export class Claims {
     async list(ns, options) {
         const res = await this.#http.call("GET", base(ns), {
             query: { prefix: prefixOf(options.prefix), limit: options.limit, after: options.after ?? undefined },
+            shape: CLAIM_PAGE,
         });
         const page = res?.body;
-        if (!Array.isArray(page?.items))
-            throw invalid(res, "expected { items, next }");
         return { items: page.items, next: typeof page.next === "string" && page.next ? page.next : null };
     }
     /** Every live claim whose parts begin with `prefix`, in the order of their parts, page after page. */
@@ -103,10 +98,8 @@ export class Claims {
         const query = { prefix: prefixOf(options.prefix) };
         let deleted = 0;
         for (;;) {
-            const res = await this.#http.call("DELETE", base(ns), { query });
+            const res = await this.#http.call("DELETE", base(ns), { query, shape: DELETED });
             const step = res?.body;
-            if (typeof step?.deleted !== "number")
-                throw invalid(res, "expected { deleted, more }");
             deleted += step.deleted;
             // A call that deleted nothing cannot have more to delete: never loop on a confused answer.
             if (step.more !== true || step.deleted === 0)
@@ -115,7 +108,7 @@ export class Claims {
     }
     /** The live claim for a key (`{ key }`, `{ parts }`) or an id, or `null` when there is none. */
     async get(ns, ref) {
-        const res = await this.#http.call("GET", `${base(ns)}/${segment(idOf(ref), "id")}`, { nullOn404: true });
+        const res = await this.#http.call("GET", `${base(ns)}/${segment(idOf(ref), "id")}`, { nullOn404: true, shape: CLAIM_RECORD });
         return res === null ? null : res.body;
     }
     /** Delete a claim by key or id: `true` when it was deleted, `false` when there was none. */

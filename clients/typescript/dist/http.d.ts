@@ -58,6 +58,15 @@ export interface CallOptions {
     nullOn404?: boolean;
     /** Added to the per-attempt timeout (for calls the server may hold open, like a waiting begin). */
     extraTimeoutMs?: number;
+    /** This call's per-attempt timeout instead of the client's `timeoutMs` (a heartbeat's, bounded by its lease). */
+    timeoutMs?: number;
+    /** This call's retries instead of the client's (a heartbeat retries on a pace of its own). */
+    retries?: number;
+    /**
+     * What a 2xx answer's body must have: without it the answer is not idem's, and the call throws
+     * the not-idem error naming the URL instead of returning it.
+     */
+    shape?: Shape;
 }
 export interface CallResult {
     status: number;
@@ -81,5 +90,30 @@ export declare class Transport {
     /** The wait before retry `attempt` (0-based): half fixed, half random, capped. */
     backoff(attempt: number): number;
     get maxDelayMs(): number;
+    /** The per-attempt timeout, in ms. */
+    get timeoutMs(): number;
     call(method: string, path: string, options?: CallOptions): Promise<CallResult | null>;
 }
+/** A shape a 2xx body must have: `fits` tells, `expected` says it in the error. */
+export interface Shape {
+    readonly expected: string;
+    fits(body: unknown): boolean;
+}
+/** A claim's answer: `claimed` must be a boolean (missing is not `false`). */
+export declare const CLAIM: Shape;
+export declare const CLAIM_BATCH: Shape;
+export declare const LOOKUP: Shape;
+export declare const EXISTS: Shape;
+export declare const CLAIM_RECORD: Shape;
+export declare const CLAIM_PAGE: Shape;
+export declare const DELETED: Shape;
+/** A begin's answer: started with its lease token, or completed. */
+export declare const BEGIN: Shape;
+export declare const COMPLETED: Shape;
+export declare const EXTENDED: Shape;
+export declare const OPERATION: Shape;
+export declare const RECEIPT_PAGE: Shape;
+export declare const RECEIPT: Shape;
+export declare const RECEIPT_ACK: Shape;
+export declare const MATCHING: Shape;
+export declare const QUEUED: Shape;

@@ -75,6 +75,10 @@ export class Transport {
     get maxDelayMs() {
         return this.#maxDelayMs;
     }
+    /** The per-attempt timeout, in ms. */
+    get timeoutMs() {
+        return this.#timeoutMs;
+    }
     async call(method, path, options = {}) {
         let url = this.#base + path;
         if (options.query) {
@@ -99,7 +103,8 @@ export class Transport {
             headers["content-type"] = "application/json";
         }
         const what = `${method} ${path}`;
-        const timeoutMs = this.#timeoutMs + (options.extraTimeoutMs ?? 0);
+        const timeoutMs = (options.timeoutMs ?? this.#timeoutMs) + (options.extraTimeoutMs ?? 0);
+        const retries = options.retries ?? this.#retries;
         for (let attempt = 0;; attempt++) {
             const controller = new AbortController();
             let timedOut = false;
@@ -125,7 +130,7 @@ export class Transport {
             }
             catch (cause) {
                 clearTimeout(timer);
-                if (attempt < this.#retries) {
+                if (attempt < retries) {
                     await this.sleep(this.backoff(attempt));
                     continue;
                 }
@@ -142,14 +147,18 @@ export class Transport {
             }
             clearTimeout(timer);
             if (status >= 200 && status < 300) {
-                return { status, body: parseBody(text) };
+                const parsed = parseBody(text);
+                if (options.shape && !options.shape.fits(parsed)) {
+                    throw notIdemAnswer(status, contentType, text, options.shape.expected, what, where(this.#base));
+                }
+                return { status, body: parsed };
             }
             // Only idem's own "no such record" is absent: a 404 for an unknown route (a wrong base URL)
             // or from something in front of idem is an error.
             if (status === 404 && options.nullOn404 && problemType(contentType, text) === PROBLEM_NOT_FOUND)
                 return null;
             const retryAfterSeconds = parseRetryAfter(retryAfter);
-            if (RETRY_STATUSES.has(status) && attempt < this.#retries) {
+            if (RETRY_STATUSES.has(status) && attempt < retries) {
                 const wait = retryAfterSeconds !== undefined ? retryAfterSeconds * 1000 : this.backoff(attempt);
                 if (wait <= this.#maxDelayMs) {
                     await this.sleep(wait);
@@ -212,6 +221,31 @@ function parseBody(text) {
         return text;
     }
 }
+/**
+ * A 2xx answer without the fields the call needs (`200 {}`, an HTML page): not idem's answer, so
+ * not a result either. The not-idem error, naming the URL, as for an error answer that is not an
+ * idem problem document.
+ */
+function notIdemAnswer(status, contentType, text, expected, what, base) {
+    let json = true;
+    try {
+        JSON.parse(text);
+    }
+    catch {
+        json = false;
+    }
+    const got = text === ""
+        ? `with an empty body (expected ${expected})`
+        : json
+            ? `without the fields of idem's answer (expected ${expected})`
+            : `with a body that is not JSON (${contentType ?? "no Content-Type"})`;
+    return new IdemError({
+        status,
+        title: "Invalid response",
+        detail: `${base} answered ${status} to ${what} ${got}: it does not look like idem (check the client's \`url\` option or IDEM_URL)`,
+        notIdem: true,
+    });
+}
 function problemType(contentType, text) {
     if (!text || (contentType !== null && !/json/i.test(contentType)))
         return undefined;
@@ -265,3 +299,59 @@ function isIdemProblem(contentType, problem) {
     const problemJson = contentType !== null && /^application\/problem\+json\b/i.test(contentType.trim());
     return problemJson && typeof problem?.type === "string" && problem.type.startsWith("urn:idem:problem:");
 }
+const isObject = (v) => typeof v === "object" && v !== null && !Array.isArray(v);
+function kindFits(value, kind) {
+    switch (kind) {
+        case "string":
+            return typeof value === "string";
+        case "boolean":
+            return typeof value === "boolean";
+        case "integer":
+            return typeof value === "number" && Number.isInteger(value);
+        case "array":
+            return Array.isArray(value);
+    }
+}
+function describeFields(fields) {
+    return `{ ${Object.entries(fields).map(([name, kind]) => `${name}: ${kind}`).join(", ")} }`;
+}
+function fieldsFit(body, fields) {
+    return isObject(body) && Object.entries(fields).every(([name, kind]) => kindFits(body[name], kind));
+}
+/** An object with these fields, of these kinds (others may be there too). */
+function object(fields) {
+    return { expected: describeFields(fields), fits: (body) => fieldsFit(body, fields) };
+}
+/** `{ [name]: [item…] }`, each item an object with `fields`. */
+function listOf(name, fields) {
+    return {
+        expected: `{ ${name}: [${describeFields(fields)}, …] }`,
+        fits: (body) => isObject(body) && Array.isArray(body[name]) && body[name].every((item) => fieldsFit(item, fields)),
+    };
+}
+/** A claim's answer: `claimed` must be a boolean (missing is not `false`). */
+export const CLAIM = object({ claimed: "boolean", id: "string" });
+export const CLAIM_BATCH = listOf("results", { claimed: "boolean", id: "string" });
+export const LOOKUP = listOf("results", { id: "string", exists: "boolean" });
+export const EXISTS = object({ exists: "boolean" });
+export const CLAIM_RECORD = object({ id: "string" });
+export const CLAIM_PAGE = object({ items: "array" });
+export const DELETED = object({ deleted: "integer" });
+/** A begin's answer: started with its lease token, or completed. */
+export const BEGIN = {
+    expected: '{ status: "started", id: string, token: string } or { status: "completed", id: string, result }',
+    fits: (body) => isObject(body) &&
+        typeof body["id"] === "string" &&
+        ((body["status"] === "started" && typeof body["token"] === "string" && body["token"] !== "") || body["status"] === "completed"),
+};
+export const COMPLETED = {
+    expected: '{ status: "completed", id: string, result }',
+    fits: (body) => isObject(body) && body["status"] === "completed" && typeof body["id"] === "string",
+};
+export const EXTENDED = object({ lease_expires_at: "string" });
+export const OPERATION = object({ status: "string", id: "string" });
+export const RECEIPT_PAGE = object({ receipts: "array" });
+export const RECEIPT = object({ id: "string", status: "string" });
+export const RECEIPT_ACK = object({ receipt_id: "string", status: "string" });
+export const MATCHING = object({ matching: "integer" });
+export const QUEUED = object({ queued: "integer" });

@@ -1,5 +1,5 @@
 /** `idem.operations`: docs/reference/api.md#operations, and `run`, which does a piece of work once. */
-import type { Transport } from "./http.js";
+import { type Transport } from "./http.js";
 import { type KeyRef } from "./keys.js";
 /** `begin`'s answer when the caller now holds the key and must do the work. */
 export interface StartedOperation {
@@ -52,7 +52,10 @@ export type BeginOptions = KeyRef & {
 };
 export type RunOptions = KeyRef & {
     request?: unknown;
-    /** The lease taken by `run`, 1–3600 (default 60); extended every half lease while `fn` runs. */
+    /**
+     * The lease taken by `run`, 1–3600 (default 60); extended every third of it while `fn` runs,
+     * counted from before the begin (then each extension) was sent.
+     */
     leaseSeconds?: number;
     ttlSeconds?: number;
     /**
@@ -61,7 +64,7 @@ export type RunOptions = KeyRef & {
      * call, woken as soon as the holder completes) and `Retry-After` between calls.
      */
     waitSeconds?: number;
-    /** The heartbeat interval in ms (default: half the lease). Mostly for tests. */
+    /** The heartbeat interval in ms (default: a third of the lease). Mostly for tests. */
     heartbeatMs?: number;
     /** As `BeginOptions.clientToken`: one token for every begin this `run` sends (default: a fresh one). */
     clientToken?: string;
@@ -70,7 +73,10 @@ export type RunOptions = KeyRef & {
 export interface RunContext {
     /** The operation's id. */
     id: string;
-    /** Aborted when the lease is lost (a heartbeat was answered `lease-lost`): stop if you can. */
+    /**
+     * Aborted when the lease is lost (a heartbeat was answered `lease-lost`: another caller took the
+     * key): stop if you can. Its `reason` is the `LeaseLostError`.
+     */
     signal: AbortSignal;
 }
 export declare class Operations {
@@ -105,7 +111,7 @@ export declare class Operations {
      * JSON result with `complete` and returns it; if the work was completed before, returns the stored
      * result without calling `fn`; if another caller is running it, waits (up to `waitSeconds`) for
      * its result. If `fn` throws, the key is released (so a retry runs it again) and the error is
-     * re-thrown. While `fn` runs the lease is extended every half lease.
+     * re-thrown. While `fn` runs the lease is extended every third of it (see `#hold`).
      *
      * Every begin this `run` sends (its retries, and its begins again while it waits for another
      * holder) carries one `client_token`, so a begin that took the key but whose answer was lost still

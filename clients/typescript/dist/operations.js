@@ -1,10 +1,13 @@
 /** `idem.operations`: docs/reference/api.md#operations, and `run`, which does a piece of work once. */
 import { clientTokenOf } from "./client-token.js";
 import { InProgressError, LeaseLostError } from "./errors.js";
+import { BEGIN, COMPLETED, EXTENDED, OPERATION } from "./http.js";
 import { idOf, keyBody, segment } from "./keys.js";
 const DEFAULT_LEASE_SECONDS = 60;
 const DEFAULT_RUN_WAIT_SECONDS = 60;
 const MAX_SERVER_WAIT_SECONDS = 30;
+/** How soon a heartbeat that failed (no answer, a 5xx, a timeout) is tried again. */
+const RETRY_BEAT_MS = 250;
 const base = (ns) => `/v1/operations/${segment(ns, "namespace")}`;
 export class Operations {
     #http;
@@ -32,6 +35,7 @@ export class Operations {
         const res = await this.#http.call("POST", `${base(ns)}/begin`, {
             body,
             extraTimeoutMs: (options.waitSeconds ?? 0) * 1000,
+            shape: BEGIN,
         });
         return res?.body;
     }
@@ -44,7 +48,7 @@ export class Operations {
         const body = { token };
         if (result !== undefined)
             body["result"] = result;
-        const res = await this.#http.call("POST", `${base(ns)}/${segment(id, "id")}/complete`, { body });
+        const res = await this.#http.call("POST", `${base(ns)}/${segment(id, "id")}/complete`, { body, shape: COMPLETED });
         return res?.body;
     }
     /** The work failed: free the key so it may run again. Throws `LeaseLostError` if not held. */
@@ -55,12 +59,13 @@ export class Operations {
     async extend(ns, id, token, leaseSeconds) {
         const res = await this.#http.call("POST", `${base(ns)}/${segment(id, "id")}/extend`, {
             body: { token, lease_seconds: leaseSeconds },
+            shape: EXTENDED,
         });
         return res?.body;
     }
     /** The operation by key or id (`in_progress` or `completed`), or `null` when absent. */
     async get(ns, ref) {
-        const res = await this.#http.call("GET", `${base(ns)}/${segment(idOf(ref), "id")}`, { nullOn404: true });
+        const res = await this.#http.call("GET", `${base(ns)}/${segment(idOf(ref), "id")}`, { nullOn404: true, shape: OPERATION });
         return res === null ? null : res.body;
     }
     /** Forget a completed result: `true`, or `false` when absent. A held key: `InProgressError`. */
@@ -73,7 +78,7 @@ export class Operations {
      * JSON result with `complete` and returns it; if the work was completed before, returns the stored
      * result without calling `fn`; if another caller is running it, waits (up to `waitSeconds`) for
      * its result. If `fn` throws, the key is released (so a retry runs it again) and the error is
-     * re-thrown. While `fn` runs the lease is extended every half lease.
+     * re-thrown. While `fn` runs the lease is extended every third of it (see `#hold`).
      *
      * Every begin this `run` sends (its retries, and its begins again while it waits for another
      * holder) carries one `client_token`, so a begin that took the key but whose answer was lost still
@@ -110,45 +115,66 @@ export class Operations {
             }
             if (begun.status === "completed")
                 return ("result" in begun ? begun.result : null);
-            return this.#hold(ns, begun, leaseSeconds, options.heartbeatMs, fn);
+            // The lease counts from before this begin was sent, as the server counts it: a begin held
+            // up on the way (or retried) has used part of it.
+            return this.#hold(ns, begun, { leaseSeconds, leasedAt: started, heartbeatMs: options.heartbeatMs }, fn);
         }
     }
-    async #hold(ns, op, leaseSeconds, heartbeatMs, fn) {
+    /**
+     * Runs `fn` while holding `op`'s key, then completes (or releases). The heartbeat follows the
+     * gateway's rule: the lease is counted from before the begin was sent (`lease.leasedAt`); it is
+     * extended every third of the lease, each extension's lease counted again from before that
+     * extend was sent; an extension that fails (no answer, a 5xx, a timeout: one attempt each, its
+     * timeout at most a third of the lease) is tried again 250 ms later, again and again, until one
+     * gets through — past the lease's end too, since a lease that ran out is still this caller's
+     * until another begin takes the key. A `lease-lost` answer stops the beats and aborts `signal`.
+     */
+    async #hold(ns, op, lease, fn) {
         const controller = new AbortController();
-        const interval = heartbeatMs ?? (leaseSeconds * 1000) / 2;
+        const leaseMs = lease.leaseSeconds * 1000;
+        const every = Math.max(10, lease.heartbeatMs ?? leaseMs / 3);
+        const attemptMs = Math.min(this.#http.timeoutMs, leaseMs / 3);
         let stopped = false;
         let lost = false;
         let timer;
-        let beating = Promise.resolve();
-        const beat = async () => {
-            try {
-                await this.extend(ns, op.id, op.token, leaseSeconds);
-            }
-            catch (err) {
-                if (err instanceof LeaseLostError) {
-                    lost = true;
-                    controller.abort(err);
+        let wake;
+        // Resolves at `at`, or at once when stopped.
+        const until = (at) => new Promise((resolve) => {
+            wake = resolve;
+            timer = setTimeout(resolve, Math.max(0, at - Date.now()));
+        });
+        const beats = async () => {
+            let beatAt = lease.leasedAt + every;
+            for (;;) {
+                await until(beatAt);
+                if (stopped)
                     return;
+                const askedAt = Date.now();
+                try {
+                    await this.#extendOnce(ns, op, lease.leaseSeconds, attemptMs);
+                    beatAt = askedAt + every;
                 }
-                // A transient failure (after the transport's own retries): try again next beat.
+                catch (err) {
+                    if (err instanceof LeaseLostError) {
+                        lost = true;
+                        controller.abort(err);
+                        return;
+                    }
+                    // Soon again, not a whole interval later: the lease was not extended.
+                    beatAt = Date.now() + RETRY_BEAT_MS;
+                }
+                if (stopped)
+                    return;
             }
-            schedule();
         };
-        const schedule = () => {
-            if (stopped)
-                return;
-            timer = setTimeout(() => {
-                if (!stopped)
-                    beating = beat();
-            }, interval);
-        };
+        const beating = beats();
         const stop = async () => {
             stopped = true;
             if (timer !== undefined)
                 clearTimeout(timer);
+            wake?.();
             await beating;
         };
-        schedule();
         let value;
         try {
             value = await fn({ id: op.id, signal: controller.signal });
@@ -173,5 +199,17 @@ export class Operations {
         if (done && typeof done === "object" && "result" in done)
             return done.result;
         return (value === undefined ? null : JSON.parse(JSON.stringify(value)));
+    }
+    /**
+     * One heartbeat: a single attempt (no retries, no `Retry-After` waits: the heartbeat tries again
+     * on its own pace) whose timeout is at most a third of the lease.
+     */
+    async #extendOnce(ns, op, leaseSeconds, timeoutMs) {
+        await this.#http.call("POST", `${base(ns)}/${segment(op.id, "id")}/extend`, {
+            body: { token: op.token, lease_seconds: leaseSeconds },
+            shape: EXTENDED,
+            retries: 0,
+            timeoutMs: Math.max(1, timeoutMs),
+        });
     }
 }

@@ -1,5 +1,5 @@
 /** `idem.receipts`: receipts of inbound events and dead letters (docs/reference/api.md#events). */
-import type { Transport } from "./http.js";
+import { type Transport } from "./http.js";
 export type ReceiptStatus = "accepted" | "processing" | "retrying" | "completed" | "dead" | "discarded";
 /** One delivery attempt. */
 export interface Attempt {

@@ -1,4 +1,5 @@
 /** `idem.receipts`: receipts of inbound events and dead letters (docs/reference/api.md#events). */
+import { MATCHING, QUEUED, RECEIPT, RECEIPT_ACK, RECEIPT_PAGE } from "./http.js";
 import { segment } from "./keys.js";
 export class Receipts {
     #http;
@@ -16,6 +17,7 @@ export class Receipts {
                 limit: filter.limit,
                 cursor: filter.cursor,
             },
+            shape: RECEIPT_PAGE,
         });
         const page = res?.body;
         return { items: page.receipts, nextCursor: page.next_cursor ?? null };
@@ -33,12 +35,12 @@ export class Receipts {
     }
     /** One receipt with its attempts, or `null` when there is none. */
     async get(id) {
-        const res = await this.#http.call("GET", `/v1/receipts/${segment(id, "id")}`, { nullOn404: true });
+        const res = await this.#http.call("GET", `/v1/receipts/${segment(id, "id")}`, { nullOn404: true, shape: RECEIPT });
         return res === null ? null : res.body;
     }
     /** How many receipts a `replayMatching` of `filter` would replay; changes nothing. */
     async countMatching(filter = {}) {
-        const res = await this.#http.call("POST", "/v1/receipts/replay", { body: { ...bulkBody(filter), dry_run: true } });
+        const res = await this.#http.call("POST", "/v1/receipts/replay", { body: { ...bulkBody(filter), dry_run: true }, shape: MATCHING });
         return (res?.body).matching;
     }
     /**
@@ -46,7 +48,7 @@ export class Receipts {
      * how many were queued. Safe to repeat: a repeat finds only what still matches.
      */
     async replayMatching(filter = {}) {
-        const res = await this.#http.call("POST", "/v1/receipts/replay", { body: bulkBody(filter) });
+        const res = await this.#http.call("POST", "/v1/receipts/replay", { body: bulkBody(filter), shape: QUEUED });
         return (res?.body).queued;
     }
     /**
@@ -54,7 +56,7 @@ export class Receipts {
      * A 409 `IdemError` when it is not dead; a 404 `IdemError` when there is none.
      */
     async discard(id) {
-        const res = await this.#http.call("POST", `/v1/receipts/${segment(id, "id")}/discard`);
+        const res = await this.#http.call("POST", `/v1/receipts/${segment(id, "id")}/discard`, { shape: RECEIPT_ACK });
         return res?.body;
     }
     /**
@@ -62,7 +64,7 @@ export class Receipts {
      * A 409 `IdemError` while it is still being delivered; a 404 `IdemError` when there is none.
      */
     async replay(id) {
-        const res = await this.#http.call("POST", `/v1/receipts/${segment(id, "id")}/replay`);
+        const res = await this.#http.call("POST", `/v1/receipts/${segment(id, "id")}/replay`, { shape: RECEIPT_ACK });
         return res?.body;
     }
 }

@@ -1,8 +1,7 @@
 /** `idem.claims`: the Claims API (docs/reference/api.md#claims). */
 
 import { clientTokenOf } from "./client-token.js";
-import { IdemError } from "./errors.js";
-import type { CallResult, Transport } from "./http.js";
+import { CLAIM, CLAIM_BATCH, CLAIM_PAGE, CLAIM_RECORD, DELETED, EXISTS, LOOKUP, type Transport } from "./http.js";
 import { idOf, keyBody, segment, type KeyRef } from "./keys.js";
 
 /** A stored claim, with the fields as the API names them. */
@@ -97,11 +96,6 @@ function splitClaim<D>(raw: unknown): ClaimResult<D> {
 
 const base = (ns: string): string => `/v1/claims/${segment(ns, "namespace")}`;
 
-/** An answer of the wrong shape (a server that answers 200 to anything, say). */
-function invalid(res: CallResult | null, expected: string): IdemError {
-  return new IdemError({ status: res?.status ?? 0, title: "Invalid response", detail: expected });
-}
-
 /** A prefix as the query takes it: at least one part (the server checks each part). */
 function prefixOf(prefix: readonly string[]): readonly string[] {
   if (!Array.isArray(prefix) || prefix.length === 0) {
@@ -125,7 +119,7 @@ export class Claims {
    */
   async claim<D = unknown>(ns: string, item: ClaimOptions<D>): Promise<ClaimResult<D>> {
     const body = { ...claimBody(item), client_token: clientTokenOf(item.clientToken) };
-    const res = await this.#http.call("POST", base(ns), { body });
+    const res = await this.#http.call("POST", base(ns), { body, shape: CLAIM });
     return splitClaim<D>(res?.body);
   }
 
@@ -141,14 +135,14 @@ export class Claims {
     options: BatchOptions = {},
   ): Promise<ClaimResult<D>[]> {
     const body = { items: items.map(claimBody), client_token: clientTokenOf(options.clientToken) };
-    const res = await this.#http.call("POST", `${base(ns)}/batch`, { body });
+    const res = await this.#http.call("POST", `${base(ns)}/batch`, { body, shape: CLAIM_BATCH });
     const results = (res?.body as { results: unknown[] }).results;
     return results.map((r) => splitClaim<D>(r));
   }
 
   /** Look up 1 to 10,000 keys; `[{ id, exists, record? }]` in request order. */
   async lookup<D = unknown>(ns: string, keys: readonly KeyRef[]): Promise<LookupResult<D>[]> {
-    const res = await this.#http.call("POST", `${base(ns)}/lookup`, { body: { items: keys.map(keyBody) } });
+    const res = await this.#http.call("POST", `${base(ns)}/lookup`, { body: { items: keys.map(keyBody) }, shape: LOOKUP });
     return (res?.body as { results: LookupResult<D>[] }).results;
   }
 
@@ -158,7 +152,7 @@ export class Claims {
    */
   async exists(ns: string, query: ExistsQuery): Promise<boolean> {
     if (query !== null && typeof query === "object" && "prefix" in query && query.prefix !== undefined) {
-      const res = await this.#http.call("POST", `${base(ns)}/prefix`, { body: { prefix: [...query.prefix] } });
+      const res = await this.#http.call("POST", `${base(ns)}/prefix`, { body: { prefix: [...query.prefix] }, shape: EXISTS });
       return (res?.body as { exists: boolean }).exists;
     }
     const [result] = await this.lookup(ns, [query as KeyRef]);
@@ -172,10 +166,10 @@ export class Claims {
   async list<D = unknown>(ns: string, options: ClaimListOptions): Promise<ClaimPage<D>> {
     const res = await this.#http.call("GET", base(ns), {
       query: { prefix: prefixOf(options.prefix), limit: options.limit, after: options.after ?? undefined },
+      shape: CLAIM_PAGE,
     });
-    const page = res?.body as { items?: unknown; next?: unknown } | undefined;
-    if (!Array.isArray(page?.items)) throw invalid(res, "expected { items, next }");
-    return { items: page.items as ClaimRecord<D>[], next: typeof page.next === "string" && page.next ? page.next : null };
+    const page = res?.body as { items: ClaimRecord<D>[]; next?: unknown };
+    return { items: page.items, next: typeof page.next === "string" && page.next ? page.next : null };
   }
 
   /** Every live claim whose parts begin with `prefix`, in the order of their parts, page after page. */
@@ -197,9 +191,8 @@ export class Claims {
     const query = { prefix: prefixOf(options.prefix) };
     let deleted = 0;
     for (;;) {
-      const res = await this.#http.call("DELETE", base(ns), { query });
-      const step = res?.body as { deleted?: unknown; more?: unknown } | undefined;
-      if (typeof step?.deleted !== "number") throw invalid(res, "expected { deleted, more }");
+      const res = await this.#http.call("DELETE", base(ns), { query, shape: DELETED });
+      const step = res?.body as { deleted: number; more?: unknown };
       deleted += step.deleted;
       // A call that deleted nothing cannot have more to delete: never loop on a confused answer.
       if (step.more !== true || step.deleted === 0) return deleted;
@@ -208,7 +201,7 @@ export class Claims {
 
   /** The live claim for a key (`{ key }`, `{ parts }`) or an id, or `null` when there is none. */
   async get<D = unknown>(ns: string, ref: KeyRef | string): Promise<ClaimRecord<D> | null> {
-    const res = await this.#http.call("GET", `${base(ns)}/${segment(idOf(ref), "id")}`, { nullOn404: true });
+    const res = await this.#http.call("GET", `${base(ns)}/${segment(idOf(ref), "id")}`, { nullOn404: true, shape: CLAIM_RECORD });
     return res === null ? null : (res.body as ClaimRecord<D>);
   }
 

@@ -71,6 +71,15 @@ export interface CallOptions {
   nullOn404?: boolean;
   /** Added to the per-attempt timeout (for calls the server may hold open, like a waiting begin). */
   extraTimeoutMs?: number;
+  /** This call's per-attempt timeout instead of the client's `timeoutMs` (a heartbeat's, bounded by its lease). */
+  timeoutMs?: number;
+  /** This call's retries instead of the client's (a heartbeat retries on a pace of its own). */
+  retries?: number;
+  /**
+   * What a 2xx answer's body must have: without it the answer is not idem's, and the call throws
+   * the not-idem error naming the URL instead of returning it.
+   */
+  shape?: Shape;
 }
 
 export interface CallResult {
@@ -157,6 +166,11 @@ export class Transport {
     return this.#maxDelayMs;
   }
 
+  /** The per-attempt timeout, in ms. */
+  get timeoutMs(): number {
+    return this.#timeoutMs;
+  }
+
   async call(method: string, path: string, options: CallOptions = {}): Promise<CallResult | null> {
     let url = this.#base + path;
     if (options.query) {
@@ -176,7 +190,8 @@ export class Transport {
       headers["content-type"] = "application/json";
     }
     const what = `${method} ${path}`;
-    const timeoutMs = this.#timeoutMs + (options.extraTimeoutMs ?? 0);
+    const timeoutMs = (options.timeoutMs ?? this.#timeoutMs) + (options.extraTimeoutMs ?? 0);
+    const retries = options.retries ?? this.#retries;
 
     for (let attempt = 0; ; attempt++) {
       const controller = new AbortController();
@@ -201,7 +216,7 @@ export class Transport {
         text = await response.text();
       } catch (cause) {
         clearTimeout(timer);
-        if (attempt < this.#retries) {
+        if (attempt < retries) {
           await this.sleep(this.backoff(attempt));
           continue;
         }
@@ -219,14 +234,18 @@ export class Transport {
       clearTimeout(timer);
 
       if (status >= 200 && status < 300) {
-        return { status, body: parseBody(text) };
+        const parsed = parseBody(text);
+        if (options.shape && !options.shape.fits(parsed)) {
+          throw notIdemAnswer(status, contentType, text, options.shape.expected, what, where(this.#base));
+        }
+        return { status, body: parsed };
       }
       // Only idem's own "no such record" is absent: a 404 for an unknown route (a wrong base URL)
       // or from something in front of idem is an error.
       if (status === 404 && options.nullOn404 && problemType(contentType, text) === PROBLEM_NOT_FOUND) return null;
 
       const retryAfterSeconds = parseRetryAfter(retryAfter);
-      if (RETRY_STATUSES.has(status) && attempt < this.#retries) {
+      if (RETRY_STATUSES.has(status) && attempt < retries) {
         const wait = retryAfterSeconds !== undefined ? retryAfterSeconds * 1000 : this.backoff(attempt);
         if (wait <= this.#maxDelayMs) {
           await this.sleep(wait);
@@ -290,6 +309,31 @@ function parseBody(text: string): unknown {
   }
 }
 
+/**
+ * A 2xx answer without the fields the call needs (`200 {}`, an HTML page): not idem's answer, so
+ * not a result either. The not-idem error, naming the URL, as for an error answer that is not an
+ * idem problem document.
+ */
+function notIdemAnswer(status: number, contentType: string | null, text: string, expected: string, what: string, base: string): IdemError {
+  let json = true;
+  try {
+    JSON.parse(text);
+  } catch {
+    json = false;
+  }
+  const got = text === ""
+    ? `with an empty body (expected ${expected})`
+    : json
+      ? `without the fields of idem's answer (expected ${expected})`
+      : `with a body that is not JSON (${contentType ?? "no Content-Type"})`;
+  return new IdemError({
+    status,
+    title: "Invalid response",
+    detail: `${base} answered ${status} to ${what} ${got}: it does not look like idem (check the client's \`url\` option or IDEM_URL)`,
+    notIdem: true,
+  });
+}
+
 function problemType(contentType: string | null, text: string): string | undefined {
   if (!text || (contentType !== null && !/json/i.test(contentType))) return undefined;
   try {
@@ -349,3 +393,83 @@ function isIdemProblem(contentType: string | null, problem: Problem | undefined)
   const problemJson = contentType !== null && /^application\/problem\+json\b/i.test(contentType.trim());
   return problemJson && typeof problem?.type === "string" && problem.type.startsWith("urn:idem:problem:");
 }
+
+// ---------------------------------------------------------------------------------------------
+// What each call needs of a success answer's body. A 2xx answer without these fields (a server
+// that answers `200 {}` or an HTML page to anything) is not idem's: `call` throws the not-idem
+// error naming the URL instead of returning it as a result (`claimed` missing is not
+// `claimed: false`).
+
+/** A shape a 2xx body must have: `fits` tells, `expected` says it in the error. */
+export interface Shape {
+  readonly expected: string;
+  fits(body: unknown): boolean;
+}
+
+type Kind = "string" | "boolean" | "integer" | "array";
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+
+function kindFits(value: unknown, kind: Kind): boolean {
+  switch (kind) {
+    case "string":
+      return typeof value === "string";
+    case "boolean":
+      return typeof value === "boolean";
+    case "integer":
+      return typeof value === "number" && Number.isInteger(value);
+    case "array":
+      return Array.isArray(value);
+  }
+}
+
+function describeFields(fields: Record<string, Kind>): string {
+  return `{ ${Object.entries(fields).map(([name, kind]) => `${name}: ${kind}`).join(", ")} }`;
+}
+
+function fieldsFit(body: unknown, fields: Record<string, Kind>): body is Record<string, unknown> {
+  return isObject(body) && Object.entries(fields).every(([name, kind]) => kindFits(body[name], kind));
+}
+
+/** An object with these fields, of these kinds (others may be there too). */
+function object(fields: Record<string, Kind>): Shape {
+  return { expected: describeFields(fields), fits: (body) => fieldsFit(body, fields) };
+}
+
+/** `{ [name]: [item…] }`, each item an object with `fields`. */
+function listOf(name: string, fields: Record<string, Kind>): Shape {
+  return {
+    expected: `{ ${name}: [${describeFields(fields)}, …] }`,
+    fits: (body) => isObject(body) && Array.isArray(body[name]) && (body[name] as unknown[]).every((item) => fieldsFit(item, fields)),
+  };
+}
+
+/** A claim's answer: `claimed` must be a boolean (missing is not `false`). */
+export const CLAIM = object({ claimed: "boolean", id: "string" });
+export const CLAIM_BATCH = listOf("results", { claimed: "boolean", id: "string" });
+export const LOOKUP = listOf("results", { id: "string", exists: "boolean" });
+export const EXISTS = object({ exists: "boolean" });
+export const CLAIM_RECORD = object({ id: "string" });
+export const CLAIM_PAGE = object({ items: "array" });
+export const DELETED = object({ deleted: "integer" });
+
+/** A begin's answer: started with its lease token, or completed. */
+export const BEGIN: Shape = {
+  expected: '{ status: "started", id: string, token: string } or { status: "completed", id: string, result }',
+  fits: (body) =>
+    isObject(body) &&
+    typeof body["id"] === "string" &&
+    ((body["status"] === "started" && typeof body["token"] === "string" && body["token"] !== "") || body["status"] === "completed"),
+};
+export const COMPLETED: Shape = {
+  expected: '{ status: "completed", id: string, result }',
+  fits: (body) => isObject(body) && body["status"] === "completed" && typeof body["id"] === "string",
+};
+export const EXTENDED = object({ lease_expires_at: "string" });
+export const OPERATION = object({ status: "string", id: "string" });
+
+export const RECEIPT_PAGE = object({ receipts: "array" });
+export const RECEIPT = object({ id: "string", status: "string" });
+export const RECEIPT_ACK = object({ receipt_id: "string", status: "string" });
+export const MATCHING = object({ matching: "integer" });
+export const QUEUED = object({ queued: "integer" });

@@ -2,7 +2,7 @@
 
 import { clientTokenOf } from "./client-token.js";
 import { InProgressError, LeaseLostError } from "./errors.js";
-import type { Transport } from "./http.js";
+import { BEGIN, COMPLETED, EXTENDED, OPERATION, type Transport } from "./http.js";
 import { idOf, keyBody, segment, type KeyRef } from "./keys.js";
 
 /** `begin`'s answer when the caller now holds the key and must do the work. */
@@ -61,7 +61,10 @@ export type BeginOptions = KeyRef & {
 
 export type RunOptions = KeyRef & {
   request?: unknown;
-  /** The lease taken by `run`, 1–3600 (default 60); extended every half lease while `fn` runs. */
+  /**
+   * The lease taken by `run`, 1–3600 (default 60); extended every third of it while `fn` runs,
+   * counted from before the begin (then each extension) was sent.
+   */
   leaseSeconds?: number;
   ttlSeconds?: number;
   /**
@@ -70,7 +73,7 @@ export type RunOptions = KeyRef & {
    * call, woken as soon as the holder completes) and `Retry-After` between calls.
    */
   waitSeconds?: number;
-  /** The heartbeat interval in ms (default: half the lease). Mostly for tests. */
+  /** The heartbeat interval in ms (default: a third of the lease). Mostly for tests. */
   heartbeatMs?: number;
   /** As `BeginOptions.clientToken`: one token for every begin this `run` sends (default: a fresh one). */
   clientToken?: string;
@@ -80,13 +83,18 @@ export type RunOptions = KeyRef & {
 export interface RunContext {
   /** The operation's id. */
   id: string;
-  /** Aborted when the lease is lost (a heartbeat was answered `lease-lost`): stop if you can. */
+  /**
+   * Aborted when the lease is lost (a heartbeat was answered `lease-lost`: another caller took the
+   * key): stop if you can. Its `reason` is the `LeaseLostError`.
+   */
   signal: AbortSignal;
 }
 
 const DEFAULT_LEASE_SECONDS = 60;
 const DEFAULT_RUN_WAIT_SECONDS = 60;
 const MAX_SERVER_WAIT_SECONDS = 30;
+/** How soon a heartbeat that failed (no answer, a 5xx, a timeout) is tried again. */
+const RETRY_BEAT_MS = 250;
 
 const base = (ns: string): string => `/v1/operations/${segment(ns, "namespace")}`;
 
@@ -114,6 +122,7 @@ export class Operations {
     const res = await this.#http.call("POST", `${base(ns)}/begin`, {
       body,
       extraTimeoutMs: (options.waitSeconds ?? 0) * 1000,
+      shape: BEGIN,
     });
     return res?.body as BeginResult<R>;
   }
@@ -126,7 +135,7 @@ export class Operations {
   async complete<R = unknown>(ns: string, id: string, token: string, result?: R): Promise<CompletedOperation<R>> {
     const body: Record<string, unknown> = { token };
     if (result !== undefined) body["result"] = result;
-    const res = await this.#http.call("POST", `${base(ns)}/${segment(id, "id")}/complete`, { body });
+    const res = await this.#http.call("POST", `${base(ns)}/${segment(id, "id")}/complete`, { body, shape: COMPLETED });
     return res?.body as CompletedOperation<R>;
   }
 
@@ -139,13 +148,14 @@ export class Operations {
   async extend(ns: string, id: string, token: string, leaseSeconds: number): Promise<{ lease_expires_at: string }> {
     const res = await this.#http.call("POST", `${base(ns)}/${segment(id, "id")}/extend`, {
       body: { token, lease_seconds: leaseSeconds },
+      shape: EXTENDED,
     });
     return res?.body as { lease_expires_at: string };
   }
 
   /** The operation by key or id (`in_progress` or `completed`), or `null` when absent. */
   async get<R = unknown>(ns: string, ref: KeyRef | string): Promise<OperationRecord<R> | null> {
-    const res = await this.#http.call("GET", `${base(ns)}/${segment(idOf(ref), "id")}`, { nullOn404: true });
+    const res = await this.#http.call("GET", `${base(ns)}/${segment(idOf(ref), "id")}`, { nullOn404: true, shape: OPERATION });
     return res === null ? null : (res.body as OperationRecord<R>);
   }
 
@@ -160,7 +170,7 @@ export class Operations {
    * JSON result with `complete` and returns it; if the work was completed before, returns the stored
    * result without calling `fn`; if another caller is running it, waits (up to `waitSeconds`) for
    * its result. If `fn` throws, the key is released (so a retry runs it again) and the error is
-   * re-thrown. While `fn` runs the lease is extended every half lease.
+   * re-thrown. While `fn` runs the lease is extended every third of it (see `#hold`).
    *
    * Every begin this `run` sends (its retries, and its begins again while it waits for another
    * holder) carries one `client_token`, so a begin that took the key but whose answer was lost still
@@ -194,50 +204,71 @@ export class Operations {
         continue;
       }
       if (begun.status === "completed") return ("result" in begun ? begun.result : null) as T;
-      return this.#hold(ns, begun, leaseSeconds, options.heartbeatMs, fn);
+      // The lease counts from before this begin was sent, as the server counts it: a begin held
+      // up on the way (or retried) has used part of it.
+      return this.#hold(ns, begun, { leaseSeconds, leasedAt: started, heartbeatMs: options.heartbeatMs }, fn);
     }
   }
 
+  /**
+   * Runs `fn` while holding `op`'s key, then completes (or releases). The heartbeat follows the
+   * gateway's rule: the lease is counted from before the begin was sent (`lease.leasedAt`); it is
+   * extended every third of the lease, each extension's lease counted again from before that
+   * extend was sent; an extension that fails (no answer, a 5xx, a timeout: one attempt each, its
+   * timeout at most a third of the lease) is tried again 250 ms later, again and again, until one
+   * gets through — past the lease's end too, since a lease that ran out is still this caller's
+   * until another begin takes the key. A `lease-lost` answer stops the beats and aborts `signal`.
+   */
   async #hold<T>(
     ns: string,
     op: StartedOperation,
-    leaseSeconds: number,
-    heartbeatMs: number | undefined,
+    lease: { leaseSeconds: number; leasedAt: number; heartbeatMs: number | undefined },
     fn: (context: RunContext) => T | Promise<T>,
   ): Promise<T> {
     const controller = new AbortController();
-    const interval = heartbeatMs ?? (leaseSeconds * 1000) / 2;
+    const leaseMs = lease.leaseSeconds * 1000;
+    const every = Math.max(10, lease.heartbeatMs ?? leaseMs / 3);
+    const attemptMs = Math.min(this.#http.timeoutMs, leaseMs / 3);
     let stopped = false;
     let lost = false;
     let timer: ReturnType<typeof setTimeout> | undefined;
-    let beating: Promise<void> = Promise.resolve();
+    let wake: (() => void) | undefined;
 
-    const beat = async (): Promise<void> => {
-      try {
-        await this.extend(ns, op.id, op.token, leaseSeconds);
-      } catch (err) {
-        if (err instanceof LeaseLostError) {
-          lost = true;
-          controller.abort(err);
-          return;
+    // Resolves at `at`, or at once when stopped.
+    const until = (at: number): Promise<void> =>
+      new Promise((resolve) => {
+        wake = resolve;
+        timer = setTimeout(resolve, Math.max(0, at - Date.now()));
+      });
+    const beats = async (): Promise<void> => {
+      let beatAt = lease.leasedAt + every;
+      for (;;) {
+        await until(beatAt);
+        if (stopped) return;
+        const askedAt = Date.now();
+        try {
+          await this.#extendOnce(ns, op, lease.leaseSeconds, attemptMs);
+          beatAt = askedAt + every;
+        } catch (err) {
+          if (err instanceof LeaseLostError) {
+            lost = true;
+            controller.abort(err);
+            return;
+          }
+          // Soon again, not a whole interval later: the lease was not extended.
+          beatAt = Date.now() + RETRY_BEAT_MS;
         }
-        // A transient failure (after the transport's own retries): try again next beat.
+        if (stopped) return;
       }
-      schedule();
     };
-    const schedule = (): void => {
-      if (stopped) return;
-      timer = setTimeout(() => {
-        if (!stopped) beating = beat();
-      }, interval);
-    };
+    const beating = beats();
     const stop = async (): Promise<void> => {
       stopped = true;
       if (timer !== undefined) clearTimeout(timer);
+      wake?.();
       await beating;
     };
 
-    schedule();
     let value: T;
     try {
       value = await fn({ id: op.id, signal: controller.signal });
@@ -258,5 +289,18 @@ export class Operations {
     }
     if (done && typeof done === "object" && "result" in done) return done.result;
     return (value === undefined ? null : JSON.parse(JSON.stringify(value))) as T;
+  }
+
+  /**
+   * One heartbeat: a single attempt (no retries, no `Retry-After` waits: the heartbeat tries again
+   * on its own pace) whose timeout is at most a third of the lease.
+   */
+  async #extendOnce(ns: string, op: StartedOperation, leaseSeconds: number, timeoutMs: number): Promise<void> {
+    await this.#http.call("POST", `${base(ns)}/${segment(op.id, "id")}/extend`, {
+      body: { token: op.token, lease_seconds: leaseSeconds },
+      shape: EXTENDED,
+      retries: 0,
+      timeoutMs: Math.max(1, timeoutMs),
+    });
   }
 }

@@ -1,6 +1,6 @@
 /** `idem.receipts`: receipts of inbound events and dead letters (docs/reference/api.md#events). */
 
-import type { Transport } from "./http.js";
+import { MATCHING, QUEUED, RECEIPT, RECEIPT_ACK, RECEIPT_PAGE, type Transport } from "./http.js";
 import { segment } from "./keys.js";
 
 export type ReceiptStatus = "accepted" | "processing" | "retrying" | "completed" | "dead" | "discarded";
@@ -115,6 +115,7 @@ export class Receipts {
         limit: filter.limit,
         cursor: filter.cursor,
       },
+      shape: RECEIPT_PAGE,
     });
     const page = res?.body as { receipts: Receipt[]; next_cursor?: string | null };
     return { items: page.receipts, nextCursor: page.next_cursor ?? null };
@@ -133,13 +134,13 @@ export class Receipts {
 
   /** One receipt with its attempts, or `null` when there is none. */
   async get(id: string): Promise<Receipt | null> {
-    const res = await this.#http.call("GET", `/v1/receipts/${segment(id, "id")}`, { nullOn404: true });
+    const res = await this.#http.call("GET", `/v1/receipts/${segment(id, "id")}`, { nullOn404: true, shape: RECEIPT });
     return res === null ? null : (res.body as Receipt);
   }
 
   /** How many receipts a `replayMatching` of `filter` would replay; changes nothing. */
   async countMatching(filter: BulkReplayFilter = {}): Promise<number> {
-    const res = await this.#http.call("POST", "/v1/receipts/replay", { body: { ...bulkBody(filter), dry_run: true } });
+    const res = await this.#http.call("POST", "/v1/receipts/replay", { body: { ...bulkBody(filter), dry_run: true }, shape: MATCHING });
     return (res?.body as { matching: number }).matching;
   }
 
@@ -148,7 +149,7 @@ export class Receipts {
    * how many were queued. Safe to repeat: a repeat finds only what still matches.
    */
   async replayMatching(filter: BulkReplayFilter = {}): Promise<number> {
-    const res = await this.#http.call("POST", "/v1/receipts/replay", { body: bulkBody(filter) });
+    const res = await this.#http.call("POST", "/v1/receipts/replay", { body: bulkBody(filter), shape: QUEUED });
     return (res?.body as { queued: number }).queued;
   }
 
@@ -157,7 +158,7 @@ export class Receipts {
    * A 409 `IdemError` when it is not dead; a 404 `IdemError` when there is none.
    */
   async discard(id: string): Promise<{ receipt_id: string; status: "discarded" }> {
-    const res = await this.#http.call("POST", `/v1/receipts/${segment(id, "id")}/discard`);
+    const res = await this.#http.call("POST", `/v1/receipts/${segment(id, "id")}/discard`, { shape: RECEIPT_ACK });
     return res?.body as { receipt_id: string; status: "discarded" };
   }
 
@@ -166,7 +167,7 @@ export class Receipts {
    * A 409 `IdemError` while it is still being delivered; a 404 `IdemError` when there is none.
    */
   async replay(id: string): Promise<ReplayAck> {
-    const res = await this.#http.call("POST", `/v1/receipts/${segment(id, "id")}/replay`);
+    const res = await this.#http.call("POST", `/v1/receipts/${segment(id, "id")}/replay`, { shape: RECEIPT_ACK });
     return res?.body as ReplayAck;
   }
 }

@@ -314,6 +314,26 @@ describe("against a tiny fake server", () => {
     }
   });
 
+  test("200 {} and 200 text/html (a server that answers anything): the not-idem error naming the URL, never claimed: false", async () => {
+    for (const [type, body, says] of [["application/json", "{}", /without the fields of idem's answer \(expected \{ claimed: boolean, id: string \}\)/], ["text/html", "<html>Welcome</html>", /with a body that is not JSON \(text\/html\)/]]) {
+      const fake = await tinyServer(() => ({ status: 200, type, body }));
+      try {
+        const idem = new Idem({ url: fake.url, retries: 0 });
+        const err = await idem.claims.claim("survey", { parts: ["scenario-1", "user-3"] }).then((r) => r, (e) => e);
+        assert.ok(err instanceof IdemError, `a claim answered 200 ${type} must throw, not return ${JSON.stringify(err)}`);
+        assert.equal(err.status, 200);
+        assert.equal(err.notIdem, true);
+        assert.ok(err.message.startsWith(`200 Invalid response: ${fake.url} answered 200 to POST /v1/claims/survey `), err.message);
+        assert.match(err.message, says);
+        assert.match(err.message, /it does not look like idem \(check the client's `url` option or IDEM_URL\)$/);
+        const run = await idem.operations.run("orders", { key: "k" }, () => "never").catch((e) => e);
+        assert.ok(run instanceof IdemError && run.notIdem && run.message.includes(`${fake.url} answered 200 to POST /v1/operations/orders/begin`), String(run));
+      } finally {
+        await fake.close();
+      }
+    }
+  });
+
   test("deletePrefix calls again while the answer says more: true, and sums what was deleted", async () => {
     const answers = [{ deleted: 100000, more: true }, { deleted: 100000, more: true }, { deleted: 42, more: false }];
     const fake = await tinyServer((_, i) => ({ status: 200, body: answers[i] ?? { deleted: 0, more: false } }));

@@ -195,3 +195,65 @@ export function makeSecret(n = 32, seed = 7) {
   for (let i = 0; i < n; i++) bytes[i] = (seed * 31 + i * 17) & 0xff;
   return `whsec_${bytes.toString("base64")}`;
 }
+
+// ---------------------------------------------------------------------------------------------
+// A proxy in front of a real idem
+
+/**
+ * An HTTP proxy in front of `target` (a real idem) that forwards every request, unless
+ * `decide(entry, log)` says otherwise: `{ answer: { status, headers?, body? } }` answers instead
+ * (the request does not reach idem), `{ delayMs }` forwards it and holds the answer back that
+ * long. Every request is logged as `{ method, path, at, status }` (`at`: when it arrived, ms;
+ * `status`: what the client was answered). Returns `{ url, log, close() }`.
+ */
+export async function proxy(target, decide = () => undefined) {
+  const { createServer: createHttpServer } = await import("node:http");
+  const log = [];
+  const srv = createHttpServer(async (req, res) => {
+    const chunks = [];
+    for await (const chunk of req) chunks.push(chunk);
+    const body = Buffer.concat(chunks);
+    const entry = { method: req.method, path: req.url, at: Date.now(), status: undefined };
+    log.push(entry);
+    const plan = decide(entry, log) ?? {};
+    try {
+      if (plan.answer) {
+        const { status, headers = {}, body: answer } = plan.answer;
+        entry.status = status;
+        res.writeHead(status, { "content-type": "application/problem+json", ...headers });
+        res.end(answer === undefined ? "" : JSON.stringify(answer));
+        return;
+      }
+      const headers = {};
+      for (const name of ["content-type", "authorization", "accept"]) if (req.headers[name]) headers[name] = req.headers[name];
+      const upstream = await fetch(target + req.url, { method: req.method, headers, body: body.length > 0 ? body : undefined });
+      const answer = Buffer.from(await upstream.arrayBuffer());
+      if (plan.delayMs) await sleep(plan.delayMs);
+      entry.status = upstream.status;
+      const out = {};
+      for (const name of ["content-type", "retry-after"]) if (upstream.headers.get(name)) out[name] = upstream.headers.get(name);
+      res.writeHead(upstream.status, out);
+      res.end(answer);
+    } catch (err) {
+      entry.status = 0;
+      res.destroy(err);
+    }
+  });
+  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+  return {
+    url: `http://127.0.0.1:${srv.address().port}`,
+    log,
+    close: () =>
+      new Promise((r) => {
+        srv.closeAllConnections?.();
+        srv.close(r);
+      }),
+  };
+}
+
+/** idem's answer while its store is away: `503` problem store-unavailable with `Retry-After: 1`. */
+export const STORE_UNAVAILABLE = {
+  status: 503,
+  headers: { "retry-after": "1" },
+  body: { type: "urn:idem:problem:store-unavailable", title: "Store unavailable", status: 503, detail: "the store did not answer (test outage)" },
+};

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 
 import { Idem, IdemError, InProgressError, LeaseLostError, MismatchError, claimId } from "../dist/index.js";
-import { losingFetch, sleep, startIdem } from "./helpers.mjs";
+import { STORE_UNAVAILABLE, losingFetch, proxy, sleep, startIdem } from "./helpers.mjs";
 
 // Namespaces unique to this run, so it can repeat against a long-running server (IDEM_TEST_URL).
 const RUN = Math.random().toString(36).slice(2, 8);
@@ -153,13 +153,14 @@ describe("operations against a real idem", () => {
     assert.equal(await idem.operations.run(ns("mm"), { key: "k" }, () => 2), 1);
   });
 
-  test("an ended lease: the old token is worthless (LeaseLostError), the key free", async () => {
+  test("an ended lease: the key free, and the old token worthless (LeaseLostError) once another begin took it", async () => {
     const b = await idem.operations.begin(ns("lease"), { key: "short", leaseSeconds: 1 });
     await sleep(2200);
-    const ext = await idem.operations.extend(ns("lease"), b.id, b.token, 5).catch((e) => e);
-    assert.ok(ext instanceof LeaseLostError, String(ext));
     const c = await idem.operations.begin(ns("lease"), { key: "short" });
     assert.equal(c.status, "started");
+    assert.ok(c.fence > b.fence, `a greater fence for the next holder: ${b.fence} → ${c.fence}`);
+    const ext = await idem.operations.extend(ns("lease"), b.id, b.token, 5).catch((e) => e);
+    assert.ok(ext instanceof LeaseLostError, String(ext));
     const late = await idem.operations.complete(ns("lease"), b.id, b.token, "late").catch((e) => e);
     assert.ok(late instanceof LeaseLostError, String(late));
     assert.ok(late instanceof IdemError);
@@ -181,6 +182,72 @@ describe("operations against a real idem", () => {
     assert.equal(out, "finished");
     assert.ok(probe instanceof InProgressError, `still held after 1.6 s of a 1 s lease: ${probe}`);
     assert.equal((await idem.operations.get(ns("beat"), { key: "long" })).status, "completed");
+  });
+
+  test("a heartbeat across a 3 s store outage at the beat keeps its lease (6 s lease, 9 s of work)", async () => {
+    // From just before the first beat is due (a third of the lease after the begin was sent) and
+    // for 3 s, every extend is answered 503 store-unavailable with Retry-After: 1. The beat is
+    // tried again every 250 ms and gets through as soon as the outage ends, 1 s before the lease
+    // would have run out; the work completes, once.
+    let beganAt;
+    const px = await proxy(server.url, (entry) => {
+      if (entry.path.endsWith("/begin")) beganAt ??= entry.at;
+      const t = entry.at - (beganAt ?? Infinity);
+      if (entry.path.endsWith("/extend") && t >= 1800 && t < 4800) return { answer: STORE_UNAVAILABLE };
+      return undefined;
+    });
+    try {
+      const client = new Idem({ url: px.url, retries: 2 });
+      let runs = 0;
+      let aborted = false;
+      const out = await client.operations.run(ns("outage"), { key: "k", leaseSeconds: 6 }, async (ctx) => {
+        runs++;
+        await sleep(9000);
+        aborted = ctx.signal.aborted;
+        return "done";
+      });
+      assert.equal(out, "done");
+      assert.equal(runs, 1);
+      assert.equal(aborted, false);
+      const record = await idem.operations.get(ns("outage"), { key: "k" });
+      assert.equal(record.status, "completed");
+      assert.equal(record.result, "done");
+
+      const beats = px.log.filter((e) => e.path.endsWith("/extend")).map((e) => ({ t: e.at - beganAt, status: e.status }));
+      const refused = beats.filter((b) => b.status === 503);
+      const shown = JSON.stringify(beats);
+      assert.ok(refused.length >= 8, `the refused beat was tried again every 250 ms: ${shown}`);
+      assert.ok(refused[0].t < 2500, `the first beat is due a third of the lease after the begin was sent: ${shown}`);
+      for (let i = 1; i < refused.length; i++) assert.ok(refused[i].t - refused[i - 1].t < 700, `no whole interval (nor Retry-After) between tries: ${shown}`);
+      const through = beats.find((b) => b.status === 200 && b.t >= 4800);
+      assert.ok(through && through.t < 5500, `the first beat after the outage got through at once: ${shown}`);
+      assert.ok(beats.filter((b) => b.status === 200).length >= 2, `beats went on every 2 s after: ${shown}`);
+    } finally {
+      await px.close();
+    }
+  });
+
+  test("the lease counts from before the begin was sent: a begin answered late is extended sooner", async () => {
+    // A 3 s lease whose begin's answer is held back 750 ms: the first beat is due 1 s after the
+    // begin was sent (not 1 s after its answer).
+    let beganAt;
+    const px = await proxy(server.url, (entry) => {
+      if (!entry.path.endsWith("/begin")) return undefined;
+      beganAt ??= entry.at;
+      return { delayMs: 750 };
+    });
+    try {
+      const client = new Idem({ url: px.url });
+      const out = await client.operations.run(ns("latebegin"), { key: "k", leaseSeconds: 3 }, () => sleep(1300).then(() => "ok"));
+      assert.equal(out, "ok");
+      const first = px.log.find((e) => e.path.endsWith("/extend"));
+      assert.ok(first, "a beat was sent");
+      const t = first.at - beganAt;
+      assert.ok(t >= 800 && t < 1450, `the first beat ${t} ms after the begin was sent, want a third of the lease (1000 ms)`);
+      assert.equal(first.status, 200);
+    } finally {
+      await px.close();
+    }
   });
 
   test("a waiter gets the holder's result as soon as it completes (server-side wait)", async () => {

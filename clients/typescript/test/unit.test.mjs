@@ -279,6 +279,61 @@ describe("error mapping", () => {
   });
 });
 
+describe("a 2xx answer without the fields a call needs", () => {
+  // A server that answers 200 to anything (a catch-all route, a misconfigured proxy): its answer is
+  // not idem's, so it is the not-idem error naming the URL, never a result (`claimed` missing is
+  // not `claimed: false`).
+  const calls = (idem) => [
+    ["POST /v1/claims/survey", () => idem.claims.claim("survey", { key: "k" })],
+    ["POST /v1/claims/survey/batch", () => idem.claims.claimBatch("survey", [{ key: "k" }])],
+    ["POST /v1/claims/survey/lookup", () => idem.claims.lookup("survey", [{ key: "k" }])],
+    ["POST /v1/claims/survey/lookup", () => idem.claims.exists("survey", { key: "k" })],
+    ["POST /v1/claims/survey/prefix", () => idem.claims.exists("survey", { prefix: ["a"] })],
+    ["GET /v1/claims/survey/", () => idem.claims.get("survey", { key: "k" })],
+    ["GET /v1/claims/survey", () => idem.claims.list("survey", { prefix: ["a"] })],
+    ["DELETE /v1/claims/survey", () => idem.claims.deletePrefix("survey", { prefix: ["a"] })],
+    ["POST /v1/operations/orders/begin", () => idem.operations.begin("orders", { key: "k" })],
+    ["POST /v1/operations/orders/begin", () => idem.operations.run("orders", { key: "k" }, () => "never")],
+    ["POST /v1/operations/orders/op1/complete", () => idem.operations.complete("orders", "op1", "t", 1)],
+    ["POST /v1/operations/orders/op1/extend", () => idem.operations.extend("orders", "op1", "t", 60)],
+    ["GET /v1/operations/orders/", () => idem.operations.get("orders", { key: "k" })],
+    ["GET /v1/receipts", () => idem.receipts.list()],
+    ["GET /v1/receipts/rcpt_1", () => idem.receipts.get("rcpt_1")],
+    ["POST /v1/receipts/rcpt_1/replay", () => idem.receipts.replay("rcpt_1")],
+    ["POST /v1/receipts/rcpt_1/discard", () => idem.receipts.discard("rcpt_1")],
+    ["POST /v1/receipts/replay", () => idem.receipts.countMatching()],
+    ["POST /v1/receipts/replay", () => idem.receipts.replayMatching()],
+  ];
+  const answers = {
+    "200 {}": () => reply(200, {}),
+    "200 text/html": () => new Response("<html><body>Welcome</body></html>", { status: 200, headers: { "content-type": "text/html" } }),
+    "200 with the wrong types": () => reply(200, { claimed: "yes", id: 7, results: [{}], exists: "no", status: "started", token: "", items: {}, deleted: "1", lease_expires_at: null, receipts: null, receipt_id: 1, matching: "2", queued: 1.5 }),
+  };
+  for (const [name, answer] of Object.entries(answers)) {
+    test(name, async () => {
+      let called = false;
+      const { idem } = client(answer);
+      for (const [what, call] of calls(idem)) {
+        const err = await call().then((v) => ({ returned: v }), (e) => e);
+        assert.ok(err instanceof IdemError, `${what}: ${JSON.stringify(err)}`);
+        assert.equal(err.notIdem, true, err.message);
+        assert.equal(err.status, 200, err.message);
+        assert.ok(err.message.includes(`${URL_} answered 200 to ${what}`), err.message);
+        assert.match(err.message, /it does not look like idem \(check the client's `url` option or IDEM_URL\)$/);
+        called ||= /not JSON/.test(err.message);
+      }
+      assert.equal(called, name === "200 text/html");
+    });
+  }
+
+  test("an empty object is not 'not claimed': claim throws instead of answering claimed: false", async () => {
+    const { idem } = client(() => reply(200, { id: ID_AB, parts: ["a", "b"] }));
+    const err = await idem.claims.claim("survey", { parts: ["a", "b"] }).catch((e) => e);
+    assert.ok(err instanceof IdemError && err.notIdem, String(err));
+    assert.match(err.message, /expected \{ claimed: boolean, id: string \}/);
+  });
+});
+
 describe("claims", () => {
   test("claim: body in API names, record split from claimed", async () => {
     const { idem, calls } = client(() => reply(201, { claimed: true, ...record({ data: { answer: "A" }, expires_at: "2026-11-23T10:00:00.000Z" }) }));
@@ -377,8 +432,8 @@ describe("claims", () => {
     await assert.rejects(stuck.idem.claims.deletePrefix("survey", { prefix: [] }), TypeError);
     assert.equal(stuck.calls.length, 1, "nothing sent for an empty prefix");
     const html = client(() => new Response("<html>an app that answers 200 to anything</html>", { status: 200, headers: { "content-type": "text/html" } }));
-    await assert.rejects(html.idem.claims.deletePrefix("survey", { prefix: ["x"] }), (e) => e instanceof IdemError && e.status === 200 && /expected \{ deleted, more \}/.test(e.message));
-    await assert.rejects(html.idem.claims.list("survey", { prefix: ["x"] }), (e) => e instanceof IdemError && /expected \{ items, next \}/.test(e.message));
+    await assert.rejects(html.idem.claims.deletePrefix("survey", { prefix: ["x"] }), (e) => e instanceof IdemError && e.status === 200 && e.notIdem && /does not look like idem/.test(e.message));
+    await assert.rejects(html.idem.claims.list("survey", { prefix: ["x"] }), (e) => e instanceof IdemError && e.notIdem && /answered 200 to GET \/v1\/claims\/survey with a body that is not JSON \(text\/html\)/.test(e.message));
   });
 
   test("namespaces and ids are URL-encoded", async () => {
@@ -666,43 +721,81 @@ describe("operations.run", () => {
     assert.equal(ops.log.extend.length, after, "no heartbeat after completion");
   });
 
-  test("the default heartbeat is half the lease", async () => {
+  test("the default heartbeat is a third of the lease", async () => {
     const ops = opsServer();
     const { idem } = client(ops.handler);
-    // A 1 s lease: one extend after 500 ms, none before.
-    const out = await idem.operations.run("orders", { key: "k", leaseSeconds: 1 }, async () => {
+    // A 1.5 s lease: one extend after 500 ms, none before; the next 500 ms after that one.
+    const out = await idem.operations.run("orders", { key: "k", leaseSeconds: 1.5 }, async () => {
       await new Promise((r) => setTimeout(r, 400));
       assert.equal(ops.log.extend.length, 0);
       await new Promise((r) => setTimeout(r, 250));
-      assert.ok(ops.log.extend.length >= 1);
+      assert.equal(ops.log.extend.length, 1);
+      await new Promise((r) => setTimeout(r, 450));
+      assert.equal(ops.log.extend.length, 2);
       return 1;
     });
     assert.equal(out, 1);
   });
 
-  test("a fast fn sends no heartbeat", async () => {
-    const ops = opsServer();
-    const { idem } = client(ops.handler);
-    await idem.operations.run("orders", { key: "k", leaseSeconds: 1 }, () => "fast");
-    assert.deepEqual(ops.log.extend, []);
+  test("the lease counts from before the begin was sent: a slow begin's first beat comes sooner", async () => {
+    // A 1.5 s lease whose begin took 400 ms to answer: the first beat is due 500 ms after the begin
+    // was sent, so 100 ms after its answer (not a third of the lease after the answer).
+    const ops = opsServer({ begin: () => new Promise((r) => setTimeout(() => r(reply(201, { status: "started", id: "op1", token: "tok-1", lease_expires_at: "t" })), 400)) });
+    const times = [];
+    const wrapped = async (call, n) => {
+      times.push([call.path.split("/").pop(), Date.now()]);
+      return ops.handler(call, n);
+    };
+    const { fetch } = fakeFetch(wrapped);
+    const timed = new Idem({ url: URL_, fetch, random: () => 0.5 });
+    await timed.operations.run("orders", { key: "k", leaseSeconds: 1.5 }, () => new Promise((r) => setTimeout(r, 300)));
+    const sent = times.find(([what]) => what === "begin")[1];
+    const beat = times.find(([what]) => what === "extend");
+    assert.ok(beat, `one heartbeat, at most 500 ms after the begin was sent: ${JSON.stringify(times)}`);
+    assert.ok(beat[1] - sent >= 450 && beat[1] - sent < 850, `the first beat ${beat[1] - sent} ms after the begin was sent`);
   });
 
-  test("lease lost during a heartbeat: signal aborted, complete → LeaseLostError, no release", async () => {
-    const lost = () => problem(409, "urn:idem:problem:lease-lost", { detail: "the token no longer holds the key" });
-    const ops = opsServer({ extend: lost, complete: lost });
-    const { idem } = client(ops.handler);
-    let aborted = false;
-    const err = await idem.operations
-      .run("orders", { key: "k", leaseSeconds: 1, heartbeatMs: 20 }, async (ctx) => {
-        await new Promise((r) => ctx.signal.addEventListener("abort", r));
-        aborted = ctx.signal.aborted;
-        return "late";
-      })
-      .catch((e) => e);
-    assert.equal(aborted, true);
-    assert.ok(err instanceof LeaseLostError, String(err));
-    assert.equal(err.type, "urn:idem:problem:lease-lost");
-    assert.equal(ops.log.extend.length, 1, "no heartbeat after the lease is lost");
+  test("a failed heartbeat is tried again within 250 ms, one attempt each (no Retry-After wait), until it gets through", async () => {
+    const at = [];
+    const ops = opsServer({
+      extend: () => {
+        at.push(Date.now());
+        return at.length <= 3 ? problem(503, "urn:idem:problem:store-unavailable", { headers: { "retry-after": "1" } }) : reply(200, { lease_expires_at: "t" });
+      },
+    });
+    const { fetch } = fakeFetch(ops.handler);
+    const idem = new Idem({ url: URL_, fetch, random: () => 0.5 }); // real sleeps: a transport retry would wait Retry-After
+    const out = await idem.operations.run("orders", { key: "k", leaseSeconds: 1.5 }, () => new Promise((r) => setTimeout(() => r("kept"), 1350)));
+    assert.equal(out, "kept");
+    assert.ok(at.length >= 4, `extends: ${at.length}`);
+    const gaps = at.slice(1, 4).map((t, i) => t - at[i]);
+    for (const gap of gaps) assert.ok(gap >= 200 && gap < 550, `a failed beat was tried again after ${gap} ms: ${gaps}`);
+    assert.deepEqual(ops.log.release, []);
+    assert.equal(ops.log.complete.length, 1);
+  });
+
+  test("a heartbeat that cannot get through keeps trying past the lease's end, every 250 ms: a lease that ran out is still this caller's until another takes the key", async () => {
+    const at = [];
+    const ops = opsServer({
+      extend: () => {
+        at.push(Date.now());
+        return at.length <= 6 ? new TypeError("fetch failed") : reply(200, { lease_expires_at: "t" });
+      },
+    });
+    const { fetch } = fakeFetch(ops.handler);
+    const idem = new Idem({ url: URL_, fetch, random: () => 0.5 });
+    const started = Date.now();
+    let aborted;
+    const out = await idem.operations.run("orders", { key: "k", leaseSeconds: 1 }, async (ctx) => {
+      await new Promise((r) => setTimeout(r, 2000));
+      aborted = ctx.signal.aborted;
+      return "late but kept";
+    });
+    assert.equal(out, "late but kept");
+    assert.equal(aborted, false);
+    assert.ok(at.length >= 7, `extends: ${at.length}`);
+    assert.ok(at[6] - started > 1000, "the beat that got through came after the lease's end");
+    for (let i = 1; i < 7; i++) assert.ok(at[i] - at[i - 1] < 550, `tried again every 250 ms: ${at.map((t) => t - started)}`);
     assert.deepEqual(ops.log.release, []);
   });
 

@@ -17,12 +17,13 @@ final class FakeServer
     /** @var resource */
     private $process;
 
-    public function __construct(?string $upstream = null)
+    /** @param string $router the router under tests/fake: router.php, or proxy.php (a proxy in front of $upstream) */
+    public function __construct(?string $upstream = null, string $router = 'router.php')
     {
         $this->dir = sys_get_temp_dir() . '/idem-php-fake-' . bin2hex(random_bytes(6));
         mkdir($this->dir, 0700, true);
         file_put_contents("$this->dir/queue.json", '[]');
-        $router = dirname(__DIR__) . '/fake/router.php';
+        $router = dirname(__DIR__) . '/fake/' . $router;
         for ($try = 0; $try < 3; $try++) {
             $port = IdemServer::freePort();
             $env = IdemServer::childEnv(['FAKE_DIR' => $this->dir, 'FAKE_UPSTREAM' => $upstream ?? '']);
@@ -55,6 +56,30 @@ final class FakeServer
             return [];
         }
         return array_map(static fn (string $line): array => json_decode($line, true), file($file, FILE_IGNORE_NEW_LINES | FILE_SKIP_EMPTY_LINES));
+    }
+
+    /**
+     * What proxy.php does besides forwarding: ['outage' => [from, to], 'beginDelay' => seconds].
+     *
+     * @param array<string, mixed> $plan
+     */
+    public function plan(array $plan): void
+    {
+        file_put_contents("$this->dir/plan.json", json_encode($plan));
+    }
+
+    /**
+     * The requests proxy.php saw: their path, when they arrived (seconds after the first begin) and
+     * what their client was answered.
+     *
+     * @return list<array{path: string, at: float, status: int}>
+     */
+    public function proxied(string $suffix = ''): array
+    {
+        $file = "$this->dir/proxy.jsonl";
+        $lines = is_file($file) ? file($file, FILE_IGNORE_NEW_LINES | FILE_SKIP_EMPTY_LINES) : [];
+        $all = array_map(static fn (string $line): array => json_decode($line, true), $lines);
+        return array_values(array_filter($all, static fn (array $r): bool => str_ends_with($r['path'], $suffix)));
     }
 
     public function stop(): void

@@ -25,7 +25,7 @@ from urllib.parse import quote
 import httpx
 
 from ._client_token import client_token as _client_token
-from ._errors import NOT_FOUND, IdemError, error_from_response
+from ._errors import NOT_FOUND, error_from_response, not_idem_answer
 from ._keys import item_body, key_body
 from ._models import BeginResult, ClaimPage, ClaimRecord, ClaimResult, LookupResult, ReceiptPage
 
@@ -48,11 +48,70 @@ class Call(Generic[T]):
     accept: FrozenSet[int] = field(default_factory=frozenset)
     #: Seconds added to the client's timeout (a begin that waits on the server).
     extra_timeout: float = 0.0
+    #: This call's timeout per attempt instead of the client's (a heartbeat's, bounded by its lease).
+    timeout: Optional[float] = None
+    #: This call's retries instead of the client's (a heartbeat retries on a pace of its own).
+    retries: Optional[int] = None
 
     def finish(self, response: httpx.Response, base_url: Optional[httpx.URL] = None) -> T:
+        what = f"{self.method} {self.path}"
         if response.status_code >= 400 and not (response.status_code in self.accept and _is_absent(response)):
-            raise error_from_response(response, base_url, f"{self.method} {self.path}")
-        return self.parse(response)
+            raise error_from_response(response, base_url, what)
+        try:
+            return self.parse(response)
+        except NotIdemAnswer as exc:
+            raise not_idem_answer(response, base_url, what, exc.expected) from None
+
+
+class NotIdemAnswer(Exception):
+    """A success answer without the fields the call needs (``200 {}``, an HTML page): raised by a
+    parser, and turned by :meth:`Call.finish` into the not-idem :class:`IdemError` naming the URL."""
+
+    def __init__(self, expected: str) -> None:
+        super().__init__(expected)
+        self.expected = expected
+
+
+#: What each call needs of a success answer: field name to kind.
+Shape = Dict[str, str]
+
+
+def _fits(value: Any, kind: str) -> bool:
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "array":
+        return isinstance(value, list)
+    raise ValueError(kind)
+
+
+def _describe(shape: Shape) -> str:
+    return "{ " + ", ".join(f"{name}: {kind}" for name, kind in shape.items()) + " }"
+
+
+def _has(body: Any, shape: Shape) -> bool:
+    return isinstance(body, dict) and all(_fits(body.get(name), kind) for name, kind in shape.items())
+
+
+def _need(response: httpx.Response, shape: Shape) -> Dict[str, Any]:
+    """The answer's JSON object when it has ``shape``'s fields, else :class:`NotIdemAnswer`."""
+    body = _json(response, _describe(shape))
+    if not _has(body, shape):
+        raise NotIdemAnswer(_describe(shape))
+    return cast(Dict[str, Any], body)
+
+
+def _list_of(response: httpx.Response, name: str, shape: Shape) -> List[Dict[str, Any]]:
+    """``{name: [item…]}``, each item with ``shape``'s fields."""
+    expected = f"{{ {name}: [{_describe(shape)}, …] }}"
+    body = _json(response, expected)
+    items = body.get(name) if isinstance(body, dict) else None
+    if not isinstance(items, list) or not all(_has(item, shape) for item in items):
+        raise NotIdemAnswer(expected)
+    return items
 
 
 def _is_absent(response: httpx.Response) -> bool:
@@ -78,36 +137,33 @@ def _seg(value: str) -> str:
     return quote(value, safe="")
 
 
-def _json(response: httpx.Response) -> Any:
+def _json(response: httpx.Response, expected: str) -> Any:
+    """The answer's JSON (not JSON: :class:`NotIdemAnswer`, which says so)."""
     try:
         return json.loads(response.content)
     except ValueError:
-        raise IdemError(
-            response.status_code,
-            "about:blank",
-            "Invalid response",
-            "the server's answer is not JSON",
-        ) from None
+        raise NotIdemAnswer(expected) from None
 
 
-def _obj(response: httpx.Response) -> Dict[str, Any]:
-    body = _json(response)
-    if not isinstance(body, dict):
-        raise IdemError(response.status_code, "about:blank", "Invalid response", "expected a JSON object")
-    return body
+#: The fields of each answer (docs/reference/api.md): a claim's ``claimed`` must be a boolean
+#: (missing is not ``False``).
+CLAIM: Shape = {"claimed": "boolean", "id": "string"}
+LOOKUP: Shape = {"id": "string", "exists": "boolean"}
+EXISTS: Shape = {"exists": "boolean"}
+CLAIM_RECORD: Shape = {"id": "string"}
+CLAIM_PAGE: Shape = {"items": "array"}
+DELETED: Shape = {"deleted": "integer"}
+EXTENDED: Shape = {"lease_expires_at": "string"}
+OPERATION: Shape = {"status": "string", "id": "string"}
+RECEIPT_PAGE: Shape = {"receipts": "array"}
+RECEIPT: Shape = {"id": "string", "status": "string"}
+RECEIPT_ACK: Shape = {"receipt_id": "string", "status": "string"}
 
 
 def _claim_result(body: Dict[str, Any]) -> ClaimResult:
     record = dict(body)
-    claimed = bool(record.pop("claimed", False))
+    claimed = record.pop("claimed")
     return ClaimResult(claimed=claimed, record=cast(ClaimRecord, record))
-
-
-def _results(response: httpx.Response) -> List[Dict[str, Any]]:
-    results = _obj(response).get("results")
-    if not isinstance(results, list):
-        raise IdemError(response.status_code, "about:blank", "Invalid response", "expected results")
-    return results
 
 
 def _none(response: httpx.Response) -> None:
@@ -118,8 +174,15 @@ def _found(response: httpx.Response) -> bool:
     return response.status_code != 404
 
 
-def _optional_obj(response: httpx.Response) -> Optional[Dict[str, Any]]:
-    return None if response.status_code == 404 else _obj(response)
+def _optional(shape: Shape) -> Callable[[httpx.Response], Optional[Dict[str, Any]]]:
+    def parse(response: httpx.Response) -> Optional[Dict[str, Any]]:
+        return None if response.status_code == 404 else _need(response, shape)
+
+    return parse
+
+
+def _object(shape: Shape) -> Callable[[httpx.Response], Dict[str, Any]]:
+    return lambda response: _need(response, shape)
 
 
 _404 = frozenset({404})
@@ -146,7 +209,7 @@ def claim(
     if ttl_seconds is not None:
         body["ttl_seconds"] = ttl_seconds
     body["client_token"] = _client_token(client_token)
-    return Call("POST", f"/v1/claims/{_seg(ns)}", lambda r: _claim_result(_obj(r)), encode_json(body))
+    return Call("POST", f"/v1/claims/{_seg(ns)}", lambda r: _claim_result(_need(r, CLAIM)), encode_json(body))
 
 
 def claim_batch(ns: str, items: Sequence[Item], client_token: Optional[str] = None) -> Call[List[ClaimResult]]:
@@ -154,7 +217,7 @@ def claim_batch(ns: str, items: Sequence[Item], client_token: Optional[str] = No
     return Call(
         "POST",
         f"/v1/claims/{_seg(ns)}/batch",
-        lambda r: [_claim_result(x) for x in _results(r)],
+        lambda r: [_claim_result(x) for x in _list_of(r, "results", CLAIM)],
         encode_json(body),
     )
 
@@ -164,7 +227,7 @@ def lookup(ns: str, items: Sequence[Item]) -> Call[List[LookupResult]]:
     return Call(
         "POST",
         f"/v1/claims/{_seg(ns)}/lookup",
-        lambda r: cast(List[LookupResult], _results(r)),
+        lambda r: cast(List[LookupResult], _list_of(r, "results", LOOKUP)),
         encode_json(body),
     )
 
@@ -174,7 +237,7 @@ def exists_prefix(ns: str, prefix: Union[str, Sequence[str]]) -> Call[bool]:
     return Call(
         "POST",
         f"/v1/claims/{_seg(ns)}/prefix",
-        lambda r: bool(_obj(r).get("exists")),
+        lambda r: bool(_need(r, EXISTS)["exists"]),
         encode_json({"prefix": parts}),
     )
 
@@ -187,10 +250,8 @@ def _prefix(prefix: Union[str, Sequence[str]]) -> List[Tuple[str, str]]:
 
 
 def _claim_page(response: httpx.Response) -> ClaimPage:
-    body = _obj(response)
-    items = body.get("items")
-    if not isinstance(items, list):
-        raise IdemError(response.status_code, "about:blank", "Invalid response", "expected items")
+    body = _need(response, CLAIM_PAGE)
+    items = body["items"]
     after = body.get("next")
     return ClaimPage(items=cast(List[ClaimRecord], items), next=after if isinstance(after, str) and after else None)
 
@@ -207,11 +268,8 @@ def claims_list(
 
 
 def _deleted(response: httpx.Response) -> Tuple[int, bool]:
-    body = _obj(response)
-    deleted = body.get("deleted")
-    if not isinstance(deleted, int):
-        raise IdemError(response.status_code, "about:blank", "Invalid response", "expected deleted")
-    return deleted, body.get("more") is True
+    body = _need(response, DELETED)
+    return int(body["deleted"]), body.get("more") is True
 
 
 def claims_delete_prefix(ns: str, prefix: Union[str, Sequence[str]]) -> Call[Tuple[int, bool]]:
@@ -223,7 +281,7 @@ def claim_get(ns: str, id: str) -> Call[Optional[ClaimRecord]]:
     return Call(
         "GET",
         f"/v1/claims/{_seg(ns)}/{_seg(id)}",
-        lambda r: cast(Optional[ClaimRecord], _optional_obj(r)),
+        lambda r: cast(Optional[ClaimRecord], _optional(CLAIM_RECORD)(r)),
         accept=_404,
     )
 
@@ -239,8 +297,18 @@ def _fence(value: Any) -> Optional[int]:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+_BEGIN = '{ status: "started", id: string, token: string } or { status: "completed", id: string, result }'
+
+
 def _begin_result(response: httpx.Response) -> BeginResult:
-    body = _obj(response)
+    body = _json(response, _BEGIN)
+    started = isinstance(body, dict) and body.get("status") == "started"
+    if not (
+        isinstance(body, dict)
+        and isinstance(body.get("id"), str)
+        and ((started and isinstance(body.get("token"), str) and body["token"]) or body.get("status") == "completed")
+    ):
+        raise NotIdemAnswer(_BEGIN)
     return BeginResult(
         status=str(body.get("status", "")),
         id=str(body.get("id", "")),
@@ -283,11 +351,21 @@ def op_begin(
     )
 
 
+_COMPLETED = '{ status: "completed", id: string, result }'
+
+
+def _completed(response: httpx.Response) -> Dict[str, Any]:
+    body = _json(response, _COMPLETED)
+    if not (isinstance(body, dict) and body.get("status") == "completed" and isinstance(body.get("id"), str)):
+        raise NotIdemAnswer(_COMPLETED)
+    return body
+
+
 def op_complete(ns: str, id: str, token: str, result: Any) -> Call[Dict[str, Any]]:
     return Call(
         "POST",
         f"/v1/operations/{_seg(ns)}/{_seg(id)}/complete",
-        _obj,
+        _completed,
         encode_json({"token": token, "result": result}),
     )
 
@@ -298,17 +376,27 @@ def op_release(ns: str, id: str, token: str) -> Call[None]:
     )
 
 
-def op_extend(ns: str, id: str, token: str, lease_seconds: int) -> Call[Dict[str, Any]]:
+def op_extend(
+    ns: str,
+    id: str,
+    token: str,
+    lease_seconds: int,
+    timeout: Optional[float] = None,
+    retries: Optional[int] = None,
+) -> Call[Dict[str, Any]]:
+    """An extend; a heartbeat gives its own ``timeout`` (bounded by the lease) and ``retries=0``."""
     return Call(
         "POST",
         f"/v1/operations/{_seg(ns)}/{_seg(id)}/extend",
-        _obj,
+        _object(EXTENDED),
         encode_json({"token": token, "lease_seconds": lease_seconds}),
+        timeout=timeout,
+        retries=retries,
     )
 
 
 def op_get(ns: str, id: str) -> Call[Optional[Dict[str, Any]]]:
-    return Call("GET", f"/v1/operations/{_seg(ns)}/{_seg(id)}", _optional_obj, accept=_404)
+    return Call("GET", f"/v1/operations/{_seg(ns)}/{_seg(id)}", _optional(OPERATION), accept=_404)
 
 
 def op_delete(ns: str, id: str) -> Call[bool]:
@@ -319,10 +407,8 @@ def op_delete(ns: str, id: str) -> Call[bool]:
 
 
 def _receipt_page(response: httpx.Response) -> ReceiptPage:
-    body = _obj(response)
-    items = body.get("receipts")
-    if not isinstance(items, list):
-        raise IdemError(response.status_code, "about:blank", "Invalid response", "expected receipts")
+    body = _need(response, RECEIPT_PAGE)
+    items = body["receipts"]
     cursor = body.get("next_cursor")
     return ReceiptPage(items=items, next_cursor=cursor if isinstance(cursor, str) and cursor else None)
 
@@ -343,23 +429,20 @@ def receipts_list(
 
 
 def receipt_get(id: str) -> Call[Optional[Dict[str, Any]]]:
-    return Call("GET", f"/v1/receipts/{_seg(id)}", _optional_obj, accept=_404)
+    return Call("GET", f"/v1/receipts/{_seg(id)}", _optional(RECEIPT), accept=_404)
 
 
 def receipt_replay(id: str) -> Call[Dict[str, Any]]:
-    return Call("POST", f"/v1/receipts/{_seg(id)}/replay", _obj)
+    return Call("POST", f"/v1/receipts/{_seg(id)}/replay", _object(RECEIPT_ACK))
 
 
 def receipt_discard(id: str) -> Call[Dict[str, Any]]:
-    return Call("POST", f"/v1/receipts/{_seg(id)}/discard", _obj)
+    return Call("POST", f"/v1/receipts/{_seg(id)}/discard", _object(RECEIPT_ACK))
 
 
 def _count(field: str) -> Callable[[httpx.Response], int]:
     def parse(response: httpx.Response) -> int:
-        value = _obj(response).get(field)
-        if not isinstance(value, int):
-            raise IdemError(response.status_code, "about:blank", "Invalid response", f"expected {field}")
-        return value
+        return int(_need(response, {field: "integer"})[field])
 
     return parse
 

@@ -17,6 +17,7 @@ from typing import (
     List,
     Optional,
     Sequence,
+    Tuple,
     TypeVar,
     Union,
     cast,
@@ -35,8 +36,9 @@ from ._base import (
     resolve_url,
     client_repr,
     decorator_args,
-    heartbeat_interval,
+    Beats,
     logger,
+    policy_of,
     replace_options,
     request_kwargs,
     roundtrip,
@@ -140,7 +142,7 @@ class AsyncIdem:
         await self.aclose()
 
     async def _call(self, call: Call[T]) -> T:
-        policy = self._options.policy
+        policy = policy_of(self._options, call)
         attempt = 0
         while True:
             try:
@@ -364,19 +366,25 @@ class AsyncOperations:
         client_token: Optional[str] = None,
     ) -> T:
         """Run ``await fn()`` once per key and return its result (see ``Idem.operations.run``);
-        the lease is extended by a task while ``fn`` runs. ``fn`` may also be a plain function."""
+        the lease is extended by a task while ``fn`` runs (every third of the lease, counted from
+        before the begin was sent; a failed extension tried again 250 ms later until one gets
+        through). ``fn`` may also be a plain function."""
         # One token for every begin of this run: each is the same request, asked again.
         token_of_call = _client_token(client_token)
-        begun = await self._begin_waiting(
+        begun, sent_at = await self._begin_waiting(
             ns, key, parts, request, lease_seconds, ttl_seconds, wait_timeout, token_of_call
         )
         if not begun.started:
             return cast(T, begun.result)
         token = begun.token or ""
         lease = lease_seconds or DEFAULT_LEASE_SECONDS
-        beat = asyncio.ensure_future(
-            _heartbeat(lambda: self.extend(ns, begun.id, token, lease), heartbeat_interval(lease))
-        )
+
+        async def extend_once(timeout: float) -> None:
+            await self._c._call(_api.op_extend(ns, begun.id, token, lease, timeout=timeout, retries=0))
+
+        # The lease counts from before the begin was sent, as the server counts it.
+        beats = Beats(lease=lease, leased_at=sent_at, timeout=self._c._options.timeout)
+        beat = asyncio.ensure_future(_heartbeat(extend_once, beats, f"{ns}/{begun.id}"))
         try:
             outcome: Any = fn()
             value = await outcome if inspect.isawaitable(outcome) else outcome
@@ -399,7 +407,8 @@ class AsyncOperations:
         ttl_seconds: Optional[int],
         wait_timeout: Optional[float],
         client_token: str,
-    ) -> BeginResult:
+    ) -> Tuple[BeginResult, float]:
+        """The begin's answer, and when (``time.monotonic()``) the begin that got it was sent."""
         clock = self._c._clock
         limit = self._c._options.wait_timeout if wait_timeout is None else wait_timeout
         deadline = clock() + limit
@@ -407,8 +416,9 @@ class AsyncOperations:
         while True:
             asked = server_wait_seconds(deadline - clock())
             began = clock()
+            sent_at = time.monotonic()
             try:
-                return await self.begin(
+                begun = await self.begin(
                     ns,
                     key=key,
                     parts=parts,
@@ -418,6 +428,7 @@ class AsyncOperations:
                     wait_seconds=asked,
                     client_token=client_token,
                 )
+                return begun, sent_at
             except InProgressError as exc:
                 now = clock()
                 delay = in_progress_delay(
@@ -436,16 +447,32 @@ class AsyncOperations:
             logger.warning("idem: could not release operation %s/%s: %s", ns, id, exc)
 
 
-async def _heartbeat(extend: Callable[[], Awaitable[Any]], interval: float) -> None:
+async def _heartbeat(extend: Callable[[float], Awaitable[None]], beats: Beats, what: str) -> None:
+    """Extends the lease on the schedule of :class:`Beats` until cancelled; ``extend(timeout)`` is
+    one attempt."""
+    warned = False
     while True:
-        await asyncio.sleep(interval)
+        await asyncio.sleep(max(0.0, beats.beat_at - time.monotonic()))
+        asked_at = time.monotonic()
         try:
-            await extend()
+            await extend(beats.attempt_timeout)
         except LeaseLostError:
-            logger.warning("idem: lease lost while the operation was running")
+            logger.warning("idem: lease lost while %s was running: another caller took the key", what)
             return
         except Exception as exc:
-            logger.warning("idem: could not extend the lease: %s", exc)
+            # The first failure in a row is worth a warning; the tries every 250 ms after it are not.
+            log = logger.warning if beats.failing_since is None else logger.debug
+            log("idem: could not extend the lease of %s (trying again every 250 ms): %s", what, exc)
+            if not warned and beats.ran_out(asked_at):
+                warned = True
+                logger.warning(
+                    "idem: the lease of %s ran out before an extension got through; still trying "
+                    "(it is this caller's until another takes the key)",
+                    what,
+                )
+            beats.failed(time.monotonic())
+        else:
+            beats.extended(asked_at)
 
 
 async def _stop(task: "asyncio.Future[None]") -> None:

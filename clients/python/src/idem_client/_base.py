@@ -89,7 +89,8 @@ def replace_options(
 
 
 def request_kwargs(options: Options, call: Call[Any]) -> Dict[str, Any]:
-    kwargs: Dict[str, Any] = {"timeout": options.timeout + call.extra_timeout}
+    timeout = options.timeout if call.timeout is None else call.timeout
+    kwargs: Dict[str, Any] = {"timeout": timeout + call.extra_timeout}
     if call.body is not None:
         kwargs["content"] = call.body
         kwargs["headers"] = {"Content-Type": "application/json"}
@@ -104,9 +105,58 @@ def roundtrip(value: Any) -> Any:
     return json.loads(json.dumps(value, allow_nan=False))
 
 
-def heartbeat_interval(lease_seconds: int) -> float:
-    """Extend the lease every half lease while the work runs."""
-    return max(0.5, lease_seconds / 2)
+def policy_of(options: Options, call: Call[Any]) -> RetryPolicy:
+    """The retry policy of one call: the client's, or with the call's own ``retries``."""
+    if call.retries is None:
+        return options.policy
+    return dataclasses.replace(options.policy, retries=call.retries)
+
+
+#: How soon a heartbeat that failed (no answer, a 5xx, a timeout) is tried again.
+RETRY_BEAT = 0.25
+
+
+@dataclass
+class Beats:
+    """The heartbeat of ``operations.run``, as the gateway beats: the lease counted from before
+    the begin was sent (``leased_at``, ``time.monotonic()``), extended every third of the lease,
+    each extension's lease counted again from before it was sent; a failed extension (one attempt,
+    its timeout at most a third of the lease) tried again ``RETRY_BEAT`` later until one gets
+    through, past the lease's end too (idem keeps a lease that ran out for its holder until another
+    begin takes the key). The sync and async clients run this schedule with a thread or a task."""
+
+    lease: float
+    leased_at: float
+    timeout: float
+    beat_at: float = 0.0
+    failing_since: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        self.beat_at = self.leased_at + self.every
+
+    @property
+    def every(self) -> float:
+        return self.lease / 3
+
+    @property
+    def attempt_timeout(self) -> float:
+        """One attempt's timeout: the client's, at most a third of the lease."""
+        return min(self.timeout, self.every)
+
+    def extended(self, asked_at: float) -> None:
+        self.leased_at = asked_at
+        self.beat_at = asked_at + self.every
+        self.failing_since = None
+
+    def failed(self, now: float) -> None:
+        """Soon again, not a whole interval later: the lease was not extended."""
+        if self.failing_since is None:
+            self.failing_since = now
+        self.beat_at = now + RETRY_BEAT
+
+    def ran_out(self, now: float) -> bool:
+        """Whether the lease, as counted here, has ended without an extension getting through."""
+        return now >= self.leased_at + self.lease
 
 
 def decorator_args(

@@ -186,5 +186,29 @@ def error_from_response(
     return cls(status, kind, title, detail, field, retry_after, not_idem)
 
 
+def not_idem_answer(
+    response: httpx.Response, base_url: Optional[httpx.URL], what: str, expected: str
+) -> IdemError:
+    """A success answer without the fields the call needs (``200 {}``, an HTML page from a server
+    that answers anything): not idem's answer, so not a result either. The not-idem error naming
+    ``base_url``, as for an error answer that is not an idem problem document."""
+    where = _where(base_url) if base_url is not None else "the server"
+    status = response.status_code
+    if not response.content:
+        got = f"with an empty body (expected {expected})"
+    else:
+        try:
+            json.loads(response.content)
+            got = f"without the fields of idem's answer (expected {expected})"
+        except ValueError:
+            kind = response.headers.get("content-type") or "no Content-Type"
+            got = f"with a body that is not JSON ({kind})"
+    detail = (
+        f"{where} answered {status} to {what} {got}: it does not look like idem "
+        "(check the client's url= or IDEM_URL)"
+    )
+    return IdemError(status, "about:blank", "Invalid response", detail, not_idem=True)
+
+
 def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""

@@ -7,7 +7,7 @@ import functools
 import inspect
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, TypeVar, Union, cast
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union, cast
 
 import httpx
 
@@ -22,8 +22,9 @@ from ._base import (
     resolve_url,
     client_repr,
     decorator_args,
-    heartbeat_interval,
+    Beats,
     logger,
+    policy_of,
     replace_options,
     request_kwargs,
     roundtrip,
@@ -130,7 +131,7 @@ class Idem:
         self.close()
 
     def _call(self, call: Call[T]) -> T:
-        policy = self._options.policy
+        policy = policy_of(self._options, call)
         attempt = 0
         while True:
             try:
@@ -393,8 +394,9 @@ class Operations:
         """Run ``fn`` once per key and return its result.
 
         Begins the operation; if this caller holds the key, calls ``fn()``, stores its
-        (JSON-serializable) return value and returns it, extending the lease every half lease
-        while ``fn`` runs. If the work was done before, returns the stored result without
+        (JSON-serializable) return value and returns it, extending the lease while ``fn`` runs
+        (a heartbeat thread: every third of the lease, counted from before the begin was sent; a
+        failed extension tried again 250 ms later until one gets through). If the work was done before, returns the stored result without
         calling ``fn``. If ``fn`` raises, the key is released (so a later call runs it again)
         and the exception propagates. While another caller holds the key, waits for it (up to
         ``wait_timeout`` seconds, default the client's) and then raises :class:`InProgressError`.
@@ -405,14 +407,20 @@ class Operations:
         """
         # One token for every begin of this run: each is the same request, asked again.
         token_of_call = _client_token(client_token)
-        begun = self._begin_waiting(
+        begun, sent_at = self._begin_waiting(
             ns, key, parts, request, lease_seconds, ttl_seconds, wait_timeout, token_of_call
         )
         if not begun.started:
             return cast(T, begun.result)
         token = begun.token or ""
         lease = lease_seconds or DEFAULT_LEASE_SECONDS
-        beat = _Heartbeat(lambda: self.extend(ns, begun.id, token, lease), heartbeat_interval(lease))
+
+        def extend_once(timeout: float) -> None:
+            self._c._call(_api.op_extend(ns, begun.id, token, lease, timeout=timeout, retries=0))
+
+        # The lease counts from before the begin was sent, as the server counts it.
+        beats = Beats(lease=lease, leased_at=sent_at, timeout=self._c._options.timeout)
+        beat = _Heartbeat(extend_once, beats, f"{ns}/{begun.id}")
         beat.start()
         try:
             value = fn()
@@ -435,7 +443,8 @@ class Operations:
         ttl_seconds: Optional[int],
         wait_timeout: Optional[float],
         client_token: str,
-    ) -> BeginResult:
+    ) -> Tuple[BeginResult, float]:
+        """The begin's answer, and when (``time.monotonic()``) the begin that got it was sent."""
         clock = self._c._clock
         limit = self._c._options.wait_timeout if wait_timeout is None else wait_timeout
         deadline = clock() + limit
@@ -443,8 +452,9 @@ class Operations:
         while True:
             asked = server_wait_seconds(deadline - clock())
             began = clock()
+            sent_at = time.monotonic()
             try:
-                return self.begin(
+                begun = self.begin(
                     ns,
                     key=key,
                     parts=parts,
@@ -454,6 +464,7 @@ class Operations:
                     wait_seconds=asked,
                     client_token=client_token,
                 )
+                return begun, sent_at
             except InProgressError as exc:
                 now = clock()
                 delay = in_progress_delay(
@@ -473,11 +484,13 @@ class Operations:
 
 
 class _Heartbeat:
-    """Calls ``extend`` every ``interval`` seconds on a daemon thread until stopped."""
+    """Extends the lease on a daemon thread, on the schedule of :class:`Beats`, until stopped;
+    ``extend(timeout)`` is one attempt."""
 
-    def __init__(self, extend: Callable[[], Any], interval: float) -> None:
+    def __init__(self, extend: Callable[[float], None], beats: Beats, what: str) -> None:
         self._extend = extend
-        self._interval = interval
+        self._beats = beats
+        self._what = what
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="idem-heartbeat", daemon=True)
 
@@ -490,14 +503,29 @@ class _Heartbeat:
             self._thread.join()
 
     def _loop(self) -> None:
-        while not self._stopped.wait(self._interval):
+        beats = self._beats
+        warned = False
+        while not self._stopped.wait(max(0.0, beats.beat_at - time.monotonic())):
+            asked_at = time.monotonic()
             try:
-                self._extend()
+                self._extend(beats.attempt_timeout)
             except LeaseLostError:
-                logger.warning("idem: lease lost while the operation was running")
+                logger.warning("idem: lease lost while %s was running: another caller took the key", self._what)
                 return
             except Exception as exc:
-                logger.warning("idem: could not extend the lease: %s", exc)
+                # The first failure in a row is worth a warning; the tries every 250 ms after it are not.
+                log = logger.warning if beats.failing_since is None else logger.debug
+                log("idem: could not extend the lease of %s (trying again every 250 ms): %s", self._what, exc)
+                if not warned and beats.ran_out(asked_at):
+                    warned = True
+                    logger.warning(
+                        "idem: the lease of %s ran out before an extension got through; still trying "
+                        "(it is this caller's until another takes the key)",
+                        self._what,
+                    )
+                beats.failed(time.monotonic())
+            else:
+                beats.extended(asked_at)
 
 
 class Receipts:
