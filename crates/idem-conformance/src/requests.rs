@@ -1,11 +1,12 @@
 //! Conformance checks for leased keys (gateway requests, operations): one holder per key, lease
-//! tokens that guard completion, release and extension, leases and TTLs that expire exactly.
+//! tokens that guard completion, release and extension (a lease that ran out stays its holder's
+//! until a begin takes the key), leases and TTLs that expire exactly.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::RequestStore;
-use idem_core::request::{Begin, Forget, LeaseToken, NewRequest, RequestState};
+use idem_core::request::{Begin, ENDED_LEASE_KEPT, Forget, LeaseToken, NewRequest, RequestState};
+use idem_core::{Clock, RequestStore};
 
 use crate::Harness;
 
@@ -116,14 +117,44 @@ pub async fn an_expired_lease_frees_the_key_and_voids_the_old_token<S: RequestSt
     }
 }
 
-pub async fn a_lease_that_ran_out_cannot_complete<S: RequestStore + ?Sized>(h: &Harness<S>) {
+/// A lease that ran out frees the key for the next begin, but until one takes it its holder may
+/// still complete it (an answer that came back late is kept: no one ran the key again), extend it
+/// or release it; once the store stopped keeping it, the token is worthless.
+pub async fn a_lease_that_ran_out_is_its_holders_until_a_begin_takes_the_key<S: RequestStore + ?Sized>(h: &Harness<S>) {
     let r = request("k", 1);
     let token = start(h, &r).await;
     h.clock.advance(LEASE);
-    assert!(
-        h.store.complete_request(&r.id, token, &response("late"), TTL).await.expect("complete").is_none(),
-        "too late to complete"
-    );
+    assert!(h.store.peek_request(&r.id).await.expect("peek").is_none(), "a lease that ran out is not live");
+    let until = h.store.complete_request(&r.id, token, &response("late"), TTL).await.expect("complete");
+    assert_eq!(until, Some(crate::START.plus(LEASE + TTL)), "a late answer is kept");
+    match h.store.begin_request(r.clone()).await.expect("begin") {
+        Begin::Completed { same_fingerprint: true, result, .. } => assert_eq!(result, response("late")),
+        other => panic!("expected the late answer replayed, got {other:?}"),
+    }
+
+    let extended = request("extended", 1);
+    let token = start(h, &extended).await;
+    h.clock.advance(LEASE + Duration::from_secs(5));
+    let until = h.store.extend_request(&extended.id, token, LEASE).await.expect("extend");
+    assert_eq!(until, Some(h.clock.now().plus(LEASE)), "an ended lease no one took is extended");
+    assert!(matches!(h.store.begin_request(extended).await.expect("begin"), Begin::Held { .. }), "held again");
+
+    let released = request("released", 1);
+    let token = start(h, &released).await;
+    h.clock.advance(LEASE);
+    assert!(h.store.release_request(&released.id, token).await.expect("release"), "released late");
+    assert!(matches!(
+        h.store.begin_request(released).await.expect("begin"),
+        Begin::Started { lease_expired: false, .. }
+    ));
+
+    let forgotten = request("forgotten", 1);
+    let token = start(h, &forgotten).await;
+    h.clock.advance(LEASE + ENDED_LEASE_KEPT);
+    let late = h.store.complete_request(&forgotten.id, token, &response("too late"), TTL).await.expect("complete");
+    assert!(late.is_none(), "past ENDED_LEASE_KEPT the token is worthless");
+    assert!(h.store.extend_request(&forgotten.id, token, LEASE).await.expect("extend").is_none());
+    assert!(!h.store.release_request(&forgotten.id, token).await.expect("release"));
 }
 
 pub async fn race_of_200_begins_has_one_holder<S: RequestStore + ?Sized>(h: &Harness<S>) {
@@ -151,7 +182,9 @@ pub async fn sweeper_deletes_finished_requests<S: RequestStore + ?Sized>(h: &Har
     h.clock.advance(Duration::from_secs(10));
     assert_eq!(h.store.sweep_requests(100).await.expect("sweep"), 1, "only the expired record goes");
     h.clock.advance(LEASE);
-    assert_eq!(h.store.sweep_requests(100).await.expect("sweep"), 1, "then the ran-out lease");
+    assert_eq!(h.store.sweep_requests(100).await.expect("sweep"), 0, "a ran-out lease is kept for its holder");
+    h.clock.advance(ENDED_LEASE_KEPT);
+    assert_eq!(h.store.sweep_requests(100).await.expect("sweep"), 1, "then it goes");
 }
 
 pub async fn extend_moves_the_lease_for_its_holder_only<S: RequestStore + ?Sized>(h: &Harness<S>) {
@@ -178,12 +211,15 @@ pub async fn extend_moves_the_lease_for_its_holder_only<S: RequestStore + ?Sized
     let other = request("other", 1);
     let late = start(h, &other).await;
     h.clock.advance(LEASE);
+    assert!(matches!(
+        h.store.begin_request(other.clone()).await.expect("begin"),
+        Begin::Started { lease_expired: true, .. }
+    ));
     assert_eq!(
         h.store.extend_request(&other.id, late, longer).await.expect("extend"),
         None,
-        "an ended lease stays ended"
+        "an ended lease another begin took is not its old holder's"
     );
-    assert!(matches!(h.store.begin_request(other).await.expect("begin"), Begin::Started { lease_expired: true, .. }));
 }
 
 pub async fn held_bytes_are_kept_while_held_and_forget_frees_only_results<S: RequestStore + ?Sized>(h: &Harness<S>) {

@@ -18,7 +18,7 @@ pub mod throttle;
 
 pub use claim::{ClaimOutcome, ClaimRecord, NewClaim};
 pub use client_token::ClientToken;
-pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
+pub use clock::{Clock, ManualClock, SteadyClock, SystemClock, SystemTicks, Ticks, Timestamp};
 pub use duration::{format_duration, parse_duration};
 pub use error::{Invalid, StoreError};
 pub use key::{ClaimId, Parts};

@@ -3,6 +3,13 @@
 //! its begin attached), or completed with an opaque result until it expires. The store keeps the
 //! lifecycle atomic; what the bytes mean (an HTTP response, a JSON value, a TTL to apply on
 //! completion) is the caller's business.
+//!
+//! A lease token is good while its lease is the key's last: a lease that ran out frees the key for
+//! the next begin, but until a begin has taken it, its holder may still complete, extend or
+//! release it (a fencing token's rule, as Chubby's sequencers: a holder's write is good while no
+//! newer holder exists, whether or not its time ran out). So an answer that comes back late, from
+//! an upstream slower than the lease or over a path cut off for longer, is still kept when no one
+//! ran the key again. Stores keep a lease that ran out for [`ENDED_LEASE_KEPT`] before sweeping it.
 
 use std::time::Duration;
 
@@ -23,6 +30,21 @@ impl LeaseToken {
         let mut token = [0; 16];
         rand::rng().fill_bytes(&mut token);
         Self(token)
+    }
+}
+
+/// How long a store keeps the record of a lease that ran out (no begin having taken the key
+/// since) before its sweeper deletes it: as long as its holder may still complete or release it.
+/// An hour is far past any upstream call (`max_call` defaults to ten minutes) and any outage a
+/// node rides out holding an unstored answer.
+pub const ENDED_LEASE_KEPT: Duration = Duration::from_secs(3600);
+
+/// Until when (milliseconds) a store keeps a key's record: a result until its TTL ends, a lease
+/// [`ENDED_LEASE_KEPT`] past its end.
+pub fn kept_until(completed: bool, until: i64) -> i64 {
+    match completed {
+        true => until,
+        false => until.saturating_add(ENDED_LEASE_KEPT.as_millis() as i64),
     }
 }
 

@@ -17,10 +17,11 @@
 //! - a claim whose `expires_at` is at or before now is absent for every operation, whether or not
 //!   the sweeper has deleted it yet;
 //! - of any number of concurrent `begin_request`s of one key, exactly one is `Started`; only the
-//!   holder of its lease token can complete, release or extend it, and once the lease runs out the
-//!   key is free again (and the old token is worthless);
+//!   holder of its lease token can complete, release or extend it; once the lease runs out the
+//!   key is free again, and the old token is worthless as soon as another begin takes it;
 //! - an accepted event's receipt and first delivery job are committed together; a job is leased
-//!   by one worker at a time, and only its lease holder can record the attempt's transition.
+//!   by one worker at a time, a lease takes at most the jobs it asked for, and only its lease
+//!   holder can record the attempt's transition or release the job.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -89,9 +90,10 @@ pub trait RequestStore: Send + Sync + 'static {
     /// reports who has it.
     async fn begin_request(&self, request: NewRequest) -> Result<Begin, StoreError>;
 
-    /// Stores the result of a key whose lease `token` still holds it, kept for `ttl`; answers
-    /// until when, as stored (what any later read of the key reports). `None`: the lease was lost
-    /// (expired and taken over, or released); nothing was changed.
+    /// Stores the result of a key whose lease `token` is still the key's last (live, or ran out
+    /// with no begin taking the key since: [`crate::request`]), kept for `ttl`; answers until when,
+    /// as stored (what any later read of the key reports). `None`: the lease was lost (taken over,
+    /// released, or swept [`crate::request::ENDED_LEASE_KEPT`] after it ended); nothing was changed.
     async fn complete_request(
         &self,
         id: &ClaimId,
@@ -103,8 +105,9 @@ pub trait RequestStore: Send + Sync + 'static {
     /// Frees a key held by `token` so that a retry executes again. `false`: not held by it.
     async fn release_request(&self, id: &ClaimId, token: LeaseToken) -> Result<bool, StoreError>;
 
-    /// Moves the end of a live lease held by `token` to `lease` from now (a heartbeat for long
-    /// work). `None`: the lease was lost; nothing was changed.
+    /// Moves the end of the lease held by `token` to `lease` from now (a heartbeat for long work),
+    /// also one that ran out while no begin took the key since. `None`: the lease was lost;
+    /// nothing was changed.
     async fn extend_request(
         &self,
         id: &ClaimId,
@@ -118,7 +121,8 @@ pub trait RequestStore: Send + Sync + 'static {
     /// Deletes a completed result so that the key is free again; a held key is left alone.
     async fn forget_request(&self, id: &ClaimId) -> Result<Forget, StoreError>;
 
-    /// Deletes up to `limit` keys that hold nothing any more (expired results, ended leases).
+    /// Deletes up to `limit` keys that hold nothing any more: results past their TTL, and leases
+    /// that ended [`crate::request::ENDED_LEASE_KEPT`] ago or longer ([`crate::request::kept_until`]).
     async fn sweep_requests(&self, limit: usize) -> Result<usize, StoreError>;
 }
 
@@ -129,9 +133,16 @@ pub trait EventStore: Send + Sync + 'static {
     async fn accept_event(&self, event: NewEvent) -> Result<Accept, StoreError>;
 
     /// Leases up to `limit` due jobs for `lease`, oldest due first, skipping `busy_sources` (those
-    /// at their concurrency limit, so that one slow handler cannot hold every lease). A job whose
-    /// lease ran out is due again. A leased delivery job's receipt is `processing`.
+    /// at their concurrency limit, so that one slow handler cannot hold every lease); never more
+    /// than `limit`, whatever the database's plan. A job whose lease ran out is due again. A leased
+    /// delivery job's receipt is `processing`.
     async fn lease_jobs(&self, limit: usize, lease: Duration, busy_sources: &[String]) -> Result<Vec<Job>, StoreError>;
+
+    /// Ends the leases of `jobs` now, for a worker that holds jobs it will not attempt: each is due
+    /// again, as if its lease had run out (a delivery's receipt stays `processing`, as it would
+    /// then), its attempt still to come. A job whose lease its token no longer holds is left
+    /// alone. Says how many were released.
+    async fn release_jobs(&self, jobs: &[Job]) -> Result<usize, StoreError>;
 
     /// Persists what an attempt of `job` decided ([`crate::event::after_attempt`]), in one
     /// transaction. `false`: the lease was lost and nothing was changed.

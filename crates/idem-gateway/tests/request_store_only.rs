@@ -19,7 +19,9 @@ use axum::http::{Request, StatusCode};
 use axum::routing::post;
 use idem_conformance::{Harness, START};
 use idem_core::gateway::{Fingerprint, KeyPolicy, PathPattern};
-use idem_core::request::{Begin, Decision, Forget, Found, LeaseToken, NewRequest, RequestState, decide_begin};
+use idem_core::request::{
+    Begin, Decision, Forget, Found, LeaseToken, NewRequest, RequestState, decide_begin, kept_until,
+};
 use idem_core::{ClaimId, ClientToken, Clock, ManualClock, RequestStore, StoreError, SystemClock, Timestamp};
 use idem_gateway::{Engine, EngineConfig, IdempotencyLayer, RoutePolicy, Routes};
 use tower::ServiceExt;
@@ -41,9 +43,12 @@ enum Entry {
 }
 
 impl Entry {
-    fn until(&self) -> Timestamp {
+    /// Until when it is kept: a result until its TTL ends, a lease that ran out while its holder
+    /// may still complete it.
+    fn kept_until(&self) -> i64 {
         match self {
-            Entry::Held { until, .. } | Entry::Done { until, .. } => *until,
+            Entry::Held { until, .. } => kept_until(false, until.millis()),
+            Entry::Done { until, .. } => until.millis(),
         }
     }
 }
@@ -78,8 +83,9 @@ impl MemoryStore {
     }
 
     /// The entry of `id` if it is held by `token` and its lease has not run out.
+    /// Is the key's last lease `token`'s (live, or ran out with no begin taking the key since)?
     fn held_by(keys: &HashMap<ClaimId, Entry>, id: &ClaimId, token: LeaseToken, now: Timestamp) -> bool {
-        matches!(keys.get(id), Some(Entry::Held { token: t, until, .. }) if *t == token && *until > now)
+        matches!(keys.get(id), Some(e @ Entry::Held { token: t, .. }) if *t == token && e.kept_until() > now.millis())
     }
 }
 
@@ -135,8 +141,9 @@ impl RequestStore for MemoryStore {
 
     async fn release_request(&self, id: &ClaimId, token: LeaseToken) -> Result<bool, StoreError> {
         self.releases.fetch_add(1, Ordering::SeqCst);
+        let now = self.clock.now();
         let mut keys = self.keys();
-        let held = matches!(keys.get(id), Some(Entry::Held { token: t, .. }) if *t == token);
+        let held = Self::held_by(&keys, id, token, now);
         if held {
             keys.remove(id);
         }
@@ -196,7 +203,8 @@ impl RequestStore for MemoryStore {
     async fn sweep_requests(&self, limit: usize) -> Result<usize, StoreError> {
         let now = self.clock.now();
         let mut keys = self.keys();
-        let gone: Vec<ClaimId> = keys.iter().filter(|(_, e)| e.until() <= now).map(|(id, _)| *id).take(limit).collect();
+        let gone: Vec<ClaimId> =
+            keys.iter().filter(|(_, e)| e.kept_until() <= now.millis()).map(|(id, _)| *id).take(limit).collect();
         gone.iter().for_each(|id| drop(keys.remove(id)));
         Ok(gone.len())
     }

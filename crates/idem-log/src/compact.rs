@@ -217,7 +217,7 @@ fn still_needed(shared: &Shared, number: u32, loc: Loc, record: &Record, now: i6
             let entry = main.filter(|e| e.loc() == loc).or_else(|| shared.index.claim_in_overflow(&rec.ns, &rec.id));
             entry.is_some_and(|e| e.loc() == loc && e.is_live(now))
         }
-        Record::Request(rec) => shared.index.request(&rec.id).is_some_and(|e| e.loc == loc && e.until > now),
+        Record::Request(rec) => shared.index.request(&rec.id).is_some_and(|e| e.loc == loc && e.kept_until() > now),
         Record::ClaimGone { gone, .. } | Record::RequestGone { gone, .. } => {
             gone.target.segment != number && gone.until > now && shared.segments.contains(gone.target.segment)
         }

@@ -81,6 +81,14 @@ pub struct RequestEntry {
     pub token: [u8; 16],
 }
 
+impl RequestEntry {
+    /// Until when its record is kept: a result until its TTL ends, a lease that ran out while
+    /// its holder may still complete it ([`idem_core::request::kept_until`]).
+    pub fn kept_until(&self) -> i64 {
+        idem_core::request::kept_until(self.completed, self.until)
+    }
+}
+
 /// A hasher for keys that are already uniformly random 64-bit values.
 #[derive(Default)]
 pub struct TagHasher(u64);
@@ -439,10 +447,10 @@ impl Index {
         out
     }
 
-    /// Up to `limit` leased keys in shard `shard` that hold nothing at `now`.
+    /// Up to `limit` leased keys in shard `shard` that hold nothing at `now` and are no longer kept.
     pub fn ended_requests(&self, shard: usize, now: i64, limit: usize) -> Vec<(ClaimId, RequestEntry)> {
         let shard = self.shards[shard].read().unwrap_or_else(|e| e.into_inner());
-        shard.requests.iter().filter(|(_, e)| e.until <= now).take(limit).map(|(id, e)| (*id, *e)).collect()
+        shard.requests.iter().filter(|(_, e)| e.kept_until() <= now).take(limit).map(|(id, e)| (*id, *e)).collect()
     }
 
     /// Every live entry's location and length, for the space accounting of start-up.

@@ -91,6 +91,13 @@ pub struct RequestRec {
     pub fence: u64,
 }
 
+impl RequestRec {
+    /// Until when it is kept ([`idem_core::request::kept_until`]).
+    pub fn kept_until(&self) -> i64 {
+        idem_core::request::kept_until(self.completed, self.until)
+    }
+}
+
 /// What a tombstone removes: the record at `target`, which would otherwise be live until `until`.
 /// Recovery applies a tombstone only to the record it names, so a tombstone copied forward by
 /// compaction can never remove a newer record of the same key.

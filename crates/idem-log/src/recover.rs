@@ -224,7 +224,7 @@ fn replay_claim(
 }
 
 fn replay_request(index: &Index, loc: Loc, len: u32, rec: &RequestRec, now: i64) {
-    if rec.until > now {
+    if rec.kept_until() > now {
         let entry = RequestEntry { loc, len, until: rec.until, completed: rec.completed, token: rec.token };
         index.set_request(&rec.id, entry);
     } else {

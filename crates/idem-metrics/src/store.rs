@@ -1,6 +1,6 @@
 //! The store: the embedded store's group commits (size, time, failures), compactions, its size on
-//! disk and the space left, the sweeper's deletions of expired claims and finished keys, and
-//! PostgreSQL's transactions that had to be run again.
+//! disk and the space left, the sweeper's deletions of expired claims and finished keys, how far
+//! the store's clock is from the wall clock, and PostgreSQL's transactions that had to be run again.
 
 use crate::{Family, Label, labels};
 
@@ -46,6 +46,12 @@ pub const SWEPT_AT: Family = Family::gauge(
     "When the sweeper last finished a pass (Unix seconds).",
 );
 
+pub const CLOCK_APART: Family = Family::gauge(
+    "idem_clock_wall_apart_seconds",
+    &[],
+    "The system's wall clock minus the time idem keeps leases and TTLs by (the embedded store: a steady clock that does not step with the wall clock and slews to it at 5 ms a second; PostgreSQL: the database's clock). Far from zero after the wall clock was stepped, or on a node whose clock is skewed from the database's.",
+);
+
 pub const RETRIED: Family = Family::counter(
     "idem_store_retried_transactions_total",
     &["reason"],
@@ -75,6 +81,7 @@ pub const FAMILIES: &[Family] = &[
     COMMAND_ERRORS,
     SWEPT,
     SWEPT_AT,
+    CLOCK_APART,
     RETRIED,
 ];
 
@@ -115,6 +122,11 @@ pub fn swept(n: u64) {
 /// The sweeper finished a pass at `unix_seconds`.
 pub fn sweep_done(unix_seconds: f64) {
     metrics::gauge!(SWEPT_AT.name).set(unix_seconds);
+}
+
+/// The wall clock minus idem's time, in seconds.
+pub fn clock_apart(seconds: f64) {
+    metrics::gauge!(CLOCK_APART.name).set(seconds);
 }
 
 /// A PostgreSQL transaction refused for `reason`, about to run again.

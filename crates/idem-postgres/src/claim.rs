@@ -174,7 +174,9 @@ pub async fn list(
 }
 
 /// Deletes up to `limit` live claims under `prefix`; says how many went. (Expired ones are the
-/// sweeper's.)
+/// sweeper's.) The claims are picked once, in a `MATERIALIZED` CTE as the other bounded deletes
+/// are (event.rs's `LEASE`): without row locks a subquery run again would pick the same claims,
+/// but once per claim the delete looks at, which costs a namespace's size squared.
 pub async fn delete_prefix(
     client: &Object,
     ns: &Namespace,
@@ -184,9 +186,10 @@ pub async fn delete_prefix(
 ) -> Result<usize, StoreError> {
     let statement = client
         .prepare_cached(
-            "DELETE FROM claims WHERE (ns, id) IN (SELECT ns, id FROM claims
+            "WITH picked AS MATERIALIZED (SELECT ns, id FROM claims
                  WHERE ns = $1 AND parts >= $2 AND parts < $3 AND (expires_at IS NULL OR expires_at > $5)
-                 ORDER BY parts LIMIT $4)",
+                 ORDER BY parts LIMIT $4)
+             DELETE FROM claims USING picked WHERE claims.ns = picked.ns AND claims.id = picked.id",
         )
         .await
         .map_err(store_error)?;

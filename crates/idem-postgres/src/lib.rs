@@ -10,8 +10,9 @@
 //! It implements every storage trait; for events it persists the transitions the core lifecycle
 //! decides.
 //!
-//! Time is the database's: each node follows the database clock (its own clock plus a measured
-//! offset), so nodes with skewed clocks agree on expiry. Tests inject a clock instead.
+//! Time is the database's: each node follows the database clock (its own monotonic clock plus a
+//! measured offset), so nodes with skewed clocks agree on expiry and a step of a node's wall clock
+//! moves no lease. Tests inject a clock instead.
 
 mod claim;
 mod event;
@@ -188,7 +189,7 @@ impl PgStore {
         drop(first);
         let clock: Arc<dyn Clock> = match time {
             TimeSource::Given(clock) => clock,
-            TimeSource::Database { local } => time::DatabaseClock::start(local, Arc::clone(&db)).await,
+            TimeSource::Database { ticks } => time::DatabaseClock::start(ticks, Arc::clone(&db)).await,
         };
         let singles = group::spawn(Arc::clone(&db), Arc::clone(&clock), (options.pool_size / 2).max(1));
         let handlers = signal::Handlers::default();
@@ -303,9 +304,10 @@ impl ClaimStore for PgStore {
         with_conn!(self.db, true, |client| {
             let deleted = client
                 .execute(
-                    "DELETE FROM claims WHERE (ns, id) IN
-                         (SELECT ns, id FROM claims WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2
-                          FOR UPDATE SKIP LOCKED)",
+                    // Picked once, at most `limit` (event.rs's `LEASE` says why).
+                    "WITH picked AS MATERIALIZED (SELECT ns, id FROM claims WHERE expires_at <= $1
+                         ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+                     DELETE FROM claims USING picked WHERE claims.ns = picked.ns AND claims.id = picked.id",
                     &[&now, &limit],
                 )
                 .await
@@ -317,15 +319,19 @@ impl ClaimStore for PgStore {
 
 #[async_trait]
 impl RequestStore for PgStore {
-    /// As claims' sweep: rows another transaction holds are skipped, not waited for.
+    /// As claims' sweep: rows another transaction holds are skipped, not waited for. A lease that
+    /// ran out is kept ENDED_LEASE_KEPT longer, while its holder may still complete it.
     async fn sweep_requests(&self, limit: usize) -> Result<usize, StoreError> {
-        let now = self.now().millis();
+        let now = self.now();
+        let (kept_after, now) = (request::kept_after(now), now.millis());
         with_conn!(self.db, true, |client| {
             let deleted = client
                 .execute(
-                    "DELETE FROM requests WHERE id IN
-                         (SELECT id FROM requests WHERE until <= $1 ORDER BY until LIMIT $2 FOR UPDATE SKIP LOCKED)",
-                    &[&now, &(limit as i64)],
+                    // Picked once, at most `limit` (event.rs's `LEASE` says why).
+                    "WITH picked AS MATERIALIZED (SELECT id FROM requests WHERE until <= $1
+                         AND (state = 1 OR until <= $3) ORDER BY until LIMIT $2 FOR UPDATE SKIP LOCKED)
+                     DELETE FROM requests USING picked WHERE requests.id = picked.id",
+                    &[&now, &(limit as i64), &kept_after],
                 )
                 .await
                 .map_err(commit_error)?;
@@ -365,12 +371,10 @@ impl RequestStore for PgStore {
     }
 
     async fn release_request(&self, id: &ClaimId, token: LeaseToken) -> Result<bool, StoreError> {
+        let kept_after = request::kept_after(self.now());
         let released = with_conn!(self.db, true, |client| {
-            let statement = client
-                .prepare_cached("DELETE FROM requests WHERE id = $1 AND state = 0 AND token = $2")
-                .await
-                .map_err(store_error)?;
-            Ok(client.execute(&statement, &[&&id.0[..], &&token.0[..]]).await.map_err(commit_error)? == 1)
+            let statement = client.prepare_cached(request::RELEASE).await.map_err(store_error)?;
+            Ok(client.execute(&statement, &[&&id.0[..], &&token.0[..], &kept_after]).await.map_err(commit_error)? == 1)
         })?;
         if released {
             self.notifier.notify(signal::request_done(id));
@@ -408,6 +412,15 @@ impl EventStore for PgStore {
     async fn finish_job(&self, job: &Job, transition: Transition) -> Result<bool, StoreError> {
         let now = self.now();
         with_conn!(self.db, true, |client| event::finish(&mut client, job, &transition, now).await)
+    }
+
+    /// Released jobs are due at once: the other nodes' workers are woken to take them.
+    async fn release_jobs(&self, jobs: &[Job]) -> Result<usize, StoreError> {
+        let released = with_conn!(self.db, true, |client| event::release(&client, jobs).await)?;
+        if released > 0 {
+            self.notifier.notify(signal::JOBS.to_owned());
+        }
+        Ok(released)
     }
 
     async fn get_receipt(&self, id: &ReceiptId) -> Result<Option<Receipt>, StoreError> {

@@ -34,9 +34,18 @@ const BEGIN: &str = "WITH old AS (
      SELECT (SELECT fence FROM taken), old.fingerprint, old.state, old.until, old.response, old.token,
          old.client_token, old.fence
      FROM (SELECT 1) AS one LEFT JOIN old ON true";
+/// Completion, extension and release need the row to be the token's lease, live or ended but still
+/// kept (`until > $kept_after`, that is now minus ENDED_LEASE_KEPT): a lease that ran out with no
+/// begin taking the key since is still its holder's (idem_core::request).
 const COMPLETE: &str = "UPDATE requests SET state = 1, token = NULL, until = $1, response = $2
      WHERE id = $3 AND state = 0 AND token = $4 AND until > $5";
 const EXTEND: &str = "UPDATE requests SET until = $1 WHERE id = $2 AND state = 0 AND token = $3 AND until > $4";
+pub(crate) const RELEASE: &str = "DELETE FROM requests WHERE id = $1 AND state = 0 AND token = $2 AND until > $3";
+
+/// The oldest `until` a lease the store still keeps can have at `now`.
+pub(crate) fn kept_after(now: Timestamp) -> i64 {
+    now.millis().saturating_sub(idem_core::request::ENDED_LEASE_KEPT.as_millis() as i64)
+}
 
 /// A key's row as a begin sees it.
 fn found(id: &ClaimId, row: &Row) -> Result<Found, StoreError> {
@@ -140,7 +149,7 @@ pub async fn complete(
     let statement = client.prepare_cached(COMPLETE).await.map_err(store_error)?;
     let until = now.plus(ttl);
     let done = client
-        .execute(&statement, &[&until.millis(), &response, &&id.0[..], &&token.0[..], &now.millis()])
+        .execute(&statement, &[&until.millis(), &response, &&id.0[..], &&token.0[..], &kept_after(now)])
         .await
         .map_err(commit_error)?;
     Ok((done == 1).then_some(until))
@@ -156,7 +165,7 @@ pub async fn extend(
     let until = now.plus(lease);
     let statement = client.prepare_cached(EXTEND).await.map_err(store_error)?;
     let changed = client
-        .execute(&statement, &[&until.millis(), &&id.0[..], &&token.0[..], &now.millis()])
+        .execute(&statement, &[&until.millis(), &&id.0[..], &&token.0[..], &kept_after(now)])
         .await
         .map_err(commit_error)?;
     Ok((changed == 1).then_some(until))

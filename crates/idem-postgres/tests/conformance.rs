@@ -73,11 +73,15 @@ fn announce_skip() {
 /// clock, so it agrees with every other node.
 #[tokio::test]
 async fn a_node_with_a_skewed_clock_keeps_database_time() {
+    /// A wall clock an hour fast, and a monotonic clock that started a day ago.
     #[derive(Debug)]
-    struct HourFast;
-    impl idem_core::Clock for HourFast {
-        fn now(&self) -> idem_core::Timestamp {
+    struct HourFast(std::time::Instant);
+    impl idem_core::Ticks for HourFast {
+        fn wall(&self) -> idem_core::Timestamp {
             idem_core::SystemClock.now().plus(std::time::Duration::from_secs(3600))
+        }
+        fn monotonic(&self) -> std::time::Duration {
+            self.0.elapsed() + std::time::Duration::from_secs(86_400)
         }
     }
     use idem_core::Clock;
@@ -86,7 +90,7 @@ async fn a_node_with_a_skewed_clock_keeps_database_time() {
     let store = PgStore::connect(
         &url,
         &idem_postgres::PgOptions { pool_size: 2, ..Default::default() },
-        idem_postgres::TimeSource::Database { local: Arc::new(HourFast) },
+        idem_postgres::TimeSource::Database { ticks: Arc::new(HourFast(std::time::Instant::now())) },
     )
     .await
     .expect("open");

@@ -93,7 +93,7 @@ pub async fn run(
     let mut tls = Tls::load(&config)?;
     let (stop, stopped) = watch::channel(false);
     let hangup = tls::Hangup::listen();
-    let housekeeping = housekeeping(&config, &stores, &stopped);
+    let housekeeping = housekeeping(&config, &stores, &clock, &stopped);
     let wake = Arc::new(Notify::new());
     let describe = Listening::of(&config);
     let gateway_addr = listeners.gateway.as_ref().and_then(|l| l.local_addr().ok());
@@ -244,12 +244,18 @@ impl Tls {
 }
 
 /// The sweeper, the metrics' upkeep and the gauges, until `stopped`.
-fn housekeeping(config: &Config, stores: &Stores, stopped: &watch::Receiver<bool>) -> JoinHandle<()> {
+fn housekeeping(
+    config: &Config,
+    stores: &Stores,
+    clock: &Arc<dyn Clock>,
+    stopped: &watch::Receiver<bool>,
+) -> JoinHandle<()> {
     let retention = config.events.retention.map(|r| r.0);
-    let sweeper = worker::sweeper::run(stores.clone(), config.sweeper.clone(), retention, stopped.clone());
+    let sweeper =
+        worker::sweeper::run(stores.clone(), Arc::clone(clock), config.sweeper.clone(), retention, stopped.clone());
     let upkeep = metrics_upkeep(telemetry::metrics_handle(), stopped.clone());
     let data_dir = matches!(config.store, config::StoreConfig::Embedded {}).then(|| config.data_dir.clone());
-    let gauges = worker::gauges::run(stores.clone(), data_dir, stopped.clone());
+    let gauges = worker::gauges::run(stores.clone(), data_dir, Arc::clone(clock), stopped.clone());
     tokio::spawn(async move {
         tokio::join!(sweeper, upkeep, gauges);
     })

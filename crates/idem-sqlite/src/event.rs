@@ -151,6 +151,19 @@ pub fn lease(
     Ok(jobs)
 }
 
+/// Ends the leases `jobs` still hold (their tokens): each is due again at once, as when a lease runs
+/// out.
+pub fn release(conn: &Connection, jobs: &[(i64, LeaseToken)]) -> Result<usize, StoreError> {
+    let mut statement = conn
+        .prepare_cached("UPDATE jobs SET lease_until = NULL, token = NULL WHERE id = ?1 AND token = ?2")
+        .map_err(store_error)?;
+    let mut released = 0;
+    for (id, token) in jobs {
+        released += statement.execute(params![id, &token.0[..]]).map_err(store_error)?;
+    }
+    Ok(released)
+}
+
 /// Persists an attempt's transition, if `job`'s lease still holds.
 pub fn finish(conn: &Connection, job: &Job, t: &Transition, now: Timestamp) -> Result<bool, StoreError> {
     if !holds_lease(conn, job, now)? {

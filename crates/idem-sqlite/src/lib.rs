@@ -213,6 +213,11 @@ impl EventStore for SqliteStore {
         self.send(|reply| Command::Finish { job, transition, reply }).await
     }
 
+    async fn release_jobs(&self, jobs: &[Job]) -> Result<usize, StoreError> {
+        let jobs = jobs.iter().map(|j| (j.id, j.token)).collect();
+        self.send(|reply| Command::Release { jobs, reply }).await
+    }
+
     async fn get_receipt(&self, id: &ReceiptId) -> Result<Option<Receipt>, StoreError> {
         let id = id.clone();
         self.readers.run(move |conn| event::get(conn, &id)).await

@@ -14,6 +14,7 @@ use std::time::Instant;
 use std::time::Duration;
 
 use idem_core::event::{Accept, Job, NewEvent, ReceiptFilter, ReceiptId, ReceiptStatus, ReplayBatch, Transition};
+use idem_core::request::LeaseToken;
 use idem_core::{Clock, StoreError, Timestamp};
 use rusqlite::{Connection, params};
 use tokio::sync::{mpsc, oneshot};
@@ -26,6 +27,7 @@ pub enum Command {
     Accept { event: NewEvent, reply: Reply<Accept> },
     Lease { limit: usize, lease: Duration, busy: Vec<String>, reply: Reply<Vec<Job>> },
     Finish { job: Box<Job>, transition: Box<Transition>, reply: Reply<bool> },
+    Release { jobs: Vec<(i64, LeaseToken)>, reply: Reply<usize> },
     Replay { id: ReceiptId, reply: Reply<Option<ReceiptStatus>> },
     ReplayMatching { filter: Box<ReceiptFilter>, reply: Reply<ReplayBatch> },
     Discard { id: ReceiptId, reply: Reply<Option<ReceiptStatus>> },
@@ -40,6 +42,7 @@ impl Command {
         match self {
             Command::DeleteEnded { limit, .. } => *limit,
             Command::ReplayMatching { filter, .. } => filter.limit,
+            Command::Release { jobs, .. } => jobs.len(),
             _ => 1,
         }
     }
@@ -142,6 +145,7 @@ impl Writer {
             Command::Finish { job, transition, reply } => {
                 ran(reply, crate::event::finish(conn, &job, &transition, now))
             }
+            Command::Release { jobs, reply } => ran(reply, crate::event::release(conn, &jobs)),
             Command::Replay { id, reply } => ran(reply, crate::event::replay(conn, &id, now)),
             Command::ReplayMatching { filter, reply } => ran(reply, crate::event::replay_matching(conn, &filter, now)),
             Command::Discard { id, reply } => ran(reply, crate::event::discard(conn, &id, now)),
@@ -165,6 +169,7 @@ fn abandon(command: Command) -> Pending {
         Command::Finish { reply, .. } => pending(reply, Err(StoreError::Closed)),
         Command::Accept { reply, .. } => pending(reply, Err(StoreError::Closed)),
         Command::Lease { reply, .. } => pending(reply, Err(StoreError::Closed)),
+        Command::Release { reply, .. } => pending(reply, Err(StoreError::Closed)),
         Command::Replay { reply, .. } | Command::Discard { reply, .. } => pending(reply, Err(StoreError::Closed)),
         Command::ReplayMatching { reply, .. } => pending(reply, Err(StoreError::Closed)),
         Command::DeleteEnded { reply, .. } => pending(reply, Err(StoreError::Closed)),

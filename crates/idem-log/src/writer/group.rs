@@ -397,8 +397,8 @@ impl<'a> Group<'a> {
             // The replaced record stays on disk, live by its own time: once the new one is gone
             // (ended, or forgotten) and its segment compacted away, a restart would bring the old
             // one back. A tombstone names it, kept for as long as it would otherwise be live.
-            if name_old && old.until > self.now {
-                let gone = Gone { target: old.loc, until: old.until };
+            if name_old && old.kept_until() > self.now {
+                let gone = Gone { target: old.loc, until: old.kept_until() };
                 let (loc, len) = self.append(&Record::RequestGone { id, gone });
                 self.dead(loc, len);
             }
@@ -413,8 +413,8 @@ impl<'a> Group<'a> {
         touched.record = None;
         let Some(entry) = touched.current.take() else { return Ok(()) };
         self.dead(entry.loc, entry.len);
-        if entry.until > now {
-            let gone = Gone { target: entry.loc, until: entry.until };
+        if entry.kept_until() > now {
+            let gone = Gone { target: entry.loc, until: entry.kept_until() };
             let (loc, len) = self.append(&Record::RequestGone { id: *id, gone });
             self.dead(loc, len);
         }
@@ -445,12 +445,13 @@ impl<'a> Group<'a> {
         Ok(Begin::Started { token, lease_until, lease_expired, fence })
     }
 
-    /// The record of a key that `token` holds right now.
+    /// The record of a key whose last lease is `token`'s: live, or ran out with no begin taking
+    /// the key since (still kept: [`idem_core::request::ENDED_LEASE_KEPT`]).
     fn held_by(&mut self, id: &ClaimId, token: LeaseToken) -> Result<Option<RequestRec>, StoreError> {
         let now = self.now;
         Ok(self
             .request_record(id)?
-            .filter(|(e, _)| !e.completed && e.token == token.0 && e.until > now)
+            .filter(|(e, _)| !e.completed && e.token == token.0 && e.kept_until() > now)
             .map(|(_, rec)| rec))
     }
 
@@ -471,7 +472,7 @@ impl<'a> Group<'a> {
     }
 
     fn release(&mut self, id: &ClaimId, token: LeaseToken) -> Result<bool, StoreError> {
-        let held = self.request_record(id)?.is_some_and(|(e, _)| !e.completed && e.token == token.0);
+        let held = self.held_by(id, token)?.is_some();
         if held {
             self.remove_request(id)?;
         }
@@ -539,7 +540,7 @@ impl<'a> Group<'a> {
                 Record::Request(rec) => {
                     let now = self.now;
                     let touched = self.touch_request(&rec.id)?;
-                    if touched.current.is_none_or(|e| e.loc != old || e.until <= now) {
+                    if touched.current.is_none_or(|e| e.loc != old || e.kept_until() <= now) {
                         continue;
                     }
                     self.put_request(rec, false)?;

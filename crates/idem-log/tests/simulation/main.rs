@@ -297,7 +297,7 @@ impl Sim {
             .model
             .requests
             .values()
-            .filter(|r| r.until > now)
+            .filter(|r| idem_core::request::kept_until(r.completed, r.until) > now)
             .map(|r| (8 + 1 + 32 + 32 + 1 + 16 + 8 + 4 + r.body.len()) as u64)
             .sum();
         claims + requests
@@ -362,7 +362,9 @@ impl Sim {
             return Op::Delete { key: (ns, keys[rng.below(keys.len() as u64) as usize].clone()) };
         }
         let key = format!("r{}", rng.below(REQUESTS));
-        let held = self.model.request(&key, now).filter(|r| !r.completed).and_then(|r| r.token);
+        // A lease that ran out is still its holder's to complete, extend or release until a begin
+        // takes the key: its token is tried too.
+        let held = self.model.kept(&key, now).filter(|r| !r.completed).and_then(|r| r.token);
         let token = match held {
             Some(t) if rng.chance(85) => t,
             _ => LeaseToken([rng.below(255) as u8; 16]),

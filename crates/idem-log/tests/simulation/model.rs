@@ -66,6 +66,12 @@ impl Model {
     pub fn request(&self, key: &str, now: i64) -> Option<&MReq> {
         self.requests.get(key).filter(|r| r.until > now)
     }
+
+    /// A key's record while the store keeps it: live, or a lease that ran out whose holder may
+    /// still complete, extend or release it ([`idem_core::request::kept_until`]).
+    pub fn kept(&self, key: &str, now: i64) -> Option<&MReq> {
+        self.requests.get(key).filter(|r| idem_core::request::kept_until(r.completed, r.until) > now)
+    }
 }
 
 /// One claim of a step: parts, data, TTL, client token.
@@ -164,21 +170,21 @@ pub fn expect(model: &Model, op: &Op, now: i64) -> (Answer, Model) {
             }
         },
         Op::Complete { key, token, result, ttl } => {
-            let held = after.request(key, now).is_some_and(|r| !r.completed && r.token == Some(*token));
+            let held = after.kept(key, now).is_some_and(|r| !r.completed && r.token == Some(*token));
             if held && let Some(r) = after.requests.get_mut(key) {
                 *r = MReq { completed: true, token: None, until: now + ms(*ttl), body: result.clone(), ..r.clone() };
             }
             Answer::Done(held)
         }
         Op::Release { key, token } => {
-            let held = after.request(key, now).is_some_and(|r| !r.completed && r.token == Some(*token));
+            let held = after.kept(key, now).is_some_and(|r| !r.completed && r.token == Some(*token));
             if held {
                 after.requests.remove(key);
             }
             Answer::Done(held)
         }
         Op::Extend { key, token, lease } => {
-            let held = after.request(key, now).is_some_and(|r| !r.completed && r.token == Some(*token));
+            let held = after.kept(key, now).is_some_and(|r| !r.completed && r.token == Some(*token));
             match after.requests.get_mut(key) {
                 Some(r) if held => {
                     r.until = now + ms(*lease);

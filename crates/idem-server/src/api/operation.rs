@@ -372,11 +372,9 @@ pub async fn complete(
     if result.as_ref().is_some_and(|r| r.len() > MAX_DATA_BYTES) {
         return Err(Invalid::new("result", format!("must be at most {MAX_DATA_BYTES} bytes of JSON")).into());
     }
-    let ttl = match state.stores.requests.peek_request(&key).await? {
-        Some(RequestState::Held { held, .. }) => operation::decode_held(&held).unwrap_or(DEFAULT_TTL),
-        Some(RequestState::Completed { result, expires_at, .. }) => {
-            return completed_by(&path.ns, &id, &token, &result, expires_at).map(Json);
-        }
+    let ttl = match held_ttl(&state, &key, token).await? {
+        Some(Ok(ttl)) => ttl,
+        Some(Err((result, expires_at))) => return completed_by(&path.ns, &id, &token, &result, expires_at).map(Json),
         None => return Err(lease_lost(&path.ns)),
     };
     let now = state.clock.now();
@@ -394,6 +392,34 @@ pub async fn complete(
         _ => Err(lease_lost(&path.ns)),
     }
 }
+
+/// The TTL the begin asked for, kept with the held key; `Err`: the key is completed (its result
+/// and expiry); `None`: the lease is lost. A lease that ran out is still its holder's until another begin takes the key
+/// (idem_core::request): it is renewed for a moment, so that its held bytes (the TTL) can be read
+/// and the late result stored; a lease another begin took is lost.
+async fn held_ttl(
+    state: &AppState,
+    key: &ClaimId,
+    token: LeaseToken,
+) -> Result<Option<Result<Duration, (Vec<u8>, Timestamp)>>, ApiError> {
+    for _ in 0..2 {
+        match state.stores.requests.peek_request(key).await? {
+            Some(RequestState::Held { held, .. }) => {
+                return Ok(Some(Ok(operation::decode_held(&held).unwrap_or(DEFAULT_TTL))));
+            }
+            Some(RequestState::Completed { result, expires_at, .. }) => return Ok(Some(Err((result, expires_at)))),
+            None => {
+                if state.stores.requests.extend_request(key, token, LATE_COMPLETION_LEASE).await?.is_none() {
+                    break;
+                }
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// How long a lease that ran out is renewed for, so that its late result can be stored.
+const LATE_COMPLETION_LEASE: Duration = Duration::from_secs(10);
 
 /// The stored result, if this token is the one that completed it; else the lease was lost.
 fn completed_by(

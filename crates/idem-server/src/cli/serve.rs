@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use idem_core::{Clock, Stores, SystemClock};
+use idem_core::{Clock, SteadyClock, Stores, SystemTicks};
 
 use super::client::Failure;
 use super::{ConfigArgs, ServeArgs};
@@ -20,19 +20,20 @@ pub fn load_config(args: &ConfigArgs) -> Result<Config, Failure> {
 }
 
 /// Chooses the backend, once, for the whole process; answers it with the clock it keeps time by
-/// (the system's for the embedded store, the database's for PostgreSQL), which the rest of the
-/// server must share.
+/// (for the embedded store the system's, steadied: it does not jump when the wall clock is stepped;
+/// for PostgreSQL the database's, followed on the monotonic clock), which the rest of the server
+/// must share.
 pub async fn open_store(config: &Config) -> Result<(Stores, Arc<dyn Clock>), Failure> {
     match &config.store {
         StoreConfig::Embedded {} => {
-            let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+            let clock: Arc<dyn Clock> = Arc::new(SteadyClock::system());
             let stores = crate::embedded::open(&config.data_dir, Arc::clone(&clock))
                 .await
                 .map_err(|e| Failure::runtime(e.to_string()))?;
             Ok((stores, clock))
         }
         StoreConfig::Postgres { url, pool_size, connect_timeout, call_timeout } => {
-            let time = idem_postgres::TimeSource::Database { local: Arc::new(SystemClock) };
+            let time = idem_postgres::TimeSource::Database { ticks: Arc::new(SystemTicks::default()) };
             let options = idem_postgres::PgOptions {
                 pool_size: *pool_size,
                 connect_timeout: connect_timeout.0,

@@ -6,7 +6,9 @@
 //! jobs beyond what is running (a ticket each, twice its concurrency in all), so a job waits for a
 //! slot at most one attempt's length and its lease covers that wait as well as its attempt: no
 //! result is refused for a lease that ran out while the job queued (which would deliver the event
-//! twice), and a slow handler cannot starve the others. Redirects are never followed: a 3xx is a failed attempt.
+//! twice), and a slow handler cannot starve the others. A leased job is never dropped: one the
+//! store leased beyond what was asked is released at once (`ticket_each`). Redirects are never
+//! followed: a 3xx is a failed attempt.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -210,20 +212,64 @@ impl Delivery {
                 continue;
             }
             let free = free.min(room);
-            let Ok(mut tickets) = Arc::clone(&source.tickets).try_acquire_many_owned(free as u32) else { continue };
+            let Ok(tickets) = Arc::clone(&source.tickets).try_acquire_many_owned(free as u32) else { continue };
             let jobs = self.store.lease_jobs(free, source.lease, &source.others).await.unwrap_or_else(|e| {
                 tracing::warn!(error = %e, "could not lease jobs; retrying");
                 Vec::new()
             });
-            room -= jobs.len();
-            for job in jobs {
-                // Cannot fail: `free` tickets are held and at most `free` jobs were leased.
-                let Some(ticket) = tickets.split(1) else { break };
-                leased.push((job, ticket));
-            }
-            // The tickets no job took go back when `tickets` is dropped here.
+            let ticketed = self.ticket_each(jobs, tickets, free).await;
+            // No underflow: a job is kept only with one of the `free` tickets, and `free <= room`.
+            room -= ticketed.len();
+            leased.extend(ticketed);
         }
         leased
+    }
+
+    /// Gives each leased job one of the `asked` tickets held. A store leases at most what it was
+    /// asked for; one that leased more (PostgreSQL did, on some plans: #42) is told of in the log,
+    /// and the jobs beyond the tickets are released at once, due again for this worker's next
+    /// lease or another node's. Kept here instead, they would wait for a ticket longer than their
+    /// lease allows for; dropped, they would sit leased and unattempted until it ran out. The
+    /// tickets no job took go back when `tickets` is dropped.
+    async fn ticket_each(
+        &self,
+        jobs: Vec<Job>,
+        mut tickets: OwnedSemaphorePermit,
+        asked: usize,
+    ) -> Vec<(Job, OwnedSemaphorePermit)> {
+        let leased = jobs.len();
+        let mut ticketed = Vec::with_capacity(leased.min(asked));
+        let mut beyond = Vec::new();
+        for job in jobs {
+            match tickets.split(1) {
+                Some(ticket) => ticketed.push((job, ticket)),
+                None => beyond.push(job),
+            }
+        }
+        if beyond.is_empty() {
+            return ticketed;
+        }
+        let released = self.store.release_jobs(&beyond).await;
+        if let Some(more) = self.log.admit("lease/beyond", Instant::now()) {
+            match released {
+                Ok(released) => tracing::warn!(
+                    asked,
+                    leased,
+                    released,
+                    more_like_it = more,
+                    "the store leased more jobs than asked; those beyond were released to be leased again"
+                ),
+                Err(e) => tracing::warn!(
+                    asked,
+                    leased,
+                    error = %e,
+                    more_like_it = more,
+                    "the store leased more jobs than asked, and those beyond could not be released: \
+                     they will be delivered once their lease runs out"
+                ),
+            }
+        }
+        ticketed
     }
 
     /// Queue depth and the age of the oldest due job, as gauges.

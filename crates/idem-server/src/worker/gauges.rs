@@ -7,9 +7,10 @@
 //! expire, so there they are read at every scrape instead ([`claims_at_scrape`]).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::{ClaimStore, EventStore, Stores};
+use idem_core::{ClaimStore, Clock, EventStore, Stores};
 use tokio::sync::watch;
 
 const EVERY: Duration = Duration::from_secs(15);
@@ -19,8 +20,9 @@ const RECEIPTS_EVERY: u64 = 4;
 const CLAIMS_EVERY: u64 = 20;
 
 /// Samples until `stop`. `data_dir` is `None` on PostgreSQL, whose disk is the database's to watch.
-pub async fn run(stores: Stores, data_dir: Option<PathBuf>, mut stop: watch::Receiver<bool>) {
+pub async fn run(stores: Stores, data_dir: Option<PathBuf>, clock: Arc<dyn Clock>, mut stop: watch::Receiver<bool>) {
     for round in 0u64.. {
+        clock_apart(clock.as_ref(), round);
         if let Some(dir) = data_dir.clone()
             && let Ok((size, available)) =
                 tokio::task::spawn_blocking(move || crate::embedded::tools::size_on_disk(&dir)).await
@@ -37,6 +39,19 @@ pub async fn run(stores: Stores, data_dir: Option<PathBuf>, mut stop: watch::Rec
             _ = tokio::time::sleep(EVERY) => {}
             _ = stop.changed() => return,
         }
+    }
+}
+
+/// How far the wall clock is from the time leases are kept by; told in the log when over a second,
+/// every ten minutes while it lasts (each round is 15 s).
+fn clock_apart(clock: &dyn Clock, round: u64) {
+    let apart = clock.wall_apart_ms();
+    idem_metrics::store::clock_apart(apart as f64 / 1000.0);
+    if apart.abs() > 1000 && round.is_multiple_of(40) {
+        tracing::warn!(
+            apart_ms = apart,
+            "the system clock is apart from the time idem keeps leases and TTLs by (it was stepped, or it is skewed from the database's clock); idem does not jump with it: it slews toward the wall clock at 5 ms a second, and on PostgreSQL it follows the database's clock"
+        );
     }
 }
 

@@ -6,12 +6,22 @@
 use std::future::Future;
 use std::time::Duration;
 
-use idem_core::{ClaimStore, EventStore, RequestStore, StoreError, Stores};
+use std::sync::Arc;
+
+use idem_core::{ClaimStore, Clock, EventStore, RequestStore, StoreError, Stores};
 use tokio::sync::watch;
 
 use crate::config::SweeperConfig;
 
-pub async fn run(stores: Stores, config: SweeperConfig, retention: Option<Duration>, mut stop: watch::Receiver<bool>) {
+/// Sweeps every `config.interval` until `stop`, by `clock` (the store's: a step of the wall clock
+/// moves nothing it deletes).
+pub async fn run(
+    stores: Stores,
+    clock: Arc<dyn Clock>,
+    config: SweeperConfig,
+    retention: Option<Duration>,
+    mut stop: watch::Receiver<bool>,
+) {
     loop {
         tokio::select! {
             _ = tokio::time::sleep(config.interval.0) => {}
@@ -19,7 +29,7 @@ pub async fn run(stores: Stores, config: SweeperConfig, retention: Option<Durati
         }
         sweep_all(stores.claims.as_ref(), stores.requests.as_ref(), config.batch, &stop).await;
         if let Some(retention) = retention {
-            sweep_receipts(stores.events.as_ref(), retention, config.batch, &stop).await;
+            sweep_receipts(stores.events.as_ref(), clock.now(), retention, config.batch, &stop).await;
         }
     }
 }
@@ -27,13 +37,13 @@ pub async fn run(stores: Stores, config: SweeperConfig, retention: Option<Durati
 /// Retention: deletes handled receipts last changed more than `retention` ago, batch by batch.
 pub async fn sweep_receipts(
     store: &dyn EventStore,
+    now: idem_core::Timestamp,
     retention: Duration,
     batch: usize,
     stop: &watch::Receiver<bool>,
 ) -> usize {
-    let now = idem_core::Clock::now(&idem_core::SystemClock).millis();
     let ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
-    let before = idem_core::Timestamp(now.saturating_sub(ms));
+    let before = idem_core::Timestamp(now.millis().saturating_sub(ms));
     let n = drain("receipts", || store.delete_ended_receipts(before, batch), batch, stop).await;
     idem_metrics::events::receipts_deleted(n as u64);
     n
@@ -141,9 +151,11 @@ mod tests {
         let (_stop, stopped) = watch::channel(false);
         let all = idem_core::event::ReceiptFilter { limit: 10, ..Default::default() };
         assert_eq!(store.list_receipts(&all).await.expect("list").len(), 1);
-        assert_eq!(sweep_receipts(&store, Duration::from_secs(3600), 10, &stopped).await, 0, "younger than retention");
+        let now = || idem_core::Clock::now(&idem_core::SystemClock);
+        let hour = Duration::from_secs(3600);
+        assert_eq!(sweep_receipts(&store, now(), hour, 10, &stopped).await, 0, "younger than retention");
         tokio::time::sleep(Duration::from_millis(5)).await;
-        assert_eq!(sweep_receipts(&store, Duration::ZERO, 10, &stopped).await, 1);
+        assert_eq!(sweep_receipts(&store, now(), Duration::ZERO, 10, &stopped).await, 1);
         assert!(store.list_receipts(&all).await.expect("list").is_empty());
     }
 }

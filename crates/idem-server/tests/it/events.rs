@@ -410,6 +410,45 @@ async fn a_slow_handler_at_its_concurrency_gets_each_event_once() {
     s.stop().await;
 }
 
+/// A store that leases more jobs than asked (PostgreSQL did on some plans: #42) still has each
+/// event delivered at once, and once: the worker releases the jobs beyond its tickets rather than
+/// leave them leased and unattempted for a whole lease (30 s here), and its count of the room left
+/// does not go below zero when a lease brings more than the 64 it asks for at most.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_leased_beyond_what_was_asked_are_delivered_at_once() {
+    use crate::support::over_leasing::OverLeasing;
+    let handler = Receiver::start(Duration::ZERO).await;
+    let store = Arc::new(std::sync::OnceLock::<Arc<OverLeasing>>::new());
+    let slot = Arc::clone(&store);
+    let s = TestServer::start_wrapping_events(
+        move |inner| {
+            let over = Arc::new(OverLeasing::new(inner));
+            let _ = slot.set(Arc::clone(&over));
+            over
+        },
+        |c| c.sources = vec![source("burst", &handler.url, "concurrency = 2\nattempt_timeout = \"10s\"")],
+    )
+    .await;
+    let json = [("content-type", "application/json")];
+    for n in 0..100 {
+        let body = format!(r#"{{"external_event_id":"b{n}"}}"#);
+        assert_eq!(post(&s.client, "/v1/sources/burst/events", &body, &json).await.status, 202);
+    }
+    let store = store.get().expect("the server wrapped its event store");
+    store.open();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while handler.distinct().len() < 100 {
+        let leased = s.expect(Method::GET, "/v1/receipts?limit=1000&status=processing", None, 200).await;
+        let waiting = leased["receipts"].as_array().map_or(0, Vec::len);
+        assert!(Instant::now() < deadline, "{} of 100 delivered, {waiting} leased", handler.distinct().len());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(store.beyond.load(std::sync::atomic::Ordering::SeqCst) > 0, "the store did lease beyond the tickets");
+    until_count(&s, "source=burst&status=completed", 100).await;
+    assert_eq!(handler.ids.lock().expect("lock").len(), 100, "each event delivered once");
+    s.stop().await;
+}
+
 /// A failed attempt records why, all of it: which address refused the connection.
 #[tokio::test]
 async fn a_refused_connection_is_recorded_with_its_cause_and_address() {

@@ -6,6 +6,7 @@ mod browser;
 mod callers;
 mod claims;
 mod cli;
+mod clock_steps;
 mod deploy;
 mod embedded;
 mod errors;

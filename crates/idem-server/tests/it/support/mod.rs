@@ -4,6 +4,7 @@
 pub mod binary;
 pub mod certs;
 pub mod faulty;
+pub mod over_leasing;
 pub mod pg;
 pub mod receiver;
 pub mod upstream;
@@ -46,6 +47,22 @@ impl TestServer {
         // for events.
         let stores =
             idem_server::embedded::open(&config.data_dir, Arc::clone(&clock)).await.expect("open the embedded store");
+        Self::start_on(stores, dir, config, clock).await
+    }
+
+    /// Starts a server on the embedded store whose events go through `wrap` (a store that
+    /// misbehaves on purpose); `configure` edits the config first.
+    pub async fn start_wrapping_events(
+        wrap: impl FnOnce(Arc<dyn idem_core::EventStore>) -> Arc<dyn idem_core::EventStore>,
+        configure: impl FnOnce(&mut Config),
+    ) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut config = Config { data_dir: dir.path().to_owned(), ..Config::default() };
+        configure(&mut config);
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let stores =
+            idem_server::embedded::open(&config.data_dir, Arc::clone(&clock)).await.expect("open the embedded store");
+        let stores = Stores { events: wrap(Arc::clone(&stores.events)), ..stores };
         Self::start_on(stores, dir, config, clock).await
     }
 
