@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every test of the project, as the README's quick start runs it: the Rust workspace, then the
 # TypeScript, Python, Go and PHP clients against the `idem` binary that cargo built (target/debug/idem)
-# (the Go suite also runs the Go example and the PHP handler under `php -S`), then the dashboard in
+# (the Go suite also runs the Go example and the PHP handler under `php -S`), then Stripe's own Node
+# and Python SDKs through its gateway (tests/sdk: Node 20+), then the dashboard in
 # a real headless Chromium, then the OpenAPI document against an independent validator and
 # Schemathesis, then the deploy/ pack, then what ships (scripts/check-shipping.sh).
 #
@@ -76,6 +77,12 @@ if command -v php >/dev/null 2>&1 && command -v phpunit >/dev/null 2>&1; then
 else
     say "SKIPPED: the PHP client's tests need php (Debian: php-cli) and phpunit (Debian: phpunit); .ci/run installs them"
 fi
+
+say "Stripe's own SDKs (tests/sdk): stripe-node and stripe-python, with their retries, through a real idem gateway with and without errors = \"stripe\""
+(cd tests/sdk && npm ci --no-audit --no-fund --loglevel=error) 2>&1 | tee -a "$LOG"
+python3 -m pip install --quiet --disable-pip-version-check -r tests/sdk/requirements.txt 2>&1 | tee -a "$LOG"
+IDEM_TEST_BIN="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/idem" \
+    python3 -m pytest -q -p no:cacheprovider tests/sdk 2>&1 | tee -a "$LOG"
 
 say "Dashboard (tests/dashboard): Selenium driving Debian's headless Chromium against a real idem"
 if scripts/ensure-chromium.sh; then

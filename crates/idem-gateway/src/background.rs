@@ -5,6 +5,8 @@
 //! - **The bound** (`max_background_calls`, per engine): a call past it is dropped at its
 //!   `504`, and its key stays held until its lease ends, never released early: a retry before then
 //!   gets `409`, one after it executes again. Counted as `outcome="over_limit"`.
+//! - **`max_call`**: a call still running then is abandoned, its key left to its lease (no longer
+//!   extended), counted as `outcome="max_call"`.
 //! - **Shutdown** ([`Engine::drain`]): no call moves to the background any more (one that times out
 //!   now is dropped as above, `outcome="abandoned"`); those running are given the grace period to
 //!   finish and store their answers, with their leases still extended. Any still running then are
@@ -26,7 +28,7 @@ use tokio::time::Instant;
 use crate::GatewayBody;
 use crate::call::Call;
 use crate::engine::{Engine, count};
-use crate::held::Held;
+use crate::held::{Driven, Held};
 use crate::policy::RoutePolicy;
 use crate::problem::Problem;
 
@@ -106,16 +108,27 @@ impl Engine {
         in_background(retry_after)
     }
 
-    /// Runs a call to its end and settles its key, unless the engine abandons it first.
+    /// Runs a call to its end and settles its key, unless the engine abandons it first or it runs
+    /// past the route's `max_call` (then its key is left to its lease).
     async fn finish_in_background(self: Arc<Self>, mut held: Held, mut call: Call, _slot: Slot) {
         let mut phase = self.background.phase.subscribe();
-        let ended = tokio::select! {
-            ended = self.drive(&mut held, &mut call, None) => ended,
+        let driven = tokio::select! {
+            biased;
             _ = phase.wait_for(|p| *p == Phase::Abandoned) => None,
+            driven = self.drive(&mut held, &mut call, None) => Some(driven),
         };
-        let Some(exchange) = ended else {
-            count_background(&held.route, Outcome::Abandoned);
-            return;
+        let exchange = match driven {
+            Some(Driven::Ended(exchange)) => exchange,
+            Some(Driven::MaxCall) => {
+                crate::held::abandoned_at_max_call(&held.route);
+                count_background(&held.route, Outcome::MaxCall);
+                return;
+            }
+            // AnswerBy cannot come: there is no client's wait in the background.
+            None | Some(Driven::AnswerBy) => {
+                count_background(&held.route, Outcome::Abandoned);
+                return;
+            }
         };
         let (outcome, _) = self.settle(&held, exchange).await;
         count_background(&held.route, outcome);
@@ -174,7 +187,7 @@ fn abandoned(lease_left: Duration) -> Response<GatewayBody> {
     )
 }
 
-fn timed_out(detail: &str, retry_after: Duration) -> Response<GatewayBody> {
+pub(crate) fn timed_out(detail: &str, retry_after: Duration) -> Response<GatewayBody> {
     let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
     Problem::UpstreamTimeout.retry_after(detail, seconds)
 }

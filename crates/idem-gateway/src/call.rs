@@ -3,6 +3,12 @@
 //! poll it until the route's `upstream_timeout` and then hand the same call, half done, to a task
 //! of its own that keeps it running: the upstream is never cancelled because the client stopped
 //! waiting, and no byte already read is lost.
+//!
+//! How a call ends decides its key ([`Exchange`]): only a call that never reached the upstream, or
+//! one the upstream itself called transient, gives the key up for a retry to run again. Once the
+//! request may have been sent (a connection that broke after it was written, a body that broke
+//! after the status line), the upstream may have acted: the key is kept, with an answer saying
+//! the outcome is unknown, so that a retry does not run it a second time.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -20,8 +26,12 @@ use crate::headers::strip_hop_by_hop;
 
 /// How a call ended, and so what happens to its key.
 pub enum Exchange {
-    /// The exchange failed (nothing reached the upstream, or it broke off): the key is released.
-    Failed(ForwardError),
+    /// Nothing reached the upstream (connection refused, no route): the key is released.
+    Unreachable(String),
+    /// The exchange broke off after the request may have been sent (`status: None`), or after the
+    /// upstream's status line (its status): it may have acted, so the key is kept with an answer
+    /// saying the outcome is unknown.
+    Broken { status: Option<http::StatusCode>, why: String },
     /// A transient failure (5xx unless the route stores them, 408, 425, 429): released.
     Transient(Response<GatewayBody>),
     /// Larger than the cap: what was read and the rest, to pass through; released.
@@ -68,14 +78,19 @@ impl Future for Call {
                 State::Forwarding(forward) => {
                     let response = match ready!(forward.as_mut().poll(cx)) {
                         Ok(response) => response,
-                        Err(e) => return Poll::Ready(self.end(Exchange::Failed(e))),
+                        Err(ForwardError::Unreachable(why)) => {
+                            return Poll::Ready(self.end(Exchange::Unreachable(why)));
+                        }
+                        Err(ForwardError::Failed(why)) => {
+                            return Poll::Ready(self.end(Exchange::Broken { status: None, why }));
+                        }
                     };
                     if !keeps_response(response.status().as_u16(), self.store_5xx) {
                         return Poll::Ready(self.end(Exchange::Transient(response)));
                     }
                     self.state = reading(response);
                 }
-                State::Reading { body, chunks, total, .. } => match ready!(Pin::new(body).poll_frame(cx)) {
+                State::Reading { parts, body, chunks, total } => match ready!(Pin::new(body).poll_frame(cx)) {
                     Some(Ok(frame)) => {
                         if let Ok(data) = frame.into_data() {
                             *total += data.len();
@@ -83,7 +98,8 @@ impl Future for Call {
                         }
                     }
                     Some(Err(e)) => {
-                        return Poll::Ready(self.end(Exchange::Failed(ForwardError::Failed(e.to_string()))));
+                        let broken = Exchange::Broken { status: Some(parts.status), why: e.to_string() };
+                        return Poll::Ready(self.end(broken));
                     }
                     None => return Poll::Ready(self.read_whole()),
                 },
@@ -91,6 +107,12 @@ impl Future for Call {
             }
         }
     }
+}
+
+/// What a call polled after its end answers: cannot happen (the engine never polls one again),
+/// and were it to, the upstream may have acted.
+fn read_twice() -> Exchange {
+    Exchange::Broken { status: None, why: "the call was read twice".into() }
 }
 
 impl Call {
@@ -110,14 +132,14 @@ impl Call {
                 chunks.iter().for_each(|c| whole.extend_from_slice(c));
                 Exchange::Whole(parts, whole.freeze())
             }
-            _ => Exchange::Failed(ForwardError::Failed("the call was read twice".into())),
+            _ => read_twice(),
         }
     }
 
     fn read_too_much(&mut self) -> Exchange {
         match std::mem::replace(&mut self.state, State::Ended) {
             State::Reading { parts, body, chunks, .. } => Exchange::TooLarge(parts, chunks, body),
-            _ => Exchange::Failed(ForwardError::Failed("the call was read twice".into())),
+            _ => read_twice(),
         }
     }
 }

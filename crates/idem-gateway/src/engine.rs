@@ -92,9 +92,10 @@ impl Default for EngineConfig {
 /// Why forwarding failed.
 #[derive(Debug)]
 pub enum ForwardError {
-    /// Nothing reached the upstream (connection refused, no route to host).
+    /// Nothing reached the upstream (connection refused, no route to host): the key is released.
     Unreachable(String),
-    /// The exchange broke off after the request may have been sent.
+    /// The exchange broke off after the request may have been sent: the upstream may have acted,
+    /// so the key keeps a `502` saying the outcome is unknown.
     Failed(String),
 }
 
@@ -145,7 +146,21 @@ impl Engine {
     }
 
     /// Answers one request on a guarded route; `forward` sends it on when it is to execute.
+    /// idem's own answers are written in the route's `errors` shape; the upstream's, and their
+    /// replays, go back as they came.
     pub async fn handle<F>(
+        self: &Arc<Self>,
+        route: &Arc<RoutePolicy>,
+        request: Request<Bytes>,
+        forward: F,
+    ) -> Response<GatewayBody>
+    where
+        F: FnOnce(Request<Bytes>) -> ForwardFuture + Send + 'static,
+    {
+        route.errors.render(self.answer(route, request, forward).await)
+    }
+
+    async fn answer<F>(
         self: &Arc<Self>,
         route: &Arc<RoutePolicy>,
         mut request: Request<Bytes>,
@@ -425,6 +440,6 @@ impl Engine {
 
 fn upstream_failed() -> Response<GatewayBody> {
     Problem::UpstreamUnavailable.answer(
-        "the upstream could not be reached or broke off; the Idempotency-Key was released, so a retry executes again",
+        "the upstream could not be reached, or broke off on a request sent without an Idempotency-Key; a keyed request that reached nothing has its key released, so a retry executes again",
     )
 }

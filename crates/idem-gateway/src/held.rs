@@ -9,10 +9,21 @@
 //!   one node or many, no other request can take the key while its holder is alive. A route whose
 //!   `upstream_timeout` is at most half its `lease` (every default) never extends the lease of a
 //!   request that is answered in time: no store round trip is added to that path.
+//! - **`max_call`** (the longest a call may run, 10 min by default): the call is abandoned and
+//!   the key left to its lease, no longer extended: a retry gets `409` until the lease ends, then
+//!   runs again. An upstream that hangs (or a connection that died without a word: upstream
+//!   connections use TCP keepalive too) does not hold a key forever.
+//! - **The exchange breaking off** after the request may have been sent, or after the upstream's
+//!   status line: this node keeps the key, and stores a `502` saying the outcome is unknown as its
+//!   answer, so that a retry does not run it again (the upstream may have acted). Only a call that
+//!   never reached the upstream, or an answer the upstream called transient (5xx unless
+//!   `store_5xx`, 408, 425, 429), or one over `max_stored_response`, gives the key up.
 //! - **The store failing when the answer comes**: this node still holds the key. The response (or
 //!   the release) is kept and settled as soon as the store answers ([`crate::unstored`]).
 //! - **The lease itself** decides only if this node dies (or cannot reach the store for a whole
-//!   lease): then the key is free once it ends, and a retry executes again.
+//!   lease): then the key is free once it ends, and a retry executes again. A lease that ran out
+//!   while this node lived on (cut off, paused) is still its own until another begin takes the
+//!   key: its answer, when it comes, is stored if none did.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,8 +38,9 @@ use tokio::time::Instant;
 use crate::body::Prefixed;
 use crate::cache::Cached;
 use crate::call::{Call, Exchange};
-use crate::engine::{Engine, ForwardFuture, Identity, Taken, count};
+use crate::engine::{Engine, ForwardError, ForwardFuture, Identity, Taken, count};
 use crate::policy::RoutePolicy;
+use crate::problem::Problem;
 use crate::unstored::{Pending, Settle};
 use crate::waiters::WakeOnDrop;
 use crate::{GatewayBody, full};
@@ -47,12 +59,23 @@ pub(crate) struct Held {
     pub _wake: WakeOnDrop,
 }
 
-/// Resolves at `at`, or never.
-async fn until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
+/// Says in the log that a call ran past its route's `max_call` and was abandoned.
+pub(crate) fn abandoned_at_max_call(route: &RoutePolicy) {
+    tracing::warn!(
+        route = route.path.as_str(),
+        max_call_ms = route.max_call.as_millis() as u64,
+        "an upstream call ran past the route's max_call and was abandoned; its key is held until its lease ends, then a retry runs it again"
+    );
+}
+
+/// How driving a call ended.
+pub(crate) enum Driven {
+    /// The call ended.
+    Ended(Exchange),
+    /// The client's wait (`upstream_timeout`) is over; the call goes on.
+    AnswerBy,
+    /// The route's `max_call` is over: the call is abandoned.
+    MaxCall,
 }
 
 /// How soon a heartbeat that failed (the store unavailable) is tried again.
@@ -83,38 +106,65 @@ impl Engine {
         let lease_ends = taken.leased_at + route.lease;
         let mut held = Held { route, identity, token, started, beat_at, lease_ends, _wake };
         match self.drive(&mut held, &mut call, Some(answer_by)).await {
-            Some(exchange) => {
+            Driven::Ended(exchange) => {
                 let (outcome, answer) = self.settle(&held, exchange).await;
                 count(&held.route, outcome);
                 answer
             }
-            None => self.to_background(held, call),
+            Driven::AnswerBy => self.to_background(held, call),
+            // A route whose max_call is shorter than its upstream_timeout (a tower-layer route: the
+            // config refuses it): the client is answered as if the call had gone to the background
+            // and been dropped there.
+            Driven::MaxCall => self.past_max_call(&held),
         }
     }
 
-    /// Polls `call` until it ends (`Some`) or `answer_by` passes (`None`), extending the lease
-    /// whenever it is due. The call is polled during an extension too, and the extension gives way
-    /// to `answer_by` (it is tried again at once, in the background).
-    pub(crate) async fn drive(&self, held: &mut Held, call: &mut Call, answer_by: Option<Instant>) -> Option<Exchange> {
+    /// Polls `call` until it ends, `answer_by` passes, or the route's `max_call` does, extending
+    /// the lease whenever it is due. The call is polled during an extension too, and the extension
+    /// gives way to either deadline (it is tried again at once, in the background).
+    pub(crate) async fn drive(&self, held: &mut Held, call: &mut Call, answer_by: Option<Instant>) -> Driven {
+        let give_up_at = held.started + held.route.max_call;
+        let deadline = answer_by.map_or(give_up_at, |at| at.min(give_up_at));
+        let passed = || match Instant::now() {
+            now if now >= give_up_at => Some(Driven::MaxCall),
+            now if answer_by.is_some_and(|at| now >= at) => Some(Driven::AnswerBy),
+            _ => None,
+        };
         loop {
-            let Some(wake_at) = [answer_by, held.beat_at].into_iter().flatten().min() else {
-                return Some(call.await);
-            };
+            let wake_at = held.beat_at.map_or(deadline, |beat| beat.min(deadline));
             tokio::select! {
                 biased;
-                exchange = &mut *call => return Some(exchange),
+                exchange = &mut *call => return Driven::Ended(exchange),
                 () = tokio::time::sleep_until(wake_at) => {}
             }
-            if answer_by.is_some_and(|at| Instant::now() >= at) {
-                return None;
+            if let Some(passed) = passed() {
+                return passed;
             }
             tokio::select! {
                 biased;
-                exchange = &mut *call => return Some(exchange),
-                () = until(answer_by) => return None,
+                exchange = &mut *call => return Driven::Ended(exchange),
+                () = tokio::time::sleep_until(deadline) => {}
                 () = self.heartbeat(held) => {}
             }
+            if let Some(passed) = passed() {
+                return passed;
+            }
         }
+    }
+
+    /// A call still running at its route's `max_call`: abandoned (dropped, the upstream's
+    /// connection with it), its key left to its lease, which is no longer extended: a retry gets
+    /// `409` until the lease ends, then runs the request again (as when idem dies mid-request).
+    /// The answer, for a client still waiting, is `504` with the lease's time left.
+    pub(crate) fn past_max_call(&self, held: &Held) -> Response<GatewayBody> {
+        abandoned_at_max_call(&held.route);
+        count(&held.route, Outcome::MaxCall);
+        let lease_left = held.lease_ends.saturating_duration_since(Instant::now());
+        crate::background::timed_out(
+            "the upstream did not answer within the route's max_call; idem stopped waiting for it. The \
+             Idempotency-Key stays held until the route's lease ends, then a retry executes again",
+            lease_left,
+        )
     }
 
     /// Extends the lease to a whole `lease` from now. A lease found lost is not extended again:
@@ -131,7 +181,7 @@ impl Engine {
             Ok(None) => {
                 tracing::warn!(
                     route = held.route.path.as_str(),
-                    "a running request lost its lease; its answer will not be stored"
+                    "another request took the key of a running request after its lease ran out (this node was cut off from the store, or paused, past the lease); its answer will not be stored"
                 );
                 held.beat_at = None;
             }
@@ -155,7 +205,10 @@ impl Engine {
                 let stored = StoredResponse { status: parts.status.as_u16(), headers, body: body.to_vec() };
                 return (self.store_response(held, stored).await, Response::from_parts(parts, full(body)));
             }
-            Exchange::Failed(e) => (Outcome::UpstreamError, self.upstream_failed(&held.route, &e)),
+            Exchange::Broken { status, why } => return self.outcome_unknown(held, status, &why).await,
+            Exchange::Unreachable(why) => {
+                (Outcome::UpstreamError, self.upstream_failed(&held.route, &ForwardError::Unreachable(why)))
+            }
             Exchange::Transient(response) => (Outcome::Released, response),
             Exchange::TooLarge(parts, prefix, rest) => {
                 (Outcome::TooLarge, Response::from_parts(parts, Prefixed { prefix, rest }.boxed_unsync()))
@@ -165,6 +218,45 @@ impl Engine {
             tracing::debug!(error = %e, "could not release a key now; trying again until the store answers");
             self.keep_settling(pending(held, Settle::Release));
         }
+        (outcome, answer)
+    }
+
+    /// The exchange broke off after the upstream may have acted: the key keeps a `502` saying so,
+    /// stored like a response (in the route's error shape), so that a retry is answered the same
+    /// and does not run the request again. Its Content-Type says it is idem's, not the upstream's.
+    async fn outcome_unknown(
+        self: &Arc<Self>,
+        held: &Held,
+        status: Option<http::StatusCode>,
+        why: &str,
+    ) -> (Outcome, Response<GatewayBody>) {
+        let route = &held.route;
+        tracing::warn!(
+            route = route.path.as_str(),
+            upstream_status = status.map(|s| s.as_u16()),
+            error = why,
+            "the exchange with the upstream broke off after it may have acted; the key keeps a 502 saying the outcome is unknown"
+        );
+        let after = match status {
+            Some(status) => format!("after it answered {}, its body broke off", status.as_u16()),
+            None => "after the request was sent, the connection broke off before the answer".to_owned(),
+        };
+        let detail = format!(
+            "the upstream may have acted on this request: {after}. idem keeps this answer for the \
+             Idempotency-Key, so that a retry does not run the request a second time; check with the \
+             upstream whether it was done, and use a new key to try again"
+        );
+        let problem = Problem::UpstreamOutcomeUnknown;
+        let (body, content_type) = route.errors.body(problem, &detail);
+        let headers = vec![(http::header::CONTENT_TYPE.as_str().to_owned(), content_type.as_bytes().to_vec())];
+        let stored = StoredResponse { status: problem.status().as_u16(), headers, body: body.clone().into_bytes() };
+        let outcome = match self.store_response(held, stored).await {
+            Outcome::Forwarded => Outcome::UpstreamBroken,
+            other => other,
+        };
+        let mut answer = Response::new(full(body));
+        *answer.status_mut() = problem.status();
+        answer.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(content_type));
         (outcome, answer)
     }
 
@@ -184,14 +276,15 @@ impl Engine {
                 Outcome::Forwarded
             }
             Ok(None) => {
-                // What this node counts as left of the lease (from before its begin or last
-                // extension was sent, as the store counts): seconds left mean the store's time and
-                // this node's disagree, or another begin took the key.
+                // A lease that ran out is still this node's until another begin takes the key: so
+                // another did. What this node counts as left of the lease (from before its begin or
+                // last extension was sent, as the store counts): seconds left mean the store's time
+                // and this node's disagree.
                 let left = held.lease_ends.saturating_duration_since(Instant::now());
                 tracing::warn!(
                     route = route.path.as_str(),
                     lease_left_here_ms = left.as_millis() as u64,
-                    "lease ran out before the response came back; it was not stored"
+                    "another request took the key after this node's lease ran out, before the response came back; it was not stored"
                 );
                 Outcome::LeaseLost
             }

@@ -17,6 +17,10 @@
 //! response is stored for the retry. The handler is not cancelled. At shutdown, call
 //! [`Engine::drain`] after the server stops, so that those handlers can finish and store their
 //! answers before the store closes.
+//!
+//! A route's `errors` ([`crate::ErrorShape`]) is the shape of every answer the layer makes for it,
+//! the 413 of a body too large included; the handler's own responses are never rewritten. A request
+//! on no route that the service fails is answered `500` problem+json.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -32,7 +36,7 @@ use tower::{Layer, Service, ServiceExt};
 use crate::body::{declared_too_large, read_limited};
 use crate::engine::{Engine, ForwardError, ForwardFuture};
 use crate::policy::Routes;
-use crate::problem::Problem;
+use crate::problem::{Answered, Problem};
 use crate::{BoxError, GatewayBody};
 
 #[derive(Clone)]
@@ -62,11 +66,13 @@ pub struct Idempotency<S> {
     routes: Arc<Routes>,
 }
 
-fn boxed<B>(response: Response<B>) -> Response<GatewayBody>
+/// The service's own response: whatever it carries, never written again as idem's answer.
+fn boxed<B>(mut response: Response<B>) -> Response<GatewayBody>
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
+    response.extensions_mut().remove::<Answered>();
     response.map(|b| b.map_err(Into::into).boxed_unsync())
 }
 
@@ -104,11 +110,11 @@ where
             };
             let (parts, body) = request.into_parts();
             if let Some(e) = declared_too_large(&parts.headers, engine.config().max_body_bytes) {
-                return Ok(e.into_response());
+                return Ok(route.errors.render(e.into_response()));
             }
             let bytes = match read_limited(body, engine.config().max_body_bytes).await {
                 Ok(bytes) => bytes,
-                Err(e) => return Ok(e.into_response()),
+                Err(e) => return Ok(route.errors.render(e.into_response())),
             };
             let forward = move |request: Request<Bytes>| -> ForwardFuture {
                 Box::pin(async move {

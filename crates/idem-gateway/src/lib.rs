@@ -12,19 +12,24 @@ mod call;
 pub mod engine;
 pub mod headers;
 mod held;
+pub mod identity;
 pub mod jwt;
 pub mod layer;
 pub mod policy;
 pub mod problem;
 pub mod scope;
+pub mod template;
 mod unstored;
 pub mod waiters;
 
 pub use body::{BodyError, declared_too_large, read_limited};
 pub use engine::{DEFAULT_MAX_BODY_BYTES, Engine, EngineConfig, FENCING_TOKEN, ForwardError};
+pub use identity::{IdFrom, IdentityResolver, IdentitySource};
 pub use jwt::{JwksSource, JwtFailure, JwtVerifier};
 pub use layer::{Idempotency, IdempotencyLayer};
 pub use policy::{RoutePolicy, Routes, ScopePart};
+pub use problem::ErrorShape;
+pub use template::{Template, TemplateError};
 
 /// The body type of every response the engine produces.
 pub type GatewayBody = http_body_util::combinators::UnsyncBoxBody<bytes::Bytes, BoxError>;

@@ -9,11 +9,15 @@ use std::time::Duration;
 use http::Method;
 use idem_core::gateway::{InFlightPolicy, KeyPolicy, PathCase, PathPattern};
 
+use crate::identity::IdentityResolver;
 use crate::jwt::JwtVerifier;
+use crate::problem::ErrorShape;
 pub use crate::scope::ScopePart;
 
 /// The upstream timeout of a route that sets neither it nor its lease.
 pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long an upstream call may run at most, unless the route says otherwise: ten minutes.
+pub const DEFAULT_MAX_CALL: Duration = Duration::from_secs(600);
 
 #[derive(Debug, Clone)]
 pub struct RoutePolicy {
@@ -27,6 +31,8 @@ pub struct RoutePolicy {
     pub scope: Vec<ScopePart>,
     /// Verifies the bearer JWT that `jwt:` parts read; a route with such parts needs one.
     pub jwt: Option<Arc<JwtVerifier>>,
+    /// Asks the app who is calling, for the `identity` part; a route with it needs one.
+    pub identity: Option<Arc<IdentityResolver>>,
     /// Whether the path matches with regard to ASCII case (and is fingerprinted lower-cased).
     pub path_case: PathCase,
     pub in_flight: InFlightPolicy,
@@ -41,12 +47,18 @@ pub struct RoutePolicy {
     pub lease: Duration,
     /// Keep and replay 5xx responses instead of releasing the key.
     pub store_5xx: bool,
+    /// The longest an upstream call may run (from when it was sent): one still running then is
+    /// abandoned, and its key left to its lease (no longer extended), so that an upstream that
+    /// hangs does not hold a key forever. Longer than `upstream_timeout` (the config insists).
+    pub max_call: Duration,
+    /// The shape of idem's own answers on this route (the upstream's are never touched).
+    pub errors: ErrorShape,
 }
 
 impl RoutePolicy {
     /// The contract's defaults for a path: POST and PATCH, an optional key, 24 h TTL, scoped by
-    /// `Authorization`, reject in-flight duplicates, 30 s upstream timeout, 60 s lease, 5xx not
-    /// stored.
+    /// `Authorization`, reject in-flight duplicates, 30 s upstream timeout, 60 s lease, calls of
+    /// 10 min at most, 5xx not stored, idem's own answers in problem+json.
     pub fn new(path: PathPattern) -> Self {
         Self {
             path,
@@ -55,12 +67,15 @@ impl RoutePolicy {
             ttl: Duration::from_secs(24 * 3600),
             scope: vec![ScopePart::Header(http::header::AUTHORIZATION)],
             jwt: None,
+            identity: None,
             path_case: PathCase::Sensitive,
             in_flight: InFlightPolicy::Reject,
             wait_timeout: Duration::from_secs(10),
             upstream_timeout: DEFAULT_UPSTREAM_TIMEOUT,
             lease: Duration::from_secs(60),
             store_5xx: false,
+            max_call: DEFAULT_MAX_CALL,
+            errors: ErrorShape::Problem,
         }
     }
 
@@ -75,6 +90,12 @@ impl RoutePolicy {
     /// The verifier of the bearer JWTs this route's `jwt:` scope parts read.
     pub fn with_jwt(mut self, verifier: Arc<JwtVerifier>) -> Self {
         self.jwt = Some(verifier);
+        self
+    }
+
+    /// What asks the app who is calling, for this route's `identity` scope part.
+    pub fn with_identity(mut self, resolver: Arc<IdentityResolver>) -> Self {
+        self.identity = Some(resolver);
         self
     }
 }

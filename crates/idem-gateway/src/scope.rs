@@ -7,14 +7,19 @@
 //! - `cookie:NAME`: that one cookie's value (every occurrence, in order); other cookies may
 //!   change freely;
 //! - `jwt:CLAIM`: a claim of the request's bearer JWT, read only once the token verifies
-//!   ([`crate::jwt`]); a token that does not verify is refused (`401`), never read.
+//!   ([`crate::jwt`]); a token that does not verify is refused (`401`), never read;
+//! - `identity`: the caller the app itself names when asked ([`crate::identity`]), for credentials
+//!   whose text changes while the user stays the same (a session cookie encrypted anew on every
+//!   response); the app's `401`/`403` goes back to the client, and an app that cannot answer is
+//!   `503`.
 //!
 //! A keyed request that carries none of its route's parts is refused (`400 scope-missing`): with
 //! nothing to tell callers apart, every caller would share one key space and one caller's retry
 //! could replay another's response. A part counts as carried when it is there and not empty; a
 //! route with several parts (a bearer token or a session cookie, say) takes a request that carries
-//! any of them, the others counting as empty. `scope = []` says that a route has no callers to
-//! tell apart: then nothing is asked for.
+//! any of them, the others counting as empty. A caller that is there but named empty (a verified
+//! token whose `sub` is `""`, an app that names nobody) is no caller: `scope-missing` too.
+//! `scope = []` says that a route has no callers to tell apart: then nothing is asked for.
 
 use std::fmt;
 use std::sync::Arc;
@@ -37,13 +42,15 @@ pub enum ScopePart {
     Cookie(String),
     /// A claim of the bearer JWT in `Authorization`, once the token verifies.
     Jwt(String),
+    /// The caller the app names ([`crate::identity`]).
+    Identity,
 }
 
 /// Why a scope part as written is refused; each names the text as given.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BadScopePart {
-    /// Not `header:`, `cookie:` or `jwt:`.
-    #[error("{0:?}: expected \"header:NAME\", \"cookie:NAME\" or \"jwt:CLAIM\"")]
+    /// Not `header:`, `cookie:`, `jwt:` or `identity`.
+    #[error("{0:?}: expected \"header:NAME\", \"cookie:NAME\", \"jwt:CLAIM\" or \"identity\"")]
     Kind(String),
     #[error("{text:?}: {name:?} is not a header name")]
     HeaderName { text: String, name: String },
@@ -54,8 +61,11 @@ pub enum BadScopePart {
 }
 
 impl ScopePart {
-    /// Parses `header:NAME`, `cookie:NAME` or `jwt:CLAIM`.
+    /// Parses `header:NAME`, `cookie:NAME`, `jwt:CLAIM` or `identity`.
     pub fn parse(text: &str) -> Result<Self, BadScopePart> {
+        if text.trim() == "identity" {
+            return Ok(ScopePart::Identity);
+        }
         let Some((kind, name)) = text.split_once(':') else { return Err(BadScopePart::Kind(text.to_owned())) };
         let name = name.trim();
         let named = || (text.to_owned(), name.to_owned());
@@ -83,6 +93,7 @@ impl fmt::Display for ScopePart {
             ScopePart::Header(name) => write!(f, "header:{name}"),
             ScopePart::Cookie(name) => write!(f, "cookie:{name}"),
             ScopePart::Jwt(claim) => write!(f, "jwt:{claim}"),
+            ScopePart::Identity => write!(f, "identity"),
         }
     }
 }
@@ -101,6 +112,14 @@ pub(crate) enum ScopeRefusal {
     /// The route reads `jwt:` claims but was given no verifier (a tower-layer route built without
     /// [`RoutePolicy::with_jwt`]).
     NoVerifier,
+    /// A caller is there but named empty (this part).
+    Empty(ScopePart),
+    /// The app refused the caller: its own answer.
+    IdentityRefused(Box<http::Response<Bytes>>),
+    /// The app could not say who is calling (why, for the log).
+    IdentityUnavailable(String),
+    /// The route has `identity` but was given no resolver ([`RoutePolicy::with_identity`]).
+    NoResolver,
 }
 
 impl ScopeRefusal {
@@ -134,6 +153,45 @@ impl ScopeRefusal {
                 count(route, Outcome::InvalidToken);
                 Problem::Internal.answer("the route's JWT verifier is not configured")
             }
+            ScopeRefusal::Empty(part) => {
+                count(route, Outcome::ScopeMissing);
+                Problem::ScopeMissing.answer(&format!(
+                    "this route tells callers' keys apart by {part}, and it names no caller for this request (an \
+                     empty value); nothing was forwarded"
+                ))
+            }
+            refusal => identity_refusal(route, refusal),
+        }
+    }
+}
+
+/// The answers of the `identity` part's refusals: the app's own `401`/`403`, or `503`.
+fn identity_refusal(route: &RoutePolicy, refusal: ScopeRefusal) -> http::Response<GatewayBody> {
+    match refusal {
+        ScopeRefusal::IdentityRefused(answer) => {
+            count(route, Outcome::IdentityRefused);
+            let (mut parts, body) = (*answer).into_parts();
+            crate::headers::strip_hop_by_hop(&mut parts.headers);
+            parts.headers.remove(http::header::CONTENT_LENGTH);
+            http::Response::from_parts(parts, crate::full(body))
+        }
+        ScopeRefusal::NoResolver => {
+            tracing::error!(route = route.path.as_str(), "the route's scope has identity but no resolver");
+            count(route, Outcome::IdentityUnavailable);
+            Problem::Internal.answer("the route's identity endpoint is not configured")
+        }
+        other => {
+            let why = match other {
+                ScopeRefusal::IdentityUnavailable(why) => why,
+                _ => String::new(),
+            };
+            count(route, Outcome::IdentityUnavailable);
+            tracing::warn!(route = route.path.as_str(), error = %why, "the app's identity endpoint could not say who is calling");
+            Problem::IdentityUnavailable.retry_after(
+                "the app could not say who is calling (its identity endpoint did not answer in time, or not \
+                 as expected); nothing was forwarded, retry shortly",
+                crate::identity::RETRY_AFTER.as_secs(),
+            )
         }
     }
 }
@@ -155,11 +213,32 @@ pub(crate) async fn scope_of(route: &RoutePolicy, request: &Request<Bytes>) -> R
         true => verified_claims(route.jwt.as_ref(), headers).await?,
         false => None,
     };
-    let values: Vec<Vec<u8>> = route.scope.iter().map(|part| value_of(part, headers, claims.as_ref())).collect();
+    let caller = match route.scope.contains(&ScopePart::Identity) {
+        true => Some(named_caller(route, headers).await?),
+        false => None,
+    };
+    let mut values = Vec::with_capacity(route.scope.len());
+    for part in &route.scope {
+        let value = match part {
+            ScopePart::Identity => caller.clone().unwrap_or_default(),
+            _ => value_of(part, headers, claims.as_ref()).map_err(|()| ScopeRefusal::Empty(part.clone()))?,
+        };
+        values.push(value);
+    }
     if !route.scope.is_empty() && values.iter().all(Vec::is_empty) {
         return Err(ScopeRefusal::Missing);
     }
     Ok(values)
+}
+
+/// The caller the app names; the request's credentials asked about and named nobody: empty.
+async fn named_caller(route: &RoutePolicy, headers: &HeaderMap) -> Result<Vec<u8>, ScopeRefusal> {
+    let resolver = route.identity.as_ref().ok_or(ScopeRefusal::NoResolver)?;
+    match resolver.caller(headers).await {
+        Ok(name) => Ok(name),
+        Err(crate::identity::IdentityRefusal::Refused(answer)) => Err(ScopeRefusal::IdentityRefused(answer)),
+        Err(crate::identity::IdentityRefusal::Unavailable(why)) => Err(ScopeRefusal::IdentityUnavailable(why)),
+    }
 }
 
 /// The claims of the request's bearer token, verified; `None` when it has no bearer token.
@@ -183,20 +262,24 @@ fn bearer_token(headers: &HeaderMap) -> Option<&str> {
 /// One part's value; empty when the request does not carry it. A header is its bytes, as before
 /// cookies and JWTs (so that existing keys keep their ids); a cookie is each of its values, `;`
 /// between (a cookie value cannot hold one); a claim is its JSON text (`"alice"`, `42`), so that
-/// no two claims of different types read the same.
+/// no two claims of different types read the same. `Err`: a claim that is there but empty (`""`):
+/// a verified token that names no one.
 fn value_of(
     part: &ScopePart,
     headers: &HeaderMap,
     claims: Option<&serde_json::Map<String, serde_json::Value>>,
-) -> Vec<u8> {
-    match part {
+) -> Result<Vec<u8>, ()> {
+    Ok(match part {
         ScopePart::Header(name) => headers.get(name).map_or_else(Vec::new, |v| v.as_bytes().to_vec()),
         ScopePart::Cookie(name) => cookie_values(headers, name),
         ScopePart::Jwt(claim) => match claims.and_then(|c| c.get(claim)) {
             None | Some(serde_json::Value::Null) => Vec::new(),
+            Some(serde_json::Value::String(s)) if s.trim().is_empty() => return Err(()),
             Some(value) => value.to_string().into_bytes(),
         },
-    }
+        // Asked of the app, in `scope_of`.
+        ScopePart::Identity => Vec::new(),
+    })
 }
 
 /// Every value of cookie `name` in the request's `Cookie` headers, in order, `;` between: one
@@ -233,14 +316,14 @@ mod tests {
 
     #[test]
     fn parts_parse_and_print_as_written() {
-        for text in ["header:x-tenant", "cookie:.AspNetCore.Cookies", "jwt:sub", "jwt:tenant_id"] {
+        for text in ["header:x-tenant", "cookie:.AspNetCore.Cookies", "jwt:sub", "jwt:tenant_id", "identity"] {
             assert_eq!(ScopePart::parse(text).map(|p| p.to_string()).as_deref(), Ok(text));
         }
         assert_eq!(
             ScopePart::parse("header:X-Tenant"),
             Ok(ScopePart::Header(http::HeaderName::from_static("x-tenant")))
         );
-        for bad in ["cookie:", "cookie:a b", "cookie:a=b", "jwt:", "header:bad name", "query:x", "sub"] {
+        for bad in ["cookie:", "cookie:a b", "cookie:a=b", "jwt:", "header:bad name", "query:x", "sub", "identity:x"] {
             assert!(ScopePart::parse(bad).is_err(), "{bad}");
         }
     }
@@ -250,21 +333,23 @@ mod tests {
         let part = ScopePart::Cookie("session".into());
         let alice = headers(&[("cookie", "theme=dark; session=alice; _ga=1")]);
         let alice_later = headers(&[("cookie", "_ga=2;session=alice"), ("cookie", "theme=light")]);
-        assert_eq!(value_of(&part, &alice, None), b"alice");
-        assert_eq!(value_of(&part, &alice_later, None), b"alice", "other cookies may change");
-        assert_eq!(value_of(&part, &headers(&[("cookie", "sessionx=alice; session=")]), None), b"");
-        assert_eq!(value_of(&part, &headers(&[("cookie", "session=a"), ("cookie", "session=b")]), None), b"a;b");
-        assert_eq!(value_of(&part, &headers(&[]), None), b"");
+        let read = |h: &HeaderMap| value_of(&part, h, None).expect("a cookie is never refused");
+        assert_eq!(read(&alice), b"alice");
+        assert_eq!(read(&alice_later), b"alice", "other cookies may change");
+        assert_eq!(read(&headers(&[("cookie", "sessionx=alice; session=")])), b"");
+        assert_eq!(read(&headers(&[("cookie", "session=a"), ("cookie", "session=b")])), b"a;b");
+        assert_eq!(read(&headers(&[])), b"");
     }
 
     #[test]
     fn claims_read_as_json_text() {
         let claims: serde_json::Map<String, serde_json::Value> =
-            serde_json::from_str(r#"{"sub":"42","uid":42,"none":null}"#).expect("json");
+            serde_json::from_str(r#"{"sub":"42","uid":42,"none":null,"empty":"","blank":" "}"#).expect("json");
         let read = |claim: &str| value_of(&ScopePart::Jwt(claim.into()), &HeaderMap::new(), Some(&claims));
-        assert_eq!(read("sub"), br#""42""#);
-        assert_eq!(read("uid"), b"42", "a number is not the string of its digits");
-        assert!(read("none").is_empty() && read("absent").is_empty());
+        assert_eq!(read("sub"), Ok(br#""42""#.to_vec()));
+        assert_eq!(read("uid"), Ok(b"42".to_vec()), "a number is not the string of its digits");
+        assert_eq!((read("none"), read("absent")), (Ok(Vec::new()), Ok(Vec::new())));
+        assert_eq!((read("empty"), read("blank")), (Err(()), Err(())), "a token that names no one names no caller");
     }
 
     #[test]

@@ -8,14 +8,22 @@
 //! response (or release the key) at once and then every 50 ms, backing off to 250 ms — no
 //! further: the lease was not extended while the store was away, and once the store is back what
 //! is left of it may be short — and extends the lease at every third of it, as a running call
-//! does. This node's retries are replayed from
-//! memory at once (the replay cache has the response); other nodes' get `409` (in flight), or
-//! `503` while the store is away.
+//! does. This node's retries are replayed from memory at once (the replay cache has the response);
+//! other nodes' get `409` (in flight), or `503` while the store is away.
+//!
+//! A lease that ran out while the store was away is still this node's until another begin takes
+//! the key ([`idem_core::request`]): the task goes on trying, and the response is stored when the
+//! store comes back if no other request took the key meanwhile (the key was run once; its retry is
+//! replayed). This node's own retries go on being replayed from memory, so that none of them takes
+//! the key from the task; a retry that reaches another node after the lease ended does take it
+//! (the documented case: that node runs it again), and then the task's response is dropped.
 //!
 //! - **Stored**: the key is settled as if nothing had happened. An earlier attempt whose answer
 //!   was lost may have stored it already: the store then holds exactly these bytes.
-//! - **The lease lost** (this node cut off from the store for longer than its lease, or paused, and
-//!   another request took the key): the response is dropped, never stored over the newer holder's.
+//! - **The lease lost** (this node cut off from the store, or paused, past its lease, and another
+//!   request took the key meanwhile): the response is dropped, never stored over the newer
+//!   holder's. The store stops keeping a lease that ran out after `ENDED_LEASE_KEPT`; the task
+//!   gives up then too.
 //! - **The bound**: `max_unstored_bytes` of responses kept at once; past it a response is dropped
 //!   and its key stays held until the lease ends, as if idem had died.
 //! - **Shutdown** ([`Engine::drain`]): those still waiting get the grace period; then they are
@@ -43,9 +51,9 @@ use crate::policy::RoutePolicy;
 const MAX_TASKS: usize = 1 << 20;
 const FIRST_WAIT: Duration = Duration::from_millis(50);
 const LONGEST_WAIT: Duration = Duration::from_millis(250);
-/// How long past the lease's end (as this node knows it) the task still tries: the store decides
-/// whether the lease holds, by its own clock.
-const PAST_THE_LEASE: Duration = Duration::from_secs(2);
+/// How long past the lease's end (as this node knows it) the task still tries: as long as the
+/// store keeps a lease that ran out, so the store decides whether another request took the key.
+const PAST_THE_LEASE: Duration = idem_core::request::ENDED_LEASE_KEPT;
 
 /// What is left to do with a held key.
 pub(crate) enum Settle {
@@ -129,6 +137,7 @@ impl Engine {
             let route = Arc::clone(&pending.route);
             let mut abandon = engine.unstored.abandon.subscribe();
             let ended = tokio::select! {
+                biased;
                 ended = engine.settle_later(pending) => ended,
                 _ = abandon.wait_for(|a| *a) => Ended::Done(UnstoredEnd::Abandoned),
             };
@@ -138,7 +147,7 @@ impl Engine {
                     count(&route, UnstoredEnd::LeaseLost);
                     tracing::warn!(
                         route = route.path.as_str(),
-                        "the lease of a response kept for the store ran out (cut off from the store longer than the lease); it was not stored"
+                        "a response kept for the store was not stored: another request took the key after this node's lease ran out (cut off from the store, or paused, past the lease)"
                     );
                 }
             }
@@ -176,7 +185,7 @@ impl Engine {
                 }
                 beat_at = Instant::now() + lease / 3;
             }
-            // Past the lease (and a little for clocks), the store will not take it any more.
+            // The store no longer keeps a lease that ended this long ago.
             if Instant::now() >= p.lease_ends + PAST_THE_LEASE {
                 return self.not_held(&p).await;
             }

@@ -1,6 +1,7 @@
 //! The engine as a tower layer around an axum router, over a real the log engine (idem-log) store: the handler runs
 //! once however many identical requests race, unguarded routes are untouched, and a key belongs to
-//! one caller (a session cookie, or a JWT claim verified by a verifier the application builds).
+//! one caller (a session cookie, or a JWT claim verified by a verifier the application builds), and a
+//! route with `errors = Stripe` answers in Stripe's shape while its handler's own answers pass as they are.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,7 +15,7 @@ use axum::routing::{get, post};
 use http_body_util::BodyExt;
 use idem_core::SystemClock;
 use idem_core::gateway::{InFlightPolicy, KeyPolicy, PathPattern};
-use idem_gateway::{Engine, EngineConfig, IdempotencyLayer, JwtVerifier, RoutePolicy, Routes, ScopePart};
+use idem_gateway::{Engine, EngineConfig, ErrorShape, IdempotencyLayer, JwtVerifier, RoutePolicy, Routes, ScopePart};
 use idem_log::{LogOptions, LogStore};
 use tower::ServiceExt;
 
@@ -192,4 +193,82 @@ async fn an_inner_failure_is_a_500_that_keeps_its_text_to_itself() {
     let text = String::from_utf8_lossy(&body);
     assert!(text.contains("urn:idem:problem:internal"), "{text}");
     assert!(!text.contains("hunter2") && !text.contains("10.0.0.7"), "{text}");
+}
+
+/// `/orders` with `errors = "stripe"`, a body limit of 64 bytes, and `/conflict`, whose handler
+/// answers its own 409 in problem+json.
+fn stripe_app() -> App {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = Arc::new(LogStore::open(dir.path(), Arc::new(SystemClock), LogOptions::default()).expect("open"));
+    let config = EngineConfig { max_body_bytes: 64, ..EngineConfig::default() };
+    let engine = Arc::new(Engine::new(store, Arc::new(SystemClock), config));
+    let mut orders = RoutePolicy::new(PathPattern::parse("/orders").expect("valid"));
+    orders.key = KeyPolicy::Required;
+    orders.errors = ErrorShape::Stripe;
+    let conflict =
+        RoutePolicy { errors: ErrorShape::Stripe, ..RoutePolicy::new(PathPattern::parse("/conflict").expect("valid")) };
+    let calls = Arc::new(AtomicUsize::new(0));
+    let own_409 =
+        || async { (StatusCode::CONFLICT, [("content-type", "application/problem+json")], "{\"title\":\"mine\"}") };
+    let router = Router::new()
+        .route("/orders", post(create_order))
+        .route("/conflict", post(own_409))
+        .with_state(Arc::clone(&calls))
+        .layer(IdempotencyLayer::new(engine, Routes::new([orders, conflict])));
+    App { router, calls, _dir: dir }
+}
+
+/// The status, Content-Type and JSON body of a response.
+async fn answer(app: &App, request: Request<Body>) -> (StatusCode, String, serde_json::Value) {
+    let response = app.router.clone().oneshot(request).await.expect("infallible");
+    let content_type = response.headers().get("content-type").map(|v| v.to_str().expect("ascii").to_owned());
+    let (status, body) = (response.status(), response.into_body().collect().await.expect("body").to_bytes());
+    (status, content_type.unwrap_or_default(), serde_json::from_slice(&body).expect("JSON"))
+}
+
+#[tokio::test]
+async fn a_stripe_route_answers_in_stripes_shape_and_leaves_the_handlers_own_answers_alone() {
+    let app = stripe_app();
+    let first = tokio::spawn({
+        let router = app.router.clone();
+        async move { router.oneshot(order(Some("s-1"))).await.expect("infallible").status() }
+    });
+    // The handler counts its call as it starts, then takes 100 ms.
+    while app.calls.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let (status, content_type, held) = answer(&app, order(Some("s-1"))).await;
+    assert_eq!((status, content_type.as_str()), (StatusCode::CONFLICT, "application/json"));
+    assert_eq!(
+        (held["error"]["type"].as_str(), held["error"]["code"].as_str()),
+        (Some("idempotency_error"), Some("request-in-flight"))
+    );
+    assert_eq!(first.await.expect("task"), StatusCode::CREATED);
+    let mut other = order(Some("s-1"));
+    *other.body_mut() = Body::from("{\"item\":\"pen\"}");
+    let (status, _, reused) = answer(&app, other).await;
+    assert_eq!(
+        (status, reused["error"]["code"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("idempotency-key-reused"))
+    );
+    let (status, _, missing) = answer(&app, order(None)).await;
+    assert_eq!((status, missing["error"]["type"].as_str()), (StatusCode::BAD_REQUEST, Some("invalid_request_error")));
+    let mut large = order(Some("s-2"));
+    *large.body_mut() = Body::from(format!("{{\"item\":\"{}\"}}", "x".repeat(100)));
+    let (status, content_type, too_large) = answer(&app, large).await;
+    assert_eq!(
+        (status, content_type.as_str()),
+        (StatusCode::PAYLOAD_TOO_LARGE, "application/json"),
+        "the layer's own 413"
+    );
+    assert_eq!(too_large["error"]["code"], "payload-too-large");
+    let own = Request::post("/conflict").header("idempotency-key", "c-1").header("authorization", "Bearer alice");
+    let (status, content_type, body) = answer(&app, own.body(Body::empty()).expect("request")).await;
+    assert_eq!(
+        (status, content_type.as_str()),
+        (StatusCode::CONFLICT, "application/problem+json"),
+        "the handler's own"
+    );
+    assert_eq!(body, serde_json::json!({"title": "mine"}));
+    assert_eq!(app.calls.load(Ordering::SeqCst), 1);
 }

@@ -78,6 +78,9 @@ labels! {
         /// The upstream answered with a status not stored (a 5xx, 408, 429): the key is free again.
         Released => "released",
         UpstreamError => "upstream_error",
+        /// The exchange broke off after the upstream may have acted: a 502 saying so was stored
+        /// for the key.
+        UpstreamBroken => "upstream_broken",
         StoreError => "store_error",
         /// Answered, the response kept until the store takes it.
         Unstored => "unstored",
@@ -92,10 +95,17 @@ labels! {
         ScopeMissing => "scope_missing",
         InvalidToken => "invalid_token",
         JwksUnavailable => "jwks_unavailable",
+        /// The app's identity endpoint refused the caller (`401`/`403`, passed back).
+        IdentityRefused => "identity_refused",
+        /// The app's identity endpoint could not say who is calling: `503`.
+        IdentityUnavailable => "identity_unavailable",
         /// A call past `upstream_timeout` over `max_background_calls`: dropped.
         OverLimit => "over_limit",
         /// A call given up at shutdown.
         Abandoned => "abandoned",
+        /// A call still running at the route's `max_call`: abandoned, its key held until its lease
+        /// ends.
+        MaxCall => "max_call",
     }
 }
 

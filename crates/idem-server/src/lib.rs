@@ -10,7 +10,8 @@
 //! - [`embedded`]: the embedded store's data dir (open, upgrade, check, repair, backup);
 //! - [`conn`] and [`tls`]: serving connections (limits, TLS handshakes) and the certificates, the
 //!   listeners' (swapped on SIGHUP and when their files change) and the roots outbound `https://`
-//!   is verified against; [`jwks`]: fetching `[gateway.jwt] jwks_url`;
+//!   is verified against; [`jwks`]: fetching `[gateway.jwt] jwks_url`; [`identity`]: asking
+//!   `[gateway.identity]` who is calling;
 //! - [`telemetry`]: logs, and the Prometheus recorder built from the `idem_metrics` catalogue;
 //! - [`cli`]: the `idem` command line (`serve`, `health`, client verbs, `import`, `token new`).
 //!
@@ -24,6 +25,7 @@ pub mod cli;
 pub mod config;
 pub mod conn;
 pub mod embedded;
+pub mod identity;
 pub mod jwks;
 pub mod proxy;
 pub mod router;

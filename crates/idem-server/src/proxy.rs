@@ -2,7 +2,8 @@
 //! pooled HTTP/1.1 keep-alive connections. Requests on a guarded route go through the engine
 //! (buffered, since their body is fingerprinted); every other request streams straight through,
 //! unchanged but for hop-by-hop headers. Routes are matched on the normalised path, but the path
-//! forwarded is byte for byte the client's.
+//! forwarded is byte for byte the client's. idem's own answers (a body too large, an upstream
+//! unreachable) take the route's `errors` shape, or on no route `[gateway] errors`.
 //!
 //! At shutdown the proxy stops accepting and, together with draining its connections, gives the
 //! upstream calls still running in the background (their clients got a 504) up to [`DRAIN`] to
@@ -28,7 +29,7 @@ use idem_core::{Clock, RequestStore};
 use idem_gateway::engine::ForwardFuture;
 use idem_gateway::headers::strip_hop_by_hop;
 use idem_gateway::problem::Problem;
-use idem_gateway::{Engine, ForwardError, GatewayBody, Routes, declared_too_large, read_limited};
+use idem_gateway::{Engine, ErrorShape, ForwardError, GatewayBody, Routes, declared_too_large, read_limited};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -37,12 +38,19 @@ use crate::conn::{self, ConnLimits};
 
 /// How long background upstream calls may finish after shutdown begins: the connections' drain.
 pub const DRAIN: Duration = Duration::from_secs(30);
+/// TCP keepalive on upstream connections: probes after 15 s of silence, every 5 s, 3 unanswered
+/// and the connection is dead.
+const UPSTREAM_KEEPALIVE_IDLE: Duration = Duration::from_secs(15);
+const UPSTREAM_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const UPSTREAM_KEEPALIVE_RETRIES: u32 = 3;
 
 pub struct Proxy {
     engine: Arc<Engine>,
     routes: Routes,
     upstream: Upstream,
     max_body_bytes: usize,
+    /// The shape of idem's own answers to requests on no route: `[gateway] errors`.
+    errors: ErrorShape,
 }
 
 struct Upstream {
@@ -66,11 +74,16 @@ impl Proxy {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(Duration::from_secs(5)));
         connector.set_nodelay(true);
+        // An upstream that vanished without a word (a host gone, a path black-holed) is found in
+        // about 30 s rather than never: the call then breaks off (and max_call bounds it anyway).
+        connector.set_keepalive(Some(UPSTREAM_KEEPALIVE_IDLE));
+        connector.set_keepalive_interval(Some(UPSTREAM_KEEPALIVE_INTERVAL));
+        connector.set_keepalive_retries(Some(UPSTREAM_KEEPALIVE_RETRIES));
         let connector = crate::tls::connector(connector, tls);
         let client = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector);
         Self {
             engine: Arc::new(Engine::new(store, clock, config.engine_config(max_body_bytes))),
-            routes: config.routes(jwt.as_ref()),
+            routes: config.routes(jwt.as_ref(), crate::identity::resolver(config, tls).as_ref()),
             upstream: Upstream {
                 client,
                 scheme: upstream.scheme.clone(),
@@ -79,6 +92,7 @@ impl Proxy {
                 base_path: upstream.base_path.clone(),
             },
             max_body_bytes,
+            errors: config.errors(),
         }
     }
 
@@ -116,17 +130,18 @@ async fn proxy(State(proxy): State<Arc<Proxy>>, request: Request) -> Response {
             Ok(response) => response.into_response(),
             Err(e) => {
                 tracing::warn!(error = ?e, "upstream request failed");
-                Problem::UpstreamUnavailable.answer("the upstream could not be reached").into_response()
+                let answer = Problem::UpstreamUnavailable.answer("the upstream could not be reached");
+                proxy.errors.render(answer).into_response()
             }
         };
     };
     let (parts, body) = request.into_parts();
     if let Some(e) = declared_too_large(&parts.headers, proxy.max_body_bytes) {
-        return e.into_response().into_response();
+        return route.errors.render(e.into_response()).into_response();
     }
     let bytes = match read_limited(body, proxy.max_body_bytes).await {
         Ok(bytes) => bytes,
-        Err(e) => return e.into_response().into_response(),
+        Err(e) => return route.errors.render(e.into_response()).into_response(),
     };
     let sender = Arc::clone(&proxy);
     let forward = move |request: http::Request<Bytes>| -> ForwardFuture {

@@ -1,17 +1,21 @@
 //! `[gateway]`: the `Idempotency-Key` proxy's listener, its upstream and its routes. Routes are
 //! parsed into the engine's own [`RoutePolicy`] as the config is read; a route's defaults are
-//! `RoutePolicy::new`'s and written nowhere else. `path_case` in `[gateway]` is every route's that
-//! does not set its own; `[gateway.jwt]` verifies the tokens `jwt:` scope parts read.
+//! `RoutePolicy::new`'s and written nowhere else. `path_case` and `errors` (or `errors_template`,
+//! [`super::errors`]) in `[gateway]` are every route's that does not set its own; `[gateway.jwt]`
+//! verifies the tokens `jwt:` scope parts read.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::HeaderValue;
 use http::uri::{Authority, Scheme};
 use idem_core::gateway::{InFlightPolicy, KeyPolicy, PathCase, PathPattern};
-use idem_gateway::{EngineConfig, JwtVerifier, RoutePolicy, Routes, ScopePart};
+use idem_gateway::{EngineConfig, ErrorShape, IdentityResolver, JwtVerifier, RoutePolicy, Routes, ScopePart};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::errors::{self, ErrorStyle, TemplateFile};
+use super::identity::IdentityConfig;
 use super::jwt::JwtConfig;
 use super::value::{BadUrl, ConfigDuration};
 
@@ -40,11 +44,25 @@ pub struct GatewayConfig {
     /// (for upstreams that route so: ASP.NET Core, IIS).
     #[serde(default)]
     pub path_case: PathCase,
+    /// The shape of idem's own answers on every route that sets none, and on no route: `problem`
+    /// (RFC 9457, the default) or `stripe`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errors: Option<ErrorStyle>,
+    /// Instead of `errors`: a JSON file with placeholders that idem's own answers are written in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errors_template: Option<TemplateFile>,
+    /// The longest an upstream call may run on every route that sets none (default 10 minutes):
+    /// past it the call is abandoned and its key left to its lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_call: Option<ConfigDuration>,
     #[serde(default)]
     pub routes: Vec<Route>,
     /// How the bearer JWTs that `jwt:` scope parts read are verified.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jwt: Option<JwtConfig>,
+    /// The app's endpoint that names the caller, for `identity` scope parts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<IdentityConfig>,
     /// TLS on the gateway's listener: `cert` and `key` files, re-read on SIGHUP and on change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<super::ListenerTls>,
@@ -67,17 +85,79 @@ mod defaults {
 }
 
 impl GatewayConfig {
-    /// The routes as the engine runs them: each with its path case (its own or the gateway's) and,
-    /// when its scope reads `jwt:` claims, the verifier.
-    pub fn routes(&self, jwt: Option<&Arc<JwtVerifier>>) -> Routes {
+    /// The routes as the engine runs them: each with its path case (its own or the gateway's),
+    /// when its scope reads `jwt:` claims the verifier, and when it has `identity` the resolver.
+    pub fn routes(&self, jwt: Option<&Arc<JwtVerifier>>, identity: Option<&Arc<IdentityResolver>>) -> Routes {
         Routes::new(self.routes.iter().map(|route| {
             let mut policy = route.0.clone();
             policy.path_case = route.path_case(self.path_case);
+            policy.errors = route.2.clone().unwrap_or_else(|| self.errors());
+            policy.max_call = route.3.or(self.max_call.map(|d| d.0)).unwrap_or(policy.max_call);
             if policy.scope.iter().any(|p| matches!(p, ScopePart::Jwt(_))) {
                 policy.jwt = jwt.cloned();
             }
+            if policy.scope.contains(&ScopePart::Identity) {
+                policy.identity = identity.cloned();
+            }
             policy
         }))
+    }
+
+    /// Every mistake of `[gateway]` that no single value shows, as (key, message); `api` is the
+    /// API's listen address.
+    pub fn mistakes(&self, api: SocketAddr) -> Vec<(String, String)> {
+        let mut errors = Vec::new();
+        if self.listen == api {
+            errors.push(("gateway.listen".into(), "must differ from listen".into()));
+        }
+        if let Some((i, other)) = self.duplicate_route() {
+            let message = format!("matches the same requests as gateway.routes[{other}] (same path and method)");
+            errors.push((format!("gateway.routes[{i}]"), message));
+        }
+        errors.extend(self.errors_mistake().map(|m| ("gateway.errors_template".to_owned(), m.to_owned())));
+        if let Some(max_call) = self.max_call {
+            let inheriting = self.routes.iter().filter(|route| route.3.is_none());
+            if let Some(message) = inheriting.filter_map(|route| max_call_mistake(max_call.0, &route.0)).next() {
+                errors.push(("gateway.max_call".into(), message));
+            }
+        }
+        let table = |name: &str, field: &str| match field {
+            "" => format!("gateway.{name}"),
+            field => format!("gateway.{name}.{field}"),
+        };
+        errors.extend(self.jwt.iter().flat_map(JwtConfig::validate).map(|(f, m)| (table("jwt", f), m)));
+        errors.extend(self.identity.iter().flat_map(IdentityConfig::validate).map(|(f, m)| (table("identity", f), m)));
+        if let Some((i, j)) = self.unasked_identity_part() {
+            let message = "asks the app who is calling: configure [gateway.identity] (url, and id_header or id_field)";
+            errors.push((format!("gateway.routes[{i}].scope[{j}]"), message.to_owned()));
+        }
+        if let Some((i, j)) = self.unverified_jwt_part() {
+            let message = "reads a claim of the bearer JWT, which must verify first: configure [gateway.jwt] \
+                           (jwks_url, public_key_file or secret)";
+            errors.push((format!("gateway.routes[{i}].scope[{j}]"), message.to_owned()));
+        }
+        errors
+    }
+
+    /// Where a route's `identity` part has no `[gateway.identity]` to ask: `(route, part)`.
+    pub fn unasked_identity_part(&self) -> Option<(usize, usize)> {
+        if self.identity.is_some() {
+            return None;
+        }
+        self.routes
+            .iter()
+            .enumerate()
+            .find_map(|(i, route)| route.0.scope.iter().position(|p| *p == ScopePart::Identity).map(|j| (i, j)))
+    }
+
+    /// The shape of idem's own answers on routes that set none, and on no route.
+    pub fn errors(&self) -> ErrorShape {
+        errors::shape(self.errors, self.errors_template.as_ref()).unwrap_or_default()
+    }
+
+    /// `[gateway]` sets both `errors` and `errors_template`: what it is told.
+    pub fn errors_mistake(&self) -> Option<&'static str> {
+        (self.errors.is_some() && self.errors_template.is_some()).then_some(errors::BOTH)
     }
 
     /// A route that can never match, because an earlier one takes the same requests (the same path
@@ -180,9 +260,10 @@ impl Serialize for Upstream {
     }
 }
 
-/// One `[[gateway.routes]]` entry, parsed, and the `path_case` it sets (none: the gateway's).
+/// One `[[gateway.routes]]` entry, parsed, and the `path_case`, `errors` shape and `max_call` it
+/// sets (none: the gateway's).
 #[derive(Debug, Clone)]
-pub struct Route(pub RoutePolicy, pub Option<PathCase>);
+pub struct Route(pub RoutePolicy, pub Option<PathCase>, pub Option<ErrorShape>, pub Option<Duration>);
 
 impl Route {
     fn path_case(&self, gateway: PathCase) -> PathCase {
@@ -191,10 +272,10 @@ impl Route {
 }
 
 impl From<RoutePolicy> for Route {
-    /// A route with its own path case: the policy's.
+    /// A route with its own path case, errors shape and max_call: the policy's.
     fn from(policy: RoutePolicy) -> Self {
-        let case = policy.path_case;
-        Self(policy, Some(case))
+        let (case, errors, max_call) = (policy.path_case, policy.errors.clone(), policy.max_call);
+        Self(policy, Some(case), Some(errors), Some(max_call))
     }
 }
 
@@ -239,7 +320,15 @@ struct RouteSpec {
     upstream_timeout: Option<ConfigDuration>,
     /// How long a started request holds its key if idem dies; longer than `upstream_timeout`.
     lease: Option<ConfigDuration>,
+    /// The longest an upstream call may run; absent: `[gateway] max_call`, else 10 minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_call: Option<ConfigDuration>,
     store_5xx: Option<bool>,
+    /// `problem` or `stripe`; absent (and no `errors_template`): `[gateway]`'s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    errors: Option<ErrorStyle>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    errors_template: Option<TemplateFile>,
 }
 
 impl TryFrom<RouteSpec> for Route {
@@ -266,6 +355,11 @@ impl TryFrom<RouteSpec> for Route {
         }
         policy.upstream_timeout = spec.upstream_timeout.map_or(policy.upstream_timeout, |d| d.0);
         policy.store_5xx = spec.store_5xx.unwrap_or(policy.store_5xx);
+        if spec.errors.is_some() && spec.errors_template.is_some() {
+            return Err(errors::BOTH.into());
+        }
+        let errors = errors::shape(spec.errors, spec.errors_template.as_ref());
+        policy.errors = errors.clone().unwrap_or_default();
         if policy.ttl.is_zero() || policy.lease.is_zero() || policy.upstream_timeout.is_zero() {
             return Err("ttl, lease and upstream_timeout must be longer than zero".into());
         }
@@ -277,14 +371,32 @@ impl TryFrom<RouteSpec> for Route {
                 idem_core::format_duration(policy.upstream_timeout)
             ));
         }
-        Ok(Self(policy, spec.path_case))
+        let max_call = spec.max_call.map(|d| d.0);
+        if let Some(message) = max_call.and_then(|max_call| max_call_mistake(max_call, &policy)) {
+            return Err(message);
+        }
+        Ok(Self(policy, spec.path_case, errors, max_call))
     }
+}
+
+/// Why a route's calls cannot be bounded by `max_call`: it must outlast `upstream_timeout`, since
+/// the client waits that long for the call.
+fn max_call_mistake(max_call: Duration, route: &RoutePolicy) -> Option<String> {
+    (max_call <= route.upstream_timeout).then(|| {
+        format!(
+            "max_call ({}) must be longer than upstream_timeout ({}): a call is abandoned at max_call, and the \
+             client waits upstream_timeout for it; raise max_call or lower upstream_timeout",
+            idem_core::format_duration(max_call),
+            idem_core::format_duration(route.upstream_timeout)
+        )
+    })
 }
 
 /// Printed with every value, defaults included: `idem config check` shows what is in force.
 impl From<&Route> for RouteSpec {
     fn from(route: &Route) -> Self {
         let p = &route.0;
+        let (errors, errors_template) = errors::keys(route.2.as_ref());
         RouteSpec {
             path: p.path.clone(),
             methods: Some(p.methods.iter().map(|m| m.to_string()).collect()),
@@ -296,7 +408,10 @@ impl From<&Route> for RouteSpec {
             wait_timeout: Some(ConfigDuration(p.wait_timeout)),
             upstream_timeout: Some(ConfigDuration(p.upstream_timeout)),
             lease: Some(ConfigDuration(p.lease)),
+            max_call: route.3.map(ConfigDuration),
             store_5xx: Some(p.store_5xx),
+            errors,
+            errors_template,
         }
     }
 }
@@ -336,6 +451,29 @@ mod tests {
         assert_eq!(route("lease = \"5s\"\n"), Ok((Duration::from_millis(2500), secs(5))), "half the lease");
         assert_eq!(route("lease = \"10m\"\n"), Ok((secs(30), secs(600))), "30 s at most");
         assert_eq!(route("upstream_timeout = \"1s\"\nlease = \"3s\"\n"), Ok((secs(1), secs(3))));
+    }
+
+    #[test]
+    fn max_call_outlasts_the_upstream_timeout_and_routes_inherit_the_gateways() {
+        let gateway = |extra: &str, route: &str| -> Result<GatewayConfig, String> {
+            let text = format!(
+                "listen = \"127.0.0.1:8080\"\nupstream = \"http://127.0.0.1:3000\"\n{extra}\n[[routes]]\npath = \"/orders\"\n{route}"
+            );
+            toml::from_str(&text).map_err(|e| e.to_string())
+        };
+        let max_call = |g: &GatewayConfig| g.routes(None, None).0[0].max_call;
+        assert_eq!(max_call(&gateway("", "").expect("valid")), Duration::from_secs(600), "the default");
+        assert_eq!(max_call(&gateway("max_call = \"2m\"", "").expect("valid")), Duration::from_secs(120));
+        let own = gateway("max_call = \"2m\"", "max_call = \"45s\"").expect("valid");
+        assert_eq!(max_call(&own), Duration::from_secs(45), "a route's own wins");
+        let err = gateway("", "max_call = \"30s\"").expect_err("not past the default upstream_timeout");
+        assert!(err.contains("must be longer than upstream_timeout"), "{err}");
+        let inherited = gateway("max_call = \"10s\"", "").expect("parses");
+        let mistakes = inherited.mistakes("127.0.0.1:7070".parse().expect("addr"));
+        assert!(
+            mistakes.iter().any(|(key, m)| key == "gateway.max_call" && m.contains("upstream_timeout")),
+            "{mistakes:?}"
+        );
     }
 
     #[test]

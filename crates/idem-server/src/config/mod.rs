@@ -9,7 +9,9 @@
 mod access;
 mod collect;
 mod env;
+mod errors;
 mod gateway;
+mod identity;
 mod jwt;
 mod locate;
 mod source;
@@ -27,7 +29,9 @@ use serde::{Deserialize, Serialize};
 pub use access::{AuthConfig, Can, HttpConfig, ListenerTls, TlsConfig, TokenConfig, TokenDigest, token_digest};
 pub use env::TOP_LEVEL_KEYS;
 use env::set_path;
+pub use errors::{ErrorStyle, TemplateFile};
 pub use gateway::{GatewayConfig, Route, Upstream};
+pub use identity::IdentityConfig;
 pub use jwt::JwtConfig;
 pub use source::SourceConfig;
 pub use value::{ConfigDuration, HttpUrl, Secret};
@@ -416,22 +420,7 @@ impl Config {
             errors.push(key_error("sweeper".into(), "interval and batch must be greater than zero"));
         }
         if let Some(gateway) = &self.gateway {
-            if gateway.listen == self.listen {
-                errors.push(key_error("gateway.listen".into(), "must differ from listen"));
-            }
-            if let Some((i, other)) = gateway.duplicate_route() {
-                let message = format!("matches the same requests as gateway.routes[{other}] (same path and method)");
-                errors.push(key_error(format!("gateway.routes[{i}]"), &message));
-            }
-            for (field, message) in gateway.jwt.iter().flat_map(JwtConfig::validate) {
-                let key = if field.is_empty() { "gateway.jwt".to_owned() } else { format!("gateway.jwt.{field}") };
-                errors.push(key_error(key, &message));
-            }
-            if let Some((i, j)) = gateway.unverified_jwt_part() {
-                let message = "reads a claim of the bearer JWT, which must verify first: configure [gateway.jwt] \
-                               (jwks_url, public_key_file or secret)";
-                errors.push(key_error(format!("gateway.routes[{i}].scope[{j}]"), message));
-            }
+            errors.extend(gateway.mistakes(self.listen).into_iter().map(|(key, message)| key_error(key, &message)));
         }
         for (i, source) in self.sources.iter().enumerate() {
             if let Err((field, message)) = source.validate() {

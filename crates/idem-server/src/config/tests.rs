@@ -94,7 +94,7 @@ fn unknown_keys_and_bad_values_are_named() {
 fn gateway_routes_take_the_contract_defaults() {
     let file = "[gateway]\nlisten = \"127.0.0.1:8080\"\nupstream = \"http://127.0.0.1:3000\"\n\n[[gateway.routes]]\npath = \"/orders\"\nkey = \"required\"\nttl = \"48h\"\n";
     let c = load(file, &[], &Overrides::default()).expect("load");
-    let routes = c.gateway.as_ref().expect("gateway").routes(None);
+    let routes = c.gateway.as_ref().expect("gateway").routes(None, None);
     let orders = &routes.0[0];
     assert_eq!(orders.methods, vec![http::Method::POST, http::Method::PATCH]);
     assert_eq!(orders.key, KeyPolicy::Required);
@@ -121,7 +121,7 @@ fn gateway_scopes_jwt_and_path_case_are_read_and_their_mistakes_named() {
     let c = load(&format!("{gateway}{routes}{jwt}"), &[], &Overrides::default()).expect("load");
     let g = c.gateway.as_ref().expect("gateway");
     let verifier = Arc::new(idem_gateway::JwtVerifier::hs256(&[7; 32]).expect("secret"));
-    let live = g.routes(Some(&verifier));
+    let live = g.routes(Some(&verifier), None);
     use idem_core::gateway::PathCase;
     assert_eq!((live.0[0].path_case, live.0[1].path_case), (PathCase::Insensitive, PathCase::Sensitive));
     assert!(live.0[0].jwt.is_some() && live.0[1].jwt.is_none(), "the verifier goes to routes that read jwt:");

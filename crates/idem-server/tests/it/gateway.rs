@@ -1,6 +1,7 @@
 //! The Idempotency-Key gateway in front of a real upstream on a real socket that counts what it
 //! receives: one test per row of the contract's table, races of hundreds of requests, an upstream
-//! slower than `upstream_timeout` (and than the lease), and other spellings of a guarded path.
+//! slower than `upstream_timeout` (and than the lease), other spellings of a guarded path, and
+//! idem's own answers in Stripe's shape on a route (or a gateway) that asks for it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,9 +10,9 @@ use bytes::Bytes;
 use http::Method;
 use idem_core::SystemClock;
 use idem_core::gateway::{InFlightPolicy, KeyPolicy};
-use idem_gateway::RoutePolicy;
+use idem_gateway::{ErrorShape, RoutePolicy};
 use idem_server::cli::client::{ApiClient, Reply};
-use idem_server::config::{GatewayConfig, Route, Upstream as UpstreamUrl};
+use idem_server::config::{ErrorStyle, GatewayConfig, Route, Upstream as UpstreamUrl};
 use serde_json::json;
 
 use crate::support::TestServer;
@@ -48,8 +49,12 @@ async fn gateway_with(routes: impl FnOnce(&mut Vec<RoutePolicy>), more: impl FnO
         max_background_calls: 1000,
         max_unstored_bytes: 1 << 20,
         path_case: Default::default(),
+        errors: None,
+        errors_template: None,
+        max_call: None,
         routes: list.into_iter().map(Route::from).collect(),
         jwt: None,
+        identity: None,
         tls: None,
     };
     more(&mut config);
@@ -515,5 +520,217 @@ async fn json_bodies_are_compared_as_json_only_when_they_say_so() {
     assert_eq!(text("{\"a\":1,\"b\":2}").await.status, 201);
     assert_eq!(text("{\"b\":2,\"a\":1}").await.status, 422, "a text body counts byte for byte");
     let _ = json!({});
+    g.server.stop().await;
+}
+
+/// The `error` of an answer in Stripe's shape, `(type, code)`; it has a message, and no problem
+/// member.
+fn stripe_error(reply: &Reply) -> (String, String) {
+    let body = String::from_utf8_lossy(&reply.body);
+    assert_eq!(reply.headers.get("content-type").map(|v| v.as_bytes()), Some(&b"application/json"[..]), "{body}");
+    let json = reply.json();
+    let error = &json["error"];
+    assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()) && json.get("type").is_none(), "{body}");
+    let field = |name: &str| error[name].as_str().unwrap_or_default().to_owned();
+    (field("type"), field("code"))
+}
+
+/// `/orders` with `errors = "stripe"` (and `upstream_timeout = 1s`, `lease = 3s`) beside
+/// `/status/{code}` with the default: 504, 409, 422 and 400 in Stripe's shape with their statuses
+/// and `Retry-After`, while the other route's 422 is problem+json, and the upstream's own answer,
+/// replayed, is untouched. One upstream call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stripe_route_answers_in_stripes_shape_and_the_others_in_problem_json() {
+    let g = gateway(|routes| {
+        slow_route(routes);
+        routes[0].errors = ErrorShape::Stripe;
+        routes.push(route("/status/{code}"));
+    })
+    .await;
+    let slow = [("x-delay-ms", "2500")];
+    let timed_out = g.post("/orders", Some("s"), "{}", &slow).await;
+    assert_eq!((timed_out.status.as_u16(), retry_after(&timed_out)), (504, Some(1)));
+    assert_eq!(stripe_error(&timed_out), ("api_error".into(), "upstream-timeout".into()));
+    let held = g.post("/orders", Some("s"), "{}", &slow).await;
+    assert_eq!(held.status, 409);
+    assert!(retry_after(&held).is_some(), "Retry-After kept");
+    assert_eq!(stripe_error(&held), ("idempotency_error".into(), "request-in-flight".into()));
+    let reused = g.post("/orders", Some("s"), r#"{"amount":2}"#, &slow).await;
+    assert_eq!(reused.status, 422);
+    assert_eq!(stripe_error(&reused), ("idempotency_error".into(), "idempotency-key-reused".into()));
+    let missing = g.post("/orders", None, "{}", &[]).await;
+    assert_eq!(missing.status, 400);
+    assert_eq!(stripe_error(&missing), ("invalid_request_error".into(), "missing-idempotency-key".into()));
+
+    assert_eq!(g.post("/status/201", Some("p"), "{}", &[]).await.status, 201);
+    let other_route = g.post("/status/201", Some("p"), r#"{"amount":2}"#, &[]).await;
+    assert_eq!(other_route.status, 422);
+    assert_eq!(problem_type(&other_route), "urn:idem:problem:idempotency-key-reused");
+
+    let answered = once_answered(&g, "/orders", "s", "{}", &slow).await;
+    assert!(answered.status == 201 && replayed(&answered), "{}", String::from_utf8_lossy(&answered.body));
+    assert_eq!(answered.json()["order_id"], 1, "the upstream's own body");
+    assert_eq!(g.upstream.count("/orders"), 1);
+    g.server.stop().await;
+}
+
+/// `[gateway] errors = "stripe"` with an upstream that is down: a route that sets nothing and a
+/// request on no route answer 502 in Stripe's shape; a route that says `problem` keeps it.
+#[tokio::test]
+async fn the_gateways_errors_is_every_routes_that_sets_none() {
+    let g = gateway_with(
+        |routes| routes.push(route("/status/{code}")),
+        |c| {
+            c.upstream = UpstreamUrl::parse("http://127.0.0.1:9").expect("URL");
+            c.errors = Some(ErrorStyle::Stripe);
+            // As a route written without `errors` reads: the gateway's.
+            c.routes[0].2 = None;
+        },
+    )
+    .await;
+    let inherited = g.post("/orders", Some("k"), "{}", &[]).await;
+    assert_eq!(inherited.status, 502);
+    assert_eq!(stripe_error(&inherited), ("api_error".into(), "upstream-unavailable".into()));
+    let own = g.post("/status/201", Some("k"), "{}", &[]).await;
+    assert_eq!((own.status.as_u16(), problem_type(&own).as_str()), (502, "urn:idem:problem:upstream-unavailable"));
+    let unrouted = g.client.send_with(Method::GET, "/plain", None, &[]).await.expect("request");
+    assert_eq!(unrouted.status, 502);
+    assert_eq!(stripe_error(&unrouted), ("api_error".into(), "upstream-unavailable".into()));
+    g.server.stop().await;
+}
+
+/// How a raw upstream answers each request it reads (and counts).
+#[derive(Clone, Copy)]
+enum Raw {
+    /// `201` promising 1,000 bytes, then 10 of them, then the connection closes.
+    BodyBreaks,
+    /// The connection closes once the request was read, before any answer.
+    ClosesAfterRequest,
+    /// Reads the request and never answers.
+    Hangs,
+}
+
+/// An upstream on a raw socket that misbehaves as `how` says; answers its URL and its count of
+/// requests read.
+async fn raw_upstream(how: Raw) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let count = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&count);
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let seen = Arc::clone(&seen);
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                // Headers, then the body its Content-Length promises (the tests send "{}").
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                seen.fetch_add(1, Ordering::SeqCst);
+                match how {
+                    Raw::BodyBreaks => {
+                        let head =
+                            b"HTTP/1.1 201 Created\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n";
+                        let _ = socket.write_all(head).await;
+                        let _ = socket.write_all(b"{\"order\":1").await;
+                    }
+                    Raw::ClosesAfterRequest => {}
+                    Raw::Hangs => std::future::pending::<()>().await,
+                }
+            });
+        }
+    });
+    (url, count)
+}
+
+/// A route on `path` in front of a raw upstream.
+async fn raw_gateway(
+    path: &str,
+    how: Raw,
+    edit: impl FnOnce(&mut RoutePolicy),
+) -> (Gateway, Arc<std::sync::atomic::AtomicUsize>) {
+    let (url, count) = raw_upstream(how).await;
+    let path = path.to_owned();
+    let g = gateway_with(
+        |routes| {
+            let mut policy = RoutePolicy { key: KeyPolicy::Required, ..route(&path) };
+            edit(&mut policy);
+            routes[0] = policy;
+        },
+        |c| c.upstream = UpstreamUrl::parse(&url).expect("URL"),
+    )
+    .await;
+    (g, count)
+}
+
+/// The upstream answered `201` and its body broke off after 10 of 1,000 promised bytes: it has
+/// acted. The key is not given up: the client gets a `502` saying the outcome is unknown, and every
+/// retry gets the same `502` replayed; the upstream saw the key once (it saw it 7 times when the
+/// key was released: #39).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_breaks_after_its_status_keeps_the_key_and_no_retry_runs_it_again() {
+    let (g, count) = raw_gateway("/orders", Raw::BodyBreaks, |_| {}).await;
+    let first = g.post("/orders", Some("broken"), "{}", &[]).await;
+    assert_eq!(first.status, 502, "{}", String::from_utf8_lossy(&first.body));
+    assert_eq!(problem_type(&first), "urn:idem:problem:upstream-outcome-unknown");
+    let detail = first.json()["detail"].as_str().unwrap_or_default().to_owned();
+    assert!(detail.contains("after it answered 201"), "{detail}");
+    for _ in 0..5 {
+        let retry = g.post("/orders", Some("broken"), "{}", &[]).await;
+        assert_eq!((retry.status.as_u16(), replayed(&retry)), (502, true), "the retry is answered the same");
+        assert_eq!(retry.body, first.body);
+    }
+    assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 1, "the upstream ran the key once");
+    g.server.stop().await;
+}
+
+/// The request was sent and the connection closed before any answer: the upstream may have acted.
+/// The key keeps a `502` (outcome unknown) and a retry does not run it again; an upstream that
+/// could not be reached at all releases the key (`an_unreachable_upstream_is_502_and_releases_the_key`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_breaks_after_the_request_was_sent_keeps_the_key() {
+    let (g, count) = raw_gateway("/orders", Raw::ClosesAfterRequest, |_| {}).await;
+    let first = g.post("/orders", Some("sent"), "{}", &[]).await;
+    assert_eq!(first.status, 502, "{}", String::from_utf8_lossy(&first.body));
+    assert_eq!(problem_type(&first), "urn:idem:problem:upstream-outcome-unknown");
+    let retry = g.post("/orders", Some("sent"), "{}", &[]).await;
+    assert_eq!((retry.status.as_u16(), replayed(&retry)), (502, true));
+    assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 1, "the upstream saw the request once");
+    g.server.stop().await;
+}
+
+/// An upstream that never answers: the client gets `504` at `upstream_timeout`, the call runs on in
+/// the background with its lease extended, and at `max_call` it is abandoned: the key is left to its
+/// lease (no longer extended), `409` until it ends, then a retry runs again. Counted as
+/// `outcome="max_call"`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_hangs_is_abandoned_at_max_call_and_its_key_left_to_its_lease() {
+    let (g, count) = raw_gateway("/hang", Raw::Hangs, |r| {
+        *r = RoutePolicy {
+            upstream_timeout: Duration::from_millis(500),
+            max_call: Duration::from_millis(1500),
+            ..r.clone().with_lease(Duration::from_secs(2))
+        }
+    })
+    .await;
+    let start = Instant::now();
+    let first = g.post("/hang", Some("hung"), "{}", &[]).await;
+    assert_eq!(first.status, 504);
+    assert!(start.elapsed() < Duration::from_millis(1400), "answered at upstream_timeout");
+    // At 1 s the lease (2 s) was extended to 3 s; the call is abandoned at 1.5 s.
+    tokio::time::sleep_until((start + Duration::from_millis(2000)).into()).await;
+    let series = r#"idem_gateway_background_calls_total{route="/hang",outcome="max_call"}"#;
+    assert_eq!(crate::support::metric(&g.server.client, series).await, 1.0);
+    assert_eq!(g.post("/hang", Some("hung"), "{}", &[]).await.status, 409, "held until the lease ends");
+    tokio::time::sleep_until((start + Duration::from_millis(3200)).into()).await;
+    let retry = g.post("/hang", Some("hung"), "{}", &[]).await;
+    assert_eq!(retry.status, 504, "the lease ended: the retry runs the request again");
+    assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 2);
     g.server.stop().await;
 }

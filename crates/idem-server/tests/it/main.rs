@@ -19,6 +19,7 @@ mod multinode;
 mod operations;
 mod pg_restart;
 mod process;
+mod sessions;
 mod store_faults;
 mod support;
 mod tls;

@@ -316,19 +316,17 @@ async fn a_response_the_store_could_not_take_is_kept_stored_and_replayed() {
     drop(proxy);
 }
 
-/// An upstream that takes `takes` to answer `201`, counting its calls.
+/// An upstream that takes `takes` to answer `201` to a POST on any path, counting its calls.
 async fn slow_upstream(calls: Arc<AtomicUsize>, takes: Duration) -> String {
-    let app = axum::Router::new().route(
-        "/orders",
-        axum::routing::post(move || {
-            let calls = Arc::clone(&calls);
-            async move {
-                let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
-                tokio::time::sleep(takes).await;
-                (http::StatusCode::CREATED, axum::Json(json!({"order": n})))
-            }
-        }),
-    );
+    // Any path: each test's route its own, so that its metrics are its own too.
+    let app = axum::Router::new().fallback(axum::routing::post(move || {
+        let calls = Arc::clone(&calls);
+        async move {
+            let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
+            tokio::time::sleep(takes).await;
+            (http::StatusCode::CREATED, axum::Json(json!({"order": n})))
+        }
+    }));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("addr"));
     tokio::spawn(async move { axum::serve(listener, app).await });
@@ -383,6 +381,68 @@ async fn a_begin_held_up_on_the_way_still_runs_its_key_once() {
     assert_eq!(retry.status.as_u16(), 201, "{}", String::from_utf8_lossy(&retry.body));
     assert_eq!(retry.headers.get("idempotent-replayed").and_then(|v| v.to_str().ok()), Some("true"));
     assert_eq!(retry.body, first.body, "the first execution's response");
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the upstream ran the key once");
+    drop(proxy);
+}
+
+/// A node cut off from the store past its lease, with no retry meanwhile: its upstream answered
+/// (`201` to the client, the response kept for the store), and when the path comes back the store
+/// takes it, since no other request took the key after the lease ran out (the lease is still this
+/// node's: its fencing number is the key's last). A retry on another node is replayed from the
+/// store; the upstream ran once. Before, the store refused a response whose lease had ended, and
+/// the retry ran the key again (2 and 4 keys in two trials: #39).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_that_comes_back_after_its_lease_is_kept_when_no_one_took_the_key() {
+    let Some(schema) = TestSchema::create("late_answer").await else { return };
+    let proxy = Arc::new(FaultyProxy::start(schema.port()).await);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let upstream = slow_upstream(Arc::clone(&calls), Duration::from_millis(800)).await;
+    let call_timeout = Duration::from_millis(700);
+    let options = idem_postgres::PgOptions { pool_size: 4, connect_timeout: call_timeout, call_timeout };
+    let text = format!(
+        "[gateway]\nlisten = \"127.0.0.1:0\"\nupstream = \"{upstream}\"\n[[gateway.routes]]\npath = \"/late-orders\"\n\
+         key = \"required\"\nlease = \"2s\"\nupstream_timeout = \"1500ms\"\nscope = [\"header:authorization\"]\n"
+    );
+    let gateway = toml::from_str::<idem_server::Config>(&text).expect("gateway config").gateway;
+    let cut_off = {
+        let gateway = gateway.clone();
+        TestServer::start_postgres(&schema.url_through(proxy.port), &options, move |c| c.gateway = gateway).await
+    };
+    let order = |node: &TestServer| {
+        let client = ApiClient::new(node.gateway_url.as_deref().expect("gateway"), None).expect("client");
+        async move {
+            let headers = [
+                ("idempotency-key", "\"late-1\""),
+                ("content-type", "application/json"),
+                ("authorization", "Bearer bob"),
+            ];
+            let body = Some(bytes::Bytes::from_static(b"{\"item\":\"lamp\"}"));
+            client.send_with(Method::POST, "/late-orders", body, &headers).await.expect("an answer")
+        }
+    };
+
+    let first = tokio::spawn(order(&cut_off));
+    // The begin went through; the upstream is working: cut the node off from the store.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.black_hole();
+    let first = first.await.expect("task");
+    assert_eq!(first.status.as_u16(), 201, "the client gets its answer: {}", String::from_utf8_lossy(&first.body));
+    // Cut off for 3 s: well past the 2 s lease, and no request for the key meanwhile.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    proxy.heal();
+    let stored = r#"idem_gateway_unstored_total{route="/late-orders",outcome="stored"}"#;
+    let started = Instant::now();
+    while crate::support::metric(&cut_off.client, stored).await < 1.0 {
+        assert!(started.elapsed() < Duration::from_secs(10), "the late response was never stored");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Asked of the store, not of the first node's memory: a second node on the same database.
+    let other =
+        TestServer::start_postgres(&schema.url_through(schema.port()), &options, move |c| c.gateway = gateway).await;
+    let replay = order(&other).await;
+    assert_eq!(replay.status.as_u16(), 201, "{}", String::from_utf8_lossy(&replay.body));
+    assert_eq!(replay.headers.get("idempotent-replayed").and_then(|v| v.to_str().ok()), Some("true"));
+    assert_eq!(replay.body, first.body, "the late response, stored");
     assert_eq!(calls.load(Ordering::SeqCst), 1, "the upstream ran the key once");
     drop(proxy);
 }
