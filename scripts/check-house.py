@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The house rules a reader relies on (docs/house-style.md), checked on the product's code: the
-crates' src/ outside test modules, without the harnesses (idem-bench, idem-conformance) and the
-simulated disk (idem-log's sim.rs, built only for tests).
+crates' src/ outside test modules, without the harnesses (idem-bench, idem-conformance, idem-sim)
+and the simulated disk (idem-log's sim.rs, built only for tests).
 
 - no function longer than 60 lines;
 - at most 10 `Result<_, String>` (a typed error where a caller acts on it);
@@ -16,7 +16,7 @@ import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-HARNESSES = {"idem-bench", "idem-conformance"}
+HARNESSES = {"idem-bench", "idem-conformance", "idem-sim"}
 MAX_FUNCTION_LINES = 60
 MAX_STRING_RESULTS = 10
 

@@ -33,6 +33,7 @@ from util import EventLog, kill_pid, pids_matching, port_open, run, say, wait_fo
 
 HERE = Path(__file__).resolve().parent
 
+GATEWAY_ROUTE = "/orders"
 GATEWAY_LEASE = 6.0        # the /orders route's lease (s)
 GATEWAY_UPSTREAM_TIMEOUT = 3.0
 OP_LEASE = 5               # operations' lease_seconds
@@ -101,7 +102,7 @@ listen = "127.0.0.1:{self.gateway}"
 upstream = "http://127.0.0.1:{self.h.upstream_port}/{self.name}"
 
 [[gateway.routes]]
-path = "/orders"
+path = "{GATEWAY_ROUTE}"
 methods = ["POST"]
 key = "required"
 lease = "{GATEWAY_LEASE:g}s"

@@ -8,7 +8,15 @@ Three kinds of logical call, each retried on connection errors, timeouts, 502/50
   asking call is a winner that was never told.
 - `op`: `POST /v1/operations/{ns}/begin` → `POST …/{id}/complete` `{"token", "result": {"call"}}`;
   a `complete` answered `409 lease-lost` starts over with a new begin.
-- `gw`: `POST /orders` through the node's gateway with an `Idempotency-Key`.
+- `gw`: `POST /orders` through the node's gateway with an `Idempotency-Key`. A seeded share of
+  keys is slow (`"work"` in the order: the upstream takes 0.5–20 s, log-uniform, on every
+  execution of that key), so that the client gets `504` and the call finishes in the background,
+  its lease extended meanwhile. A `504` is retried honouring its `Retry-After`; its retries get
+  `409` until the answer is stored, then the answer replayed. Each attempt carries
+  `X-Faults-Attempt: <call>/<try>`, which the upstream records with the execution it causes.
+  Every key answered 2xx is sent again 8 s later (past the lease) through the node that did not
+  execute it (the answer names it), so that its replay comes from the store, not from the
+  executing node's memory.
 
 Some keys are called from every node at once (a pair), so that the nodes race for them. With
 `client_token` (the coming server; detected in `/openapi.json`), claims and begins carry the
@@ -23,12 +31,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 RETRY_STATUSES = {409, 502, 503, 504}
+AUTHORIZATION = "Bearer faults-load"  # the gateway route's scope (header:authorization)
+ATTEMPT_HEADER = "X-Faults-Attempt"
+OUTCOME_UNKNOWN = "urn:idem:problem:upstream-outcome-unknown"
 
 
 class HttpError(Exception):
@@ -126,12 +138,17 @@ class LoadConfig:
     request_timeout: float = 30.0
     call_deadline: float = 60.0
     retry_after_cap: float = 2.0
+    timeout_retry_cap: float = 5.0  # a 504's Retry-After (the route's upstream_timeout) is honoured
     op_lease: int = 5           # operations' lease_seconds
     client_token: bool = False
     pause: float = 0.02         # between logical calls of one worker
     resend_after: float = 8.0   # a gateway key answered 2xx is sent once more this much later
     resend_share: float = 1.0   # (past the route's lease): it must be replayed, never executed again
     kinds: Tuple[str, ...] = ("claim", "op", "gw")
+    slow_share: float = 0.2     # share of gateway keys whose upstream call is slow...
+    slow_min: float = 0.5       # ...taking this long (s, log-uniform between the two)
+    slow_max: float = 20.0
+    seed: str = ""              # which keys are slow, and how slow: a function of this and the key
 
 
 class Load:
@@ -141,6 +158,10 @@ class Load:
         self.stopping = asyncio.Event()
         self.outcomes: List[dict] = []
         self.background: set = set()
+        self.orders: Dict[str, dict] = {}  # each gateway key's body, the same on every attempt
+        # New slow keys while this is set: run.py clears it once the fault has healed, so that
+        # slow calls run across the fault without making the load's drain wait for fresh ones.
+        self.slow_calls = True
 
     def next_id(self, kind: str) -> str:
         self.counter += 1
@@ -177,8 +198,9 @@ class Load:
         """Sleeps before retry `n`; False when the logical call's deadline has passed."""
         delay = min(0.1 * (2 ** min(n, 6)), 1.0) * (0.5 + self.rng.random())
         if resp is not None and "retry-after" in resp.headers:
+            cap = self.cfg.timeout_retry_cap if resp.status == 504 else self.cfg.retry_after_cap
             try:
-                delay = min(float(resp.headers["retry-after"]), self.cfg.retry_after_cap)
+                delay = min(float(resp.headers["retry-after"]), cap)
             except ValueError:
                 pass
         if time.time() + delay > deadline:
@@ -187,6 +209,8 @@ class Load:
         return True
 
     def retryable(self, resp: Optional[Resp]) -> bool:
+        if resp is not None and resp.status == 502 and (resp.json() or {}).get("type") == OUTCOME_UNKNOWN:
+            return False  # the upstream may have acted: the key keeps this answer, a retry gets it again
         return resp is None or resp.status in RETRY_STATUSES
 
     # ---- logical calls ----------------------------------------------------------------------
@@ -267,22 +291,38 @@ class Load:
             if not await self.backoff(n, resp, deadline):
                 return {"kind": "op", "call": call, "key": key, "node": node.name, "gave_up": True, "final": True}
 
+    def order(self, key: str) -> dict:
+        """The key's order, the same on every attempt, node and re-send (one fingerprint): slow for
+        a seeded share of keys."""
+        if key not in self.orders:
+            body: dict = {"order": key}
+            # Of the seed and the key only, not of the order the workers happened to run in.
+            rng = random.Random(f"{self.cfg.seed}-{key}")
+            if self.slow_calls and rng.random() < self.cfg.slow_share:
+                lo, hi = math.log(self.cfg.slow_min), math.log(self.cfg.slow_max)
+                body["work"] = round(math.exp(rng.uniform(lo, hi)), 2)
+            self.orders[key] = body
+        return self.orders[key]
+
     async def gw(self, node: Node, key: str, call: str) -> dict:
-        headers = {"Idempotency-Key": f'"{key}"', "Authorization": "Bearer faults-load"}
+        body = self.order(key)
         deadline = time.time() + self.cfg.call_deadline
         n = 0
         while True:
+            headers = {"Idempotency-Key": f'"{key}"', "Authorization": AUTHORIZATION,
+                       ATTEMPT_HEADER: f"{call}/{n}"}
             resp, e = await self.attempt(node, "gw", "post", key, call, n, node.gateway, "POST", "/orders",
-                                         {"order": key}, headers)
+                                         body, headers)
             if resp is not None and 200 <= resp.status < 300:
                 j = resp.json() or {}
                 e["execution"] = j.get("execution")
+                e["by"] = j.get("node")  # the node that executed it (the upstream says)
                 e["replayed"] = resp.headers.get("idempotent-replayed") == "true"
             self.rec.write(e)
             if not self.retryable(resp):
                 if (resp is not None and 200 <= resp.status < 300 and not call.endswith("#again")
                         and self.rng.random() < self.cfg.resend_share):
-                    t = asyncio.ensure_future(self.resend(node, key, call))
+                    t = asyncio.ensure_future(self.resend(key, call, e.get("by")))
                     self.background.add(t)
                     t.add_done_callback(self.background.discard)
                 return {"kind": "gw", "call": call, "key": key, "node": node.name, "status": e.get("status"),
@@ -291,11 +331,13 @@ class Load:
             if not await self.backoff(n, resp, deadline):
                 return {"kind": "gw", "call": call, "key": key, "node": node.name, "gave_up": True}
 
-    async def resend(self, node: Node, key: str, call: str) -> None:
-        """A client that lost its answer sends the key again, past the lease: a replay is due."""
+    async def resend(self, key: str, call: str, executed_by: Optional[str]) -> None:
+        """A client that lost its answer sends the key again, past the lease: a replay is due.
+        Through the node that did not execute it, so that the replay comes from the store, not
+        from the executing node's replay cache."""
         await asyncio.sleep(self.cfg.resend_after)
-        # Through either node: a replay comes from the store, not only from one node's memory.
-        self.outcomes.append(await self.gw(self.rng.choice(self.nodes), key, call + "#again"))
+        others = [n for n in self.nodes if n.name != executed_by] or self.nodes
+        self.outcomes.append(await self.gw(self.rng.choice(others), key, call + "#again"))
 
     # ---- workers ----------------------------------------------------------------------------
 

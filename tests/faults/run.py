@@ -25,8 +25,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import checker  # noqa: E402
-from harness import FAULTS_PATRONI, FAULTS_STREAMING, GATEWAY_LEASE, OP_LEASE, Harness, inject  # noqa: E402
-from load import Load, LoadConfig, Recorder, supports_client_token  # noqa: E402
+from harness import (FAULTS_PATRONI, FAULTS_STREAMING, GATEWAY_LEASE, GATEWAY_ROUTE,  # noqa: E402
+                     GATEWAY_UPSTREAM_TIMEOUT, OP_LEASE, Harness, inject)
+from load import AUTHORIZATION, Load, LoadConfig, Recorder, supports_client_token  # noqa: E402
 from util import say  # noqa: E402
 
 REPO = HERE.parents[1]
@@ -58,12 +59,15 @@ async def one_run(h: Harness, i: int, fault: str, args, out: Path, seed: int) ->
     await loop.run_in_executor(None, h.make_healthy)
     meta = {"run": run_id, "ns": ns, "fault": fault, "nodes": [n.name for n in h.nodes],
             "call_timeout": args.call_timeout, "gateway_lease": GATEWAY_LEASE, "op_lease": OP_LEASE,
+            "gateway_upstream_timeout": GATEWAY_UPSTREAM_TIMEOUT, "gateway_route": GATEWAY_ROUTE,
+            "gateway_scope": [AUTHORIZATION], "slow_share": args.slow_share,
             "client_token": h.client_token, "store_timeouts": h.store_timeouts, "kind": h.kind, "seed": seed}
     (run_dir / "meta.json").write_text(json.dumps(meta, indent=1))
     rec = Recorder(str(run_dir / "attempts.jsonl"))
     rng = random.Random(f"{seed}-{i}-load")
     cfg = LoadConfig(ns=ns, prefix=run_id, workers=args.workers, gw_workers=args.gw_workers, request_timeout=args.request_timeout,
-                     call_deadline=args.call_deadline, op_lease=OP_LEASE, client_token=h.client_token)
+                     call_deadline=args.call_deadline, op_lease=OP_LEASE, client_token=h.client_token,
+                     slow_share=args.slow_share, seed=f"{seed}-{i}")
     load = Load(h.load_nodes(), cfg, rec, rng)
     h.events("run_start", run=run_id, fault=fault)
     task = asyncio.ensure_future(load.run())
@@ -75,6 +79,9 @@ async def one_run(h: Harness, i: int, fault: str, args, out: Path, seed: int) ->
         except Exception as e:
             h.events("harness_error", run=run_id, error=f"{type(e).__name__}: {e}")
             say(traceback.format_exc())
+        # The slow calls already running carry on across the heal; new ones would only make
+        # the drain wait, with no fault left to meet.
+        load.slow_calls = False
         await asyncio.sleep(args.cooldown)
     finally:
         load.stopping.set()
@@ -89,7 +96,9 @@ async def one_run(h: Harness, i: int, fault: str, args, out: Path, seed: int) ->
     h.events("run_end", run=run_id)
     await loop.run_in_executor(None, h.make_healthy)
     op_keys = {o["key"] for o in load.outcomes if o.get("kind") == "op"}
-    db = await loop.run_in_executor(None, checker.snapshot_db, h.query, ns, op_keys)
+    gw_keys = {o["key"] for o in load.outcomes if o.get("kind") == "gw"}
+    db = await loop.run_in_executor(None, checker.snapshot_db, h.query, ns, op_keys, gw_keys,
+                                    GATEWAY_ROUTE, [AUTHORIZATION])
     (run_dir / "db.json").write_text(json.dumps(db))
     events = checker.read_jsonl(out / "events.jsonl")
     upstream = checker.read_jsonl(out / "upstream.jsonl")
@@ -166,7 +175,10 @@ def parse(argv=None):
     ap.add_argument("--request-timeout", type=float, default=30.0, help="the load's client timeout (s)")
     ap.add_argument("--call-deadline", type=float, default=60.0, help="a logical call gives up after (s)")
     ap.add_argument("--workers", type=int, default=3, help="workers per kind of call")
-    ap.add_argument("--upstream-delay", type=float, default=0.1, help="the upstream's work per execution: up to (s)")
+    ap.add_argument("--upstream-delay", type=float, default=0.1,
+                    help="the upstream's work per execution of a key that is not slow: up to (s)")
+    ap.add_argument("--slow-share", type=float, default=0.2,
+                    help="share of gateway keys whose upstream call takes 0.5-20 s (seeded); 0: none")
     ap.add_argument("--gw-workers", type=int, default=10, help="workers making gateway calls")
     ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument("--cooldown", type=float, default=10.0)

@@ -73,37 +73,11 @@ def test_the_harness_ran_every_fault(schedule):
 
 def test_contract_section_10_holds(schedule):
     """No 500, nothing acknowledged lost, one winner per claim, no key executed twice (but the
-    documented pause-past-lease case), completed stays completed, bounded answers, recovery in
-    time (contract §10). The table of what was found is in the output."""
+    documented case: its node away from the store past its lease, then a takeover elsewhere), every answer
+    of a gateway key the same and stored, completed stays completed, bounded answers, recovery in
+    time (contract §10). The table of what was found is in the output. The checker itself is
+    checked in test_checker.py."""
     assert schedule["summary"], f"no summary; see {schedule['out']}"
     violations = schedule["summary"]["summary"]["violations"]
     assert not violations, f"contract §10 violated: {violations}\n{schedule['stdout'][-6000:]}"
 
-
-def test_a_double_is_excused_only_when_the_lease_ran_out_while_its_node_was_cut_off():
-    """The checker's documented case, on the long runs' own shapes (lease 6 s)."""
-    sys.path.insert(0, str(HERE))
-    from checker import excuses_double
-
-    def window(start, end, back, fault="repoint"):
-        return {"fault": fault, "node": "n1", "start": start, "end": end, "back": {"n1": back}}
-
-    def execution(sent, t, answered):
-        return {"node": "n1", "t": t, "sent": sent, "answered": answered}
-
-    # Sent 0.1 s before a 5.95 s re-point, back 0.24 s after it: the lease ended while cut off.
-    assert excuses_double(window(100.0, 105.95, 106.19), "n1", execution(99.9, 100.0, 100.1), 108.0, 6.0)
-    # A retry sent 4.6 s before a partition healed, executed after the heal (the bug #36 found):
-    # its lease, counted from the send, ended 1.4 s after the node could write again.
-    assert not excuses_double(window(90.0, 104.6, 104.7, "partition"), "n1", execution(100.0, 104.65, 104.7),
-                              110.0, 6.0)
-    # A 7 s black hole that ended just after the execution: the node could store it at once.
-    assert not excuses_double(window(93.0, 100.2, 100.3, "blackhole"), "n1", execution(99.9, 100.0, 100.1),
-                              108.0, 6.0)
-    # A pause or a kill between the two executions is the documented case whatever its length.
-    assert excuses_double(window(101.0, 102.0, 102.0, "idem-pause"), "n1", execution(99.9, 100.0, 100.1),
-                          108.0, 6.0)
-    # Without the attempt's times (its client gave up): cut off for at least the lease.
-    unknown = {"node": "n1", "t": 100.0, "sent": None, "answered": None}
-    assert excuses_double(window(99.0, 105.5, 105.6), "n1", unknown, 108.0, 6.0)
-    assert not excuses_double(window(99.0, 104.0, 104.1), "n1", unknown, 108.0, 6.0)

@@ -119,6 +119,7 @@ macro_rules! request_suite {
             an_expired_lease_frees_the_key_and_voids_the_old_token,
             a_lease_that_ran_out_is_its_holders_until_a_begin_takes_the_key,
             extend_moves_the_lease_for_its_holder_only,
+            an_extension_never_shortens_a_lease,
             held_bytes_are_kept_while_held_and_forget_frees_only_results,
             race_of_200_begins_has_one_holder,
             sweeper_deletes_finished_requests,

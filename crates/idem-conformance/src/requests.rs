@@ -222,6 +222,23 @@ pub async fn extend_moves_the_lease_for_its_holder_only<S: RequestStore + ?Sized
     );
 }
 
+/// An extension sent long ago (a call given up on a stalled path, applied when the path came back)
+/// may arrive after a newer one: it never moves the lease's end earlier.
+pub async fn an_extension_never_shortens_a_lease<S: RequestStore + ?Sized>(h: &Harness<S>) {
+    let r = request("k", 1);
+    let token = start(h, &r).await;
+    let full = crate::START.plus(LEASE);
+    let shorter = h.store.extend_request(&r.id, token, Duration::from_secs(10)).await.expect("extend");
+    assert_eq!(shorter, Some(full), "a shorter extension leaves the end where it was, and says so");
+    match h.store.begin_request(r.clone()).await.expect("begin") {
+        Begin::Held { lease_until, .. } => assert_eq!(lease_until, full),
+        other => panic!("expected the key held until {full:?}, got {other:?}"),
+    }
+    h.clock.advance(Duration::from_secs(50));
+    let later = h.store.extend_request(&r.id, token, Duration::from_secs(30)).await.expect("extend");
+    assert_eq!(later, Some(crate::START.plus(Duration::from_secs(80))), "a longer one moves it");
+}
+
 pub async fn held_bytes_are_kept_while_held_and_forget_frees_only_results<S: RequestStore + ?Sized>(h: &Harness<S>) {
     let r = NewRequest { held: b"ttl=90s".to_vec(), ..request("k", 1) };
     let token = start(h, &r).await;

@@ -106,7 +106,9 @@ pub trait RequestStore: Send + Sync + 'static {
     async fn release_request(&self, id: &ClaimId, token: LeaseToken) -> Result<bool, StoreError>;
 
     /// Moves the end of the lease held by `token` to `lease` from now (a heartbeat for long work),
-    /// also one that ran out while no begin took the key since. `None`: the lease was lost;
+    /// also one that ran out while no begin took the key since, and answers the end as stored. It
+    /// never moves the end earlier: an extension sent long ago (a call given up on a stalled path,
+    /// applied when the path came back) may arrive after a newer one. `None`: the lease was lost;
     /// nothing was changed.
     async fn extend_request(
         &self,

@@ -45,6 +45,7 @@ use tokio::time::Instant;
 
 use crate::background::Background;
 use crate::cache::{Cached, ReplayCache};
+use crate::holding::{Hold, Holding};
 use crate::policy::RoutePolicy;
 use crate::problem::{Problem, held};
 use crate::unstored::Unstored;
@@ -115,6 +116,8 @@ pub struct Engine {
     pub(crate) unstored: Unstored,
     /// How often an upstream that cannot be reached is told in the log (once per route every 10 s).
     pub(crate) upstream_log: idem_core::throttle::Throttle,
+    /// The keys this node is running now ([`crate::holding`]).
+    pub(crate) holding: Holding,
 }
 
 pub(crate) fn count(route: &RoutePolicy, outcome: Outcome) {
@@ -133,7 +136,8 @@ impl Engine {
         let background = Background::new(config.max_background_calls);
         let unstored = Unstored::new(config.max_unstored_bytes);
         let upstream_log = idem_core::throttle::Throttle::new(Duration::from_secs(10));
-        Self { store, clock, cache, waiters: Arc::default(), config, background, unstored, upstream_log }
+        let holding = Holding::default();
+        Self { store, clock, cache, waiters: Arc::default(), config, background, unstored, upstream_log, holding }
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -213,13 +217,14 @@ impl Engine {
                 held: Vec::new(),
                 client,
             };
-            match self.begin(new, &mut asked_again).await {
+            match self.begin_here(new, &mut asked_again).await {
                 Err(e) => return Err(store_unavailable(route, &e)),
                 Ok(Begin::Started { token, lease_expired, fence, .. }) => {
                     if lease_expired {
                         idem_metrics::gateway::lease_expired(route.path.shared());
                     }
-                    match self.fresh(route, identity, Taken { token, fence, leased_at: asked_at }).await {
+                    let hold = self.holding.hold(identity.id, identity.fingerprint);
+                    match self.fresh(route, identity, Taken { token, fence, leased_at: asked_at, hold }).await {
                         Ok(Some(taken)) => return Ok(taken),
                         // Already ended and taken by another begin: look at the key again.
                         Ok(None) => {}
@@ -240,6 +245,18 @@ impl Engine {
                     }
                 }
             }
+        }
+    }
+
+    /// A begin, unless a request of this very node runs the key now: then it is held, and the store
+    /// is not asked ([`crate::holding`]).
+    async fn begin_here(&self, new: NewRequest, asked_again: &mut bool) -> Result<Begin, StoreError> {
+        match self.holding.running(&new.id) {
+            Some(running) => {
+                let lease_until = self.clock.now();
+                Ok(Begin::Held { same_fingerprint: running == new.fingerprint, lease_until })
+            }
+            None => self.begin(new, asked_again).await,
         }
     }
 
@@ -326,6 +343,8 @@ pub(crate) struct Taken {
     pub token: LeaseToken,
     pub fence: u64,
     pub leased_at: Instant,
+    /// The key is this node's until every clone goes.
+    pub hold: Arc<Hold>,
 }
 
 /// Why a request's `Idempotency-Key` cannot be used.

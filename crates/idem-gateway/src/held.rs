@@ -39,6 +39,7 @@ use crate::body::Prefixed;
 use crate::cache::Cached;
 use crate::call::{Call, Exchange};
 use crate::engine::{Engine, ForwardError, ForwardFuture, Identity, Taken, count};
+use crate::holding::Hold;
 use crate::policy::RoutePolicy;
 use crate::problem::Problem;
 use crate::unstored::{Pending, Settle};
@@ -55,6 +56,10 @@ pub(crate) struct Held {
     pub beat_at: Option<Instant>,
     /// When the lease ends, as far as this node knows (its last extension plus the lease).
     pub lease_ends: Instant,
+    /// This node runs the key until the request is settled or abandoned ([`crate::holding`]).
+    /// Declared before `_wake`, so that it is let go first: a waiter woken looks at a key no
+    /// longer held here.
+    pub hold: Arc<Hold>,
     /// However the request ends (settled, abandoned), its waiters look again.
     pub _wake: WakeOnDrop,
 }
@@ -104,7 +109,8 @@ impl Engine {
         let answer_by = started + route.upstream_timeout;
         let beat_at = Some(taken.leased_at + route.lease / 2);
         let lease_ends = taken.leased_at + route.lease;
-        let mut held = Held { route, identity, token, started, beat_at, lease_ends, _wake };
+        let hold = taken.hold;
+        let mut held = Held { route, identity, token, started, beat_at, lease_ends, _wake, hold };
         match self.drive(&mut held, &mut call, Some(answer_by)).await {
             Driven::Ended(exchange) => {
                 let (outcome, answer) = self.settle(&held, exchange).await;
@@ -310,6 +316,7 @@ fn pending(held: &Held, settle: Settle) -> Pending {
         token: held.token,
         lease_ends: held.lease_ends,
         settle,
+        _hold: Arc::clone(&held.hold),
     }
 }
 

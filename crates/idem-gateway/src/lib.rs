@@ -12,6 +12,7 @@ mod call;
 pub mod engine;
 pub mod headers;
 mod held;
+mod holding;
 pub mod identity;
 pub mod jwt;
 pub mod layer;

@@ -72,6 +72,8 @@ pub(crate) struct Pending {
     /// When the lease ends as far as this node knows (its last extension, plus the lease).
     pub lease_ends: Instant,
     pub settle: Settle,
+    /// This node still runs the key while the response waits for the store.
+    pub _hold: Arc<crate::holding::Hold>,
 }
 
 /// The responses kept now: their bytes against the bound, and the tasks drain waits for.

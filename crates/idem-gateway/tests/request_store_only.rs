@@ -167,7 +167,7 @@ impl RequestStore for MemoryStore {
         }
         match keys.get_mut(id) {
             Some(Entry::Held { until, .. }) => {
-                *until = now.plus(lease);
+                *until = now.plus(lease).max(*until);
                 Ok(Some(*until))
             }
             _ => Ok(None),

@@ -39,7 +39,10 @@ const BEGIN: &str = "WITH old AS (
 /// begin taking the key since is still its holder's (idem_core::request).
 const COMPLETE: &str = "UPDATE requests SET state = 1, token = NULL, until = $1, response = $2
      WHERE id = $3 AND state = 0 AND token = $4 AND until > $5";
-const EXTEND: &str = "UPDATE requests SET until = $1 WHERE id = $2 AND state = 0 AND token = $3 AND until > $4";
+/// An extension never shortens a lease: one sent long ago (a call given up on a stalled path, whose
+/// bytes went through when the path came back) may arrive after a newer one.
+const EXTEND: &str = "UPDATE requests SET until = GREATEST(until, $1)
+     WHERE id = $2 AND state = 0 AND token = $3 AND until > $4 RETURNING until";
 pub(crate) const RELEASE: &str = "DELETE FROM requests WHERE id = $1 AND state = 0 AND token = $2 AND until > $3";
 
 /// The oldest `until` a lease the store still keeps can have at `now`.
@@ -164,11 +167,11 @@ pub async fn extend(
 ) -> Result<Option<Timestamp>, StoreError> {
     let until = now.plus(lease);
     let statement = client.prepare_cached(EXTEND).await.map_err(store_error)?;
-    let changed = client
-        .execute(&statement, &[&until.millis(), &&id.0[..], &&token.0[..], &kept_after(now)])
+    let row = client
+        .query_opt(&statement, &[&until.millis(), &&id.0[..], &&token.0[..], &kept_after(now)])
         .await
         .map_err(commit_error)?;
-    Ok((changed == 1).then_some(until))
+    Ok(row.map(|row| Timestamp(row.get(0))))
 }
 
 /// Deletes a live completed row (and wakes its waiters); reports a held one.

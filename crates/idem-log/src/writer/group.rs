@@ -481,7 +481,8 @@ impl<'a> Group<'a> {
 
     fn extend(&mut self, id: &ClaimId, token: LeaseToken, lease: Duration) -> Result<Option<Timestamp>, StoreError> {
         let Some(held) = self.held_by(id, token)? else { return Ok(None) };
-        let until = Timestamp(self.now).plus(lease);
+        // Never shorter than it was: an extension asked long ago may be decided after a newer one.
+        let until = Timestamp(self.now).plus(lease).max(Timestamp(held.until));
         self.put_request(RequestRec { until: until.millis(), ..held }, true)?;
         Ok(Some(until))
     }

@@ -187,7 +187,7 @@ pub fn expect(model: &Model, op: &Op, now: i64) -> (Answer, Model) {
             let held = after.kept(key, now).is_some_and(|r| !r.completed && r.token == Some(*token));
             match after.requests.get_mut(key) {
                 Some(r) if held => {
-                    r.until = now + ms(*lease);
+                    r.until = (now + ms(*lease)).max(r.until);
                     Answer::Extended(Some(r.until))
                 }
                 _ => Answer::Extended(None),

@@ -288,6 +288,7 @@ pub async fn begin(
     let wait = Wait::new(&state.waiters, key, op.wait);
     loop {
         let armed = wait.arm();
+        let asked_at = state.clock.now();
         let new = NewRequest {
             id: key,
             fingerprint: op.fingerprint,
@@ -298,6 +299,7 @@ pub async fn begin(
         let lease_until = match state.stores.requests.begin_request(new).await? {
             Begin::Started { token, lease_until, fence, .. } => {
                 count(&path.ns, Counted::Started);
+                let lease_until = renewed(&state, &key, token, lease_until, asked_at.plus(op.lease), op.lease).await?;
                 let started = Started {
                     status: OperationStatus::Started,
                     id: id.to_string(),
@@ -326,6 +328,24 @@ pub async fn begin(
             return Err(ApiError::InProgress(until_lease_ends.as_secs().max(1)));
         }
     }
+}
+
+/// A begin retried with its `client_token` gets back the lease its first attempt took (its answer
+/// lost), which has been running since that attempt: the caller counts it from its last try, as
+/// the clients do. So a lease that ends before `lease` from when this begin was asked is extended
+/// now, and its new end answered.
+async fn renewed(
+    state: &AppState,
+    key: &ClaimId,
+    token: LeaseToken,
+    lease_until: Timestamp,
+    fresh_until: Timestamp,
+    lease: Duration,
+) -> Result<Timestamp, ApiError> {
+    if lease_until >= fresh_until {
+        return Ok(lease_until);
+    }
+    Ok(state.stores.requests.extend_request(key, token, lease).await?.unwrap_or(lease_until))
 }
 
 /// Fails with 422 unless the begin's request matches the record's: equal fingerprints, or either
