@@ -228,8 +228,12 @@ impl Engine {
                         Ok(Some(taken)) => return Ok(taken),
                         // Already ended and taken by another begin: look at the key again.
                         Ok(None) => {}
-                        // Not forwarded; the key is free again when the lease the begin took ends.
-                        Err(e) => return Err(store_unavailable(route, &e)),
+                        // Not forwarded: the key is let go at once, so that a retry need not wait
+                        // out the lease the begin took (if the release fails too, it ends then).
+                        Err(e) => {
+                            self.let_go(identity.id, token);
+                            return Err(store_unavailable(route, &e));
+                        }
                     }
                 }
                 Ok(Begin::Completed { same_fingerprint, result, expires_at }) => {
@@ -246,6 +250,16 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// Releases a key this node took and forwarded nothing under, in the background.
+    fn let_go(&self, id: ClaimId, token: LeaseToken) {
+        let store = Arc::clone(&self.store);
+        tokio::spawn(async move {
+            if let Err(e) = store.release_request(&id, token).await {
+                tracing::debug!(error = %e, "could not release a key nothing was forwarded under; it is free when its lease ends");
+            }
+        });
     }
 
     /// A begin, unless a request of this very node runs the key now: then it is held, and the store

@@ -62,6 +62,8 @@ pub fn check(world: &World, bounds: Bounds) -> Verdict {
 /// how it ended.
 #[derive(Debug, Clone)]
 struct Lease {
+    id: ClaimId,
+    node: usize,
     life: u32,
     lease: Duration,
     /// Each `until` it had: when it was set, as stored, and in run time (read through the clock of
@@ -86,6 +88,8 @@ impl Leases {
             match &e.change {
                 Change::Taken { fence, until, lease_ms, previous } => {
                     let lease = Lease {
+                        id: e.id,
+                        node: e.node,
                         life: e.life,
                         lease: Duration::from_millis(*lease_ms),
                         untils: vec![(e.at, *until, run_time(e, *until))],
@@ -173,15 +177,18 @@ fn doubles(world: &World, leases: &Leases, bounds: Bounds, verdict: &mut Verdict
     for e in world.history.executions.iter().filter(|e| !e.fenced_off) {
         by_key.entry(&e.key).or_default().push(e);
     }
-    let mut documented_keys = Vec::new();
     // A lease taken over after it ran out, its holder unable to keep it: the documented case, for
-    // the key's answers too (the old holder's answer is not stored over the new one's), whether or
-    // not the new holder runs the key again.
-    for e in world.history.executions.iter().filter(|e| !e.fenced_off) {
-        if leases.by_fence.get(&e.fence).is_some_and(|l| l.taken_over.is_some())
-            && takeover(world, leases, bounds, e).is_ok()
+    // the key's answers too (the old holder's answer, or its "outcome unknown", is not stored over
+    // the new one's), whether or not either ran the key.
+    let keys = key_names(&world.history);
+    let mut documented_keys = Vec::new();
+    for (fence, lease) in leases.by_fence.iter().filter(|(_, l)| l.taken_over.is_some()) {
+        let ran = world.history.executions.iter().find(|e| e.fence == *fence && !e.fenced_off);
+        let holder = ran.map_or(Holder::Node(lease.node), |e| e.holder);
+        if takeover(world, lease, bounds, holder, ran).is_ok()
+            && let Some(key) = keys.get(&lease.id)
         {
-            documented_keys.push(e.key.clone());
+            documented_keys.push(key.clone());
         }
     }
     for (key, runs) in by_key {
@@ -228,26 +235,36 @@ fn judge(
     {
         return Err("the node took over a key it was still running".into());
     }
-    takeover(world, leases, bounds, first)
+    takeover(world, lease, bounds, first.holder, Some(first))
 }
 
-/// `Ok(why)`: the lease of `first` was taken over as documented (its holder could not keep it).
-fn takeover(world: &World, leases: &Leases, bounds: Bounds, first: &Execution) -> Result<String, String> {
-    let lease = leases.by_fence.get(&first.fence).ok_or("the first execution's lease is not in the store")?;
+/// `Ok(why)`: `lease` was taken over as documented: its holder could not keep it. `ran`: what it
+/// ran, if anything.
+fn takeover(
+    world: &World,
+    lease: &Lease,
+    bounds: Bounds,
+    holder: Holder,
+    ran: Option<&Execution>,
+) -> Result<String, String> {
     let (taken_at, until) = lease.taken_over.ok_or("the second lease did not take over the first one's")?;
     // A gateway call still running at max_call is abandoned: its holder stops extending then.
-    let abandoned_at = first.began + bounds.max_call;
-    let abandoned = (matches!(first.holder, Holder::Node(_)) && first.answered.is_none_or(|done| done >= abandoned_at))
-        .then_some(abandoned_at);
+    let abandoned = ran.and_then(|first| {
+        let abandoned_at = first.began + bounds.max_call;
+        (matches!(first.holder, Holder::Node(_)) && first.answered.is_none_or(|done| done >= abandoned_at))
+            .then_some(abandoned_at)
+    });
     let end = until.min(taken_at);
     let extended = lease.untils.len() > 1;
     let stretch = if extended { lease.lease * 2 / 3 } else { lease.lease / 2 };
     let from = until.saturating_sub(stretch);
-    let holder = Keeper { holder: first.holder, life: lease.life, abandoned };
-    match longest_healthy(world, &holder, from, end) {
+    let keeper = Keeper { holder, life: lease.life, abandoned };
+    match longest_healthy(world, &keeper, from, end) {
         span if span >= HEALTHY => Err(format!(
             "its holder could have extended the lease (healthy for {span:?} of {from:?}..{end:?}, lease {:?}, taken over at {taken_at:?}; the first call began at {:?}, answered at {:?})",
-            lease.lease, first.began, first.answered
+            lease.lease,
+            ran.map(|e| e.began),
+            ran.and_then(|e| e.answered)
         )),
         _ => Ok(format!("its holder could not keep the lease from {from:?} to {end:?}")),
     }
@@ -258,6 +275,21 @@ struct Keeper {
     holder: Holder,
     life: u32,
     abandoned: Option<Duration>,
+}
+
+/// Which key each store id is: the gateway's (its route, the clients' `Authorization`, the key) and
+/// the operations' (namespace `sim`).
+fn key_names(h: &History) -> HashMap<ClaimId, String> {
+    let mut names = HashMap::new();
+    for a in &h.attempts {
+        if let Ok(key) = idem_core::gateway::parse_idempotency_key(&a.key) {
+            names.insert(idem_core::gateway::request_id("/orders", &[b"Bearer sim"], &key), a.key.clone());
+        }
+        if let (Ok(ns), Ok(parts)) = (idem_core::Namespace::new("sim"), idem_core::Parts::single(a.key.clone())) {
+            names.insert(idem_core::operation::store_id(&ns, &parts.id()), a.key.clone());
+        }
+    }
+    names
 }
 
 fn died(faults: &[WorkerFault], op: usize) -> Option<Duration> {

@@ -178,8 +178,8 @@ fn load(rng: &mut Rng, nodes: usize, setup: &Setup) -> (Vec<Order>, Vec<Job>) {
         }
     }
     let mut jobs = Vec::new();
-    for k in 0..rng.below(4) {
-        for _ in 0..1 + rng.below(2) {
+    for k in 0..1 + rng.below(4) {
+        for _ in 0..1 + rng.below(3) {
             let lease = Duration::from_secs(rng.pick(&[2, 6, 10]));
             let work = if rng.chance(30) { lease * 2 } else { rng.millis(10, 1_500) };
             let pause = rng.chance(15).then(|| (work / 2, rng.millis(100, 15_000)));
