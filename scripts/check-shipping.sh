@@ -316,7 +316,7 @@ image_serves() {
 image_restarts() {
     local begun=$SECONDS
     podman stop -t 45 "$1" >/dev/null || return 1
-    [ "$(podman inspect -f '{{.State.ExitCode}}' "$1")" = 0 ] && podman logs "$1" 2>&1 | grep -q 'idem stopped' ||
+    [ "$(podman inspect -f '{{.State.ExitCode}}' "$1")" = 0 ] && grep -q 'idem stopped' <<< "$(podman logs "$1" 2>&1)" ||
         { say "SIGTERM did not stop idem cleanly: $(podman logs "$1" 2>&1 | tail -n 3)"; return 1; }
     say "podman stop (SIGTERM): exit 0, 'idem stopped', $((SECONDS - begun)) s"
     podman start "$1" >/dev/null && wait_listening "$1" 2 || return 1
@@ -344,7 +344,9 @@ container-on-postgres() {
         wait_listening idem-ship-pg &&
         http 201 POST "http://127.0.0.1:$port/v1/claims/shipping" "$TOKEN" '{"key": "postgres"}' &&
         http 200 POST "http://127.0.0.1:$port/v1/claims/shipping" "$TOKEN" '{"key": "postgres"}' || ok=1
-    podman logs idem-ship-pg 2>&1 | grep -q 'store="postgres"' || ok=1
+    # The whole log first, then grep: `podman logs | grep -q` under pipefail fails when grep leaves
+    # early and podman gets SIGPIPE (#43: it failed a newcomer's run).
+    grep -q 'store="postgres"' <<< "$(podman logs idem-ship-pg 2>&1)" || ok=1
     podman rm -f -t 0 idem-ship-pg >/dev/null
     psql "$url" -qc "DROP DATABASE $db" || ok=1
     [ $ok = 0 ] && say "on PostgreSQL (IDEM_STORE__TYPE=postgres, migrated at start): 201, then 200"
