@@ -7,6 +7,9 @@
 //! - [`event_suite!`] an [`EventStore`](idem_core::EventStore),
 //! - [`suite!`] all three plus the lifecycle checks, for a store that is all of them (PostgreSQL).
 //!
+//! [`pgbouncer`] puts a PgBouncer of a test's own in front of the test database, so that a
+//! backend's suite runs through a pooler too.
+//!
 //! A backend's test file calls a macro with an async factory that returns a fresh, empty
 //! [`Harness`]; the macro expands to a module of `#[tokio::test]`s, one per check, so every backend
 //! runs the very same functions and a failure names the suite and the check that broke.
@@ -19,6 +22,7 @@ use serde_json::value::RawValue;
 
 pub mod claims;
 pub mod events;
+pub mod pgbouncer;
 pub mod requests;
 
 /// A fresh store under test, with the clock it reads.

@@ -30,7 +30,7 @@ impl Invalid {
 }
 
 /// Why a store could not complete an operation. The text is for logs only: the HTTP layer never
-/// shows it to a client.
+/// shows it to a client, except [`StoreError::Misconfigured`]'s.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// The store cannot be read or written right now (disk full, file locked, database down).
@@ -42,6 +42,12 @@ pub enum StoreError {
     /// carrying the same client token learns which.
     #[error("outcome unknown: {0}")]
     OutcomeUnknown(String),
+    /// The store cannot work as it is configured (PostgreSQL reached through a transaction pooler
+    /// without `[store] pooler = "transaction"`): nothing was changed, and retrying will not help
+    /// until the configuration does. Its text says what to change and is shown to clients, so it
+    /// never holds a secret or a server's message.
+    #[error("store misconfigured: {0}")]
+    Misconfigured(String),
     /// The store has been closed (the server is shutting down).
     #[error("store closed")]
     Closed,

@@ -243,7 +243,7 @@ impl Engine {
                 // Woken by the holder on this node, or look again after a second (the holder may
                 // be another node), or give up at the deadline.
                 Ok(Begin::Held { .. }) => {
-                    if !wait.until_next_look(armed, Duration::from_secs(1)).await {
+                    if !wait.until_next_look(armed, crate::waiters::LOOK_AGAIN).await {
                         count(route, Outcome::Conflict);
                         return Err(held(1));
                     }
@@ -450,6 +450,11 @@ fn store_unavailable(route: &RoutePolicy, e: &StoreError) -> Response<GatewayBod
     let detail = match e {
         StoreError::OutcomeUnknown(_) => {
             "the idempotency store did not answer in time; nothing was forwarded, but this key may stay held (409) until the route's lease ends; retry shortly"
+        }
+        // What to change, in the store's words (it logged it once).
+        StoreError::Misconfigured(what) => {
+            return Problem::StoreUnavailable
+                .retry_after(&format!("the idempotency store is unavailable: {what}; nothing was forwarded"), 1);
         }
         _ => "the idempotency store is unavailable; nothing was forwarded, retry shortly",
     };

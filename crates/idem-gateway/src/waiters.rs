@@ -16,6 +16,11 @@ use tokio::sync::Notify;
 use tokio::sync::futures::OwnedNotified;
 use tokio::time::Instant;
 
+/// How long a waiter waits at most before it asks the store again, woken or not: a holder on
+/// another node wakes it only through the store's signals, which may be lost (and behind a
+/// transaction pooler without `direct_url` never come).
+pub const LOOK_AGAIN: Duration = Duration::from_secs(1);
+
 #[derive(Default)]
 pub struct Waiters {
     keys: Mutex<HashMap<ClaimId, Arc<Notify>>>,

@@ -8,13 +8,16 @@ use futures_util::future::try_join_all;
 use idem_core::{ClaimId, ClaimOutcome, ClaimRecord, Namespace, NewClaim, Parts, StoreError, Timestamp};
 use serde_json::value::RawValue;
 use tokio_postgres::Row;
+use tokio_postgres::types::Type;
 
 use crate::pool::Object;
+use crate::sql::{Run, Sql};
 use crate::{TxError, commit_error, run_again, store_error};
 
 /// Takes the key (a new row, or an expired row taken over), or answers the live row; a live row is
 /// `claimed` again only for the client token that stored it.
-const CLAIM: &str = "WITH ins AS (
+const CLAIM: Sql = Sql::cached(
+    "WITH ins AS (
         INSERT INTO claims (ns, id, parts, data, created_at, expires_at, client_token)
         VALUES ($1, $2, $3, $4, $8, $6, $7)
         ON CONFLICT (ns, id) DO UPDATE SET parts = excluded.parts, data = excluded.data,
@@ -24,10 +27,36 @@ const CLAIM: &str = "WITH ins AS (
     SELECT * FROM ins
     UNION ALL
     SELECT parts, data, created_at, expires_at, coalesce(client_token = $7, false) FROM claims
-    WHERE ns = $1 AND id = $2 AND NOT EXISTS (SELECT 1 FROM ins)";
+    WHERE ns = $1 AND id = $2 AND NOT EXISTS (SELECT 1 FROM ins)",
+    &[Type::TEXT, Type::BYTEA, Type::BYTEA, Type::TEXT, Type::INT8, Type::INT8, Type::BYTEA, Type::INT8],
+);
 
-const EXISTING: &str = "SELECT parts, data, created_at, expires_at, coalesce(client_token = $3, false)
-    FROM claims WHERE ns = $1 AND id = $2";
+const EXISTING: Sql = Sql::cached(
+    "SELECT parts, data, created_at, expires_at, coalesce(client_token = $3, false)
+    FROM claims WHERE ns = $1 AND id = $2",
+    &[Type::TEXT, Type::BYTEA, Type::BYTEA],
+);
+
+const LOOKUP: Sql = Sql::cached(
+    "SELECT parts, data, created_at, expires_at, false, id FROM claims
+     WHERE ns = $1 AND id = ANY($2) AND (expires_at IS NULL OR expires_at > $3)",
+    &[Type::TEXT, Type::BYTEA_ARRAY, Type::INT8],
+);
+
+const LIST: Sql = Sql::cached(
+    "SELECT parts, data, created_at, expires_at, false, id FROM claims
+     WHERE ns = $1 AND parts >= $2 AND parts < $3 AND parts > $4
+     AND (expires_at IS NULL OR expires_at > $5) ORDER BY parts LIMIT $6",
+    &[Type::TEXT, Type::BYTEA, Type::BYTEA, Type::BYTEA, Type::INT8, Type::INT8],
+);
+
+const DELETE_PREFIX: Sql = Sql::cached(
+    "WITH picked AS MATERIALIZED (SELECT ns, id FROM claims
+         WHERE ns = $1 AND parts >= $2 AND parts < $3 AND (expires_at IS NULL OR expires_at > $5)
+         ORDER BY parts LIMIT $4)
+     DELETE FROM claims USING picked WHERE claims.ns = picked.ns AND claims.id = picked.id",
+    &[Type::TEXT, Type::BYTEA, Type::BYTEA, Type::INT8, Type::INT8],
+);
 
 fn record(ns: &Namespace, id: ClaimId, row: &Row) -> Result<ClaimOutcome, StoreError> {
     let parts: Vec<u8> = row.get(0);
@@ -70,10 +99,9 @@ pub async fn claim(
                         Some(row) => row,
                         // Won by a transaction that committed after this statement began: read it.
                         None => {
-                            let existing = client.prepare_cached(EXISTING).await.map_err(store_error)?;
                             let token = item.client.map(|t| t.0.to_vec());
                             client
-                                .query_one(&existing, &[&ns.as_str(), &&id.0[..], &token])
+                                .query_one(&EXISTING, &[&ns.as_str(), &&id.0[..], &token])
                                 .await
                                 .map_err(store_error)?
                         }
@@ -96,7 +124,8 @@ async fn run_batch(
     now: Timestamp,
 ) -> Result<Vec<Option<Row>>, TxError> {
     let tx = client.transaction().await?;
-    let stmt = tx.prepare_cached(CLAIM).await?;
+    // Prepared before the pipeline, so that each claim in it is sent at once.
+    tx.prepare(&CLAIM).await?;
     type Encoded<'a> = (Vec<u8>, Option<&'a str>, i64, Option<i64>, Option<Vec<u8>>);
     let encoded: Vec<Encoded<'_>> = keyed
         .iter()
@@ -107,11 +136,11 @@ async fn run_batch(
         })
         .collect();
     let queries = keyed.iter().zip(&encoded).map(|((_, id, _), (parts, data, created, expires, token))| {
-        let (tx, stmt) = (&tx, &stmt);
+        let tx = &tx;
         async move {
             let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] =
                 [&ns.as_str(), &&id.0[..], parts, data, &now.millis(), expires, token, created];
-            tx.query_opt(stmt, &params).await
+            tx.query_opt(&CLAIM, &params).await
         }
     });
     let rows = try_join_all(queries).await?;
@@ -126,14 +155,7 @@ pub async fn lookup(
     now: Timestamp,
 ) -> Result<Vec<Option<ClaimRecord>>, StoreError> {
     let raw: Vec<&[u8]> = ids.iter().map(|id| &id.0[..]).collect();
-    let statement = client
-        .prepare_cached(
-            "SELECT parts, data, created_at, expires_at, false, id FROM claims
-             WHERE ns = $1 AND id = ANY($2) AND (expires_at IS NULL OR expires_at > $3)",
-        )
-        .await
-        .map_err(store_error)?;
-    let rows = client.query(&statement, &[&ns.as_str(), &raw, &now.millis()]).await.map_err(store_error)?;
+    let rows = client.query(&LOOKUP, &[&ns.as_str(), &raw, &now.millis()]).await.map_err(store_error)?;
     let mut found = std::collections::HashMap::with_capacity(rows.len());
     for row in &rows {
         let id_bytes: Vec<u8> = row.get(5);
@@ -152,18 +174,10 @@ pub async fn list(
     limit: usize,
     now: Timestamp,
 ) -> Result<Vec<ClaimRecord>, StoreError> {
-    let statement = client
-        .prepare_cached(
-            "SELECT parts, data, created_at, expires_at, false, id FROM claims
-             WHERE ns = $1 AND parts >= $2 AND parts < $3 AND parts > $4
-             AND (expires_at IS NULL OR expires_at > $5) ORDER BY parts LIMIT $6",
-        )
-        .await
-        .map_err(store_error)?;
     let after: &[u8] = after.unwrap_or(&[]);
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
         [&ns.as_str(), &prefix.encode(), &prefix.prefix_upper_bound(), &after, &now.millis(), &(limit as i64)];
-    let rows = client.query(&statement, &params).await.map_err(store_error)?;
+    let rows = client.query(&LIST, &params).await.map_err(store_error)?;
     rows.iter()
         .map(|row| {
             let id_bytes: Vec<u8> = row.get(5);
@@ -184,16 +198,7 @@ pub async fn delete_prefix(
     limit: usize,
     now: Timestamp,
 ) -> Result<usize, StoreError> {
-    let statement = client
-        .prepare_cached(
-            "WITH picked AS MATERIALIZED (SELECT ns, id FROM claims
-                 WHERE ns = $1 AND parts >= $2 AND parts < $3 AND (expires_at IS NULL OR expires_at > $5)
-                 ORDER BY parts LIMIT $4)
-             DELETE FROM claims USING picked WHERE claims.ns = picked.ns AND claims.id = picked.id",
-        )
-        .await
-        .map_err(store_error)?;
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
         [&ns.as_str(), &prefix.encode(), &prefix.prefix_upper_bound(), &(limit as i64), &now.millis()];
-    Ok(client.execute(&statement, &params).await.map_err(commit_error)? as usize)
+    Ok(client.execute(&DELETE_PREFIX, &params).await.map_err(commit_error)? as usize)
 }

@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use deadpool_postgres::Transaction;
 use idem_core::event::{
     Accept, AttemptRecord, Change, Discard, Job, JobKind, JobNext, NewEvent, Receipt, ReceiptFilter, ReceiptId,
     ReceiptStatus, Replay, ReplayBatch, ResultState, ResultWebhookState, Transition,
@@ -12,9 +11,10 @@ use idem_core::event::{
 use idem_core::request::LeaseToken;
 use idem_core::{StoreError, Timestamp};
 use tokio_postgres::Row;
-use tokio_postgres::types::ToSql;
+use tokio_postgres::types::{ToSql, Type};
 
 use crate::pool::Object;
+use crate::sql::{Run, Sql, Tx};
 use crate::{commit_error, retrying, store_error};
 
 const DELIVERY: i16 = 0;
@@ -47,34 +47,38 @@ fn receipt_id(text: &str) -> Result<ReceiptId, StoreError> {
     ReceiptId::parse(text).map_err(|_| internal("bad receipt id"))
 }
 
+const ENQUEUE: Sql = Sql::cached(
+    "INSERT INTO jobs (receipt_id, source, kind, attempt, due_at, body) SELECT id, source, $2, 1, $3, $4 FROM receipts WHERE id = $1",
+    &[Type::TEXT, Type::INT2, Type::INT8, Type::BYTEA],
+);
+
 async fn enqueue(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     id: &str,
     kind: i16,
     due: Timestamp,
     body: Option<&[u8]>,
 ) -> Result<(), tokio_postgres::Error> {
-    let statement = tx
-        .prepare_cached(
-            "INSERT INTO jobs (receipt_id, source, kind, attempt, due_at, body) SELECT id, source, $2, 1, $3, $4 FROM receipts WHERE id = $1",
-        )
-        .await?;
-    tx.execute(&statement, &[&id, &kind, &due.millis(), &body]).await.map(drop)
+    tx.execute(&ENQUEUE, &[&id, &kind, &due.millis(), &body]).await.map(drop)
 }
+
+const INTAKE: Sql = Sql::cached(
+    "INSERT INTO receipts (id, source, event_id, payload_hash, body, content_type, status, round, created_at, updated_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $8, 1, $7, $7)
+     ON CONFLICT (source, event_id) DO NOTHING RETURNING id",
+    &[Type::TEXT, Type::TEXT, Type::TEXT, Type::BYTEA, Type::BYTEA, Type::TEXT, Type::INT8, Type::TEXT],
+);
+const BY_EVENT_ID: Sql = Sql::cached(
+    "SELECT id, payload_hash, status FROM receipts WHERE source = $1 AND event_id = $2",
+    &[Type::TEXT, Type::TEXT],
+);
 
 pub async fn accept(client: &mut Object, e: &NewEvent, now: Timestamp) -> Result<Accept, StoreError> {
     retrying!(client, |tx| {
         let id = ReceiptId::generate(now);
-        let statement = tx
-            .prepare_cached(
-                "INSERT INTO receipts (id, source, event_id, payload_hash, body, content_type, status, round, created_at, updated_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $8, 1, $7, $7)
-                 ON CONFLICT (source, event_id) DO NOTHING RETURNING id",
-            )
-            .await?;
         let inserted = tx
             .query_opt(
-                &statement,
+                &INTAKE,
                 &[
                     &id.as_str(),
                     &e.source,
@@ -91,15 +95,7 @@ pub async fn accept(client: &mut Object, e: &NewEvent, now: Timestamp) -> Result
             enqueue(&tx, id.as_str(), DELIVERY, now, None).await?;
             Ok(Accept::Accepted { receipt_id: id })
         } else {
-            let row = tx
-                .query_one(
-                    &tx.prepare_cached(
-                        "SELECT id, payload_hash, status FROM receipts WHERE source = $1 AND event_id = $2",
-                    )
-                    .await?,
-                    &[&e.source, &e.event_id],
-                )
-                .await?;
+            let row = tx.query_one(&BY_EVENT_ID, &[&e.source, &e.event_id]).await?;
             let (rid, hash, status): (String, Vec<u8>, String) = (row.get(0), row.get(1), row.get(2));
             receipt_id(&rid).and_then(|receipt_id| {
                 Ok(if e.matches(&hash) {
@@ -119,11 +115,14 @@ pub async fn accept(client: &mut Object, e: &NewEvent, now: Timestamp) -> Result
 /// analyzed while empty, as autovacuum does to a drained queue), and each run passes over the rows
 /// this statement already changed and locks the next ones: a lease of 10 took 55 of 100 due jobs
 /// (tests/plans.rs), and a worker left 2,870 of a burst of 3,000 leased and unattempted (#42).
-const LEASE: &str = "WITH picked AS MATERIALIZED (
+const LEASE: Sql = Sql::cached(
+    "WITH picked AS MATERIALIZED (
         SELECT id FROM jobs WHERE due_at <= $3 AND (lease_until IS NULL OR lease_until <= $3)
         AND NOT (source = ANY($5)) ORDER BY due_at LIMIT $4 FOR UPDATE SKIP LOCKED)
     UPDATE jobs SET lease_until = $1, token = $2 FROM picked WHERE jobs.id = picked.id
-    RETURNING jobs.id, jobs.receipt_id, jobs.kind, jobs.attempt, jobs.body";
+    RETURNING jobs.id, jobs.receipt_id, jobs.kind, jobs.attempt, jobs.body",
+    &[Type::INT8, Type::BYTEA, Type::INT8, Type::INT8, Type::TEXT_ARRAY],
+);
 
 pub async fn lease(
     client: &mut Object,
@@ -135,10 +134,7 @@ pub async fn lease(
     let token = LeaseToken::generate();
     retrying!(client, |tx| {
         let leased = tx
-            .query(
-                &tx.prepare_cached(LEASE).await?,
-                &[&now.plus(lease).millis(), &&token.0[..], &now.millis(), &(limit as i64), &busy],
-            )
+            .query(&LEASE, &[&now.plus(lease).millis(), &&token.0[..], &now.millis(), &(limit as i64), &busy])
             .await?;
         // Receipts are locked newest first, in the order a bulk replay locks them: in any other
         // order a lease and a replay of the same receipts can each hold what the other waits for.
@@ -153,29 +149,26 @@ pub async fn lease(
 }
 
 /// The job a leased row stands for; a delivery's receipt is `processing` from now on.
+const LEASED_RECEIPT: Sql =
+    Sql::cached("SELECT source, event_id, body, content_type, round FROM receipts WHERE id = $1", &[Type::TEXT]);
+const PROCESSING: Sql = Sql::cached(
+    "UPDATE receipts SET status = $3, updated_at = $2 WHERE id = $1",
+    &[Type::TEXT, Type::INT8, Type::TEXT],
+);
+
 async fn leased_job(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     row: &Row,
     token: LeaseToken,
     now: Timestamp,
 ) -> Result<Result<Job, StoreError>, tokio_postgres::Error> {
     let rid: String = row.get(1);
     let kind = if row.get::<_, i16>(2) == RESULT { JobKind::Result } else { JobKind::Delivery };
-    let receipt = tx
-        .query_one(
-            &tx.prepare_cached("SELECT source, event_id, body, content_type, round FROM receipts WHERE id = $1")
-                .await?,
-            &[&rid],
-        )
-        .await?;
+    let receipt = tx.query_one(&LEASED_RECEIPT, &[&rid]).await?;
     let (body, content_type) = match kind {
         JobKind::Delivery => {
             let processing = status_column(ReceiptStatus::Processing);
-            tx.execute(
-                &tx.prepare_cached("UPDATE receipts SET status = $3, updated_at = $2 WHERE id = $1").await?,
-                &[&rid, &now.millis(), &processing],
-            )
-            .await?;
+            tx.execute(&PROCESSING, &[&rid, &now.millis(), &processing]).await?;
             (receipt.get::<_, Vec<u8>>(2), receipt.get::<_, Option<String>>(3))
         }
         JobKind::Result => (row.get::<_, Option<Vec<u8>>>(4).unwrap_or_default(), Some("application/json".to_owned())),
@@ -199,28 +192,24 @@ async fn leased_job(
 pub async fn release(client: &Object, jobs: &[Job]) -> Result<usize, StoreError> {
     let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
     let tokens: Vec<&[u8]> = jobs.iter().map(|j| &j.token.0[..]).collect();
-    let statement = client
-        .prepare_cached(
-            "UPDATE jobs SET lease_until = NULL, token = NULL
-             FROM unnest($1::bigint[], $2::bytea[]) AS held (id, token)
-             WHERE jobs.id = held.id AND jobs.token = held.token",
-        )
-        .await
-        .map_err(store_error)?;
-    let released = client.execute(&statement, &[&ids, &tokens]).await.map_err(commit_error)?;
+    const RELEASE: Sql = Sql::cached(
+        "UPDATE jobs SET lease_until = NULL, token = NULL
+         FROM unnest($1::bigint[], $2::bytea[]) AS held (id, token)
+         WHERE jobs.id = held.id AND jobs.token = held.token",
+        &[Type::INT8_ARRAY, Type::BYTEA_ARRAY],
+    );
+    let released = client.execute(&RELEASE, &[&ids, &tokens]).await.map_err(commit_error)?;
     Ok(released as usize)
 }
 
 /// Persists an attempt's transition, if `job`'s lease still holds.
 pub async fn finish(client: &mut Object, job: &Job, t: &Transition, now: Timestamp) -> Result<bool, StoreError> {
+    const HELD: Sql = Sql::cached(
+        "SELECT id FROM jobs WHERE id = $1 AND token = $2 AND lease_until > $3 FOR UPDATE",
+        &[Type::INT8, Type::BYTEA, Type::INT8],
+    );
     retrying!(client, |tx| {
-        let held = tx
-            .query_opt(
-                &tx.prepare_cached("SELECT id FROM jobs WHERE id = $1 AND token = $2 AND lease_until > $3 FOR UPDATE")
-                    .await?,
-                &[&job.id, &&job.token.0[..], &now.millis()],
-            )
-            .await?;
+        let held = tx.query_opt(&HELD, &[&job.id, &&job.token.0[..], &now.millis()]).await?;
         if held.is_some() {
             persist(&tx, job, t, now).await?;
         }
@@ -228,27 +217,26 @@ pub async fn finish(client: &mut Object, job: &Job, t: &Transition, now: Timesta
     })
 }
 
-async fn persist(tx: &Transaction<'_>, job: &Job, t: &Transition, now: Timestamp) -> Result<(), tokio_postgres::Error> {
+const RETRY_AT: Sql = Sql::cached(
+    "UPDATE jobs SET attempt = attempt + 1, due_at = $2, lease_until = NULL, token = NULL WHERE id = $1",
+    &[Type::INT8, Type::INT8],
+);
+const REMOVE: Sql = Sql::cached("DELETE FROM jobs WHERE id = $1", &[Type::INT8]);
+const RECEIPT_STATUS: Sql = Sql::cached(
+    "UPDATE receipts SET status = $2, updated_at = $3, next_attempt_at = $4 WHERE id = $1",
+    &[Type::TEXT, Type::TEXT, Type::INT8, Type::INT8],
+);
+
+async fn persist(tx: &Tx<'_>, job: &Job, t: &Transition, now: Timestamp) -> Result<(), tokio_postgres::Error> {
     match &t.job {
-        JobNext::RetryAt(at) => {
-            let sql =
-                "UPDATE jobs SET attempt = attempt + 1, due_at = $2, lease_until = NULL, token = NULL WHERE id = $1";
-            tx.execute(&tx.prepare_cached(sql).await?, &[&job.id, &at.millis()]).await?
-        }
-        JobNext::Remove => tx.execute(&tx.prepare_cached("DELETE FROM jobs WHERE id = $1").await?, &[&job.id]).await?,
+        JobNext::RetryAt(at) => tx.execute(&RETRY_AT, &[&job.id, &at.millis()]).await?,
+        JobNext::Remove => tx.execute(&REMOVE, &[&job.id]).await?,
     };
     let rid = job.receipt_id.as_str();
     match &t.change {
         Change::Receipt { status, result_job } => {
             record_attempt(tx, rid, &t.attempt).await?;
-            tx.execute(
-                &tx.prepare_cached(
-                    "UPDATE receipts SET status = $2, updated_at = $3, next_attempt_at = $4 WHERE id = $1",
-                )
-                .await?,
-                &[&rid, &status_column(*status), &now.millis(), &t.next_attempt_at()],
-            )
-            .await?;
+            tx.execute(&RECEIPT_STATUS, &[&rid, &status_column(*status), &now.millis(), &t.next_attempt_at()]).await?;
             if let Some(body) = result_job {
                 enqueue(tx, rid, RESULT, now, Some(body)).await?;
                 set_result(tx, rid, ResultWebhookState::Pending, 0, None, None).await?;
@@ -262,16 +250,18 @@ async fn persist(tx: &Transaction<'_>, job: &Job, t: &Transition, now: Timestamp
     Ok(())
 }
 
-async fn record_attempt(tx: &Transaction<'_>, rid: &str, a: &AttemptRecord) -> Result<(), tokio_postgres::Error> {
+const ATTEMPT: Sql = Sql::cached(
+    "INSERT INTO attempts (receipt_id, round, n, started_at, duration_ms, status_code, error, response)
+     SELECT $1, round, $2, $3, $4, $5, $6, $7 FROM receipts WHERE id = $1
+     ON CONFLICT (receipt_id, round, n) DO UPDATE SET started_at = excluded.started_at,
+         duration_ms = excluded.duration_ms, status_code = excluded.status_code, error = excluded.error,
+         response = excluded.response",
+    &[Type::TEXT, Type::INT4, Type::INT8, Type::INT8, Type::INT4, Type::TEXT, Type::TEXT],
+);
+
+async fn record_attempt(tx: &Tx<'_>, rid: &str, a: &AttemptRecord) -> Result<(), tokio_postgres::Error> {
     tx.execute(
-        &tx.prepare_cached(
-            "INSERT INTO attempts (receipt_id, round, n, started_at, duration_ms, status_code, error, response)
-         SELECT $1, round, $2, $3, $4, $5, $6, $7 FROM receipts WHERE id = $1
-         ON CONFLICT (receipt_id, round, n) DO UPDATE SET started_at = excluded.started_at,
-             duration_ms = excluded.duration_ms, status_code = excluded.status_code, error = excluded.error,
-             response = excluded.response",
-        )
-        .await?,
+        &ATTEMPT,
         &[
             &rid,
             &(a.n as i32),
@@ -286,34 +276,31 @@ async fn record_attempt(tx: &Transaction<'_>, rid: &str, a: &AttemptRecord) -> R
     .map(drop)
 }
 
+const RESULT_STATE: Sql = Sql::cached(
+    "UPDATE receipts SET result_status = $2, result_attempts = $3, result_status_code = $4, result_error = $5
+     WHERE id = $1",
+    &[Type::TEXT, Type::TEXT, Type::INT4, Type::INT4, Type::TEXT],
+);
+
 async fn set_result(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     rid: &str,
     state: ResultWebhookState,
     attempts: u32,
     status_code: Option<u16>,
     error: Option<&str>,
 ) -> Result<(), tokio_postgres::Error> {
-    tx.execute(
-        &tx.prepare_cached(
-            "UPDATE receipts SET result_status = $2, result_attempts = $3, result_status_code = $4, result_error = $5
-         WHERE id = $1",
-        )
-        .await?,
-        &[&rid, &result_column(state), &(attempts as i32), &status_code.map(i32::from), &error],
-    )
-    .await
-    .map(drop)
+    tx.execute(&RESULT_STATE, &[&rid, &result_column(state), &(attempts as i32), &status_code.map(i32::from), &error])
+        .await
+        .map(drop)
 }
+
+/// A receipt's status, its row locked for a change.
+const LOCKED_STATUS: Sql = Sql::cached("SELECT status FROM receipts WHERE id = $1 FOR NO KEY UPDATE", &[Type::TEXT]);
 
 pub async fn replay(client: &mut Object, id: &ReceiptId, now: Timestamp) -> Result<Option<ReceiptStatus>, StoreError> {
     retrying!(client, |tx| {
-        let row = tx
-            .query_opt(
-                &tx.prepare_cached("SELECT status FROM receipts WHERE id = $1 FOR NO KEY UPDATE").await?,
-                &[&id.as_str()],
-            )
-            .await?;
+        let row = tx.query_opt(&LOCKED_STATUS, &[&id.as_str()]).await?;
         match row.map(|r| status_of(&r.get::<_, String>(0))).transpose() {
             Err(e) => Err(e),
             Ok(None) => Ok(None),
@@ -329,15 +316,12 @@ pub async fn replay(client: &mut Object, id: &ReceiptId, now: Timestamp) -> Resu
 
 /// A new round from attempt 1: status `accepted`, the result webhook's state cleared, one delivery
 /// job due now.
-async fn restart(tx: &Transaction<'_>, id: &str, now: Timestamp) -> Result<(), tokio_postgres::Error> {
-    tx.execute(
-        &tx.prepare_cached(
-            "UPDATE receipts SET status = $3, round = round + 1, updated_at = $2, result_status = NULL WHERE id = $1",
-        )
-        .await?,
-        &[&id, &now.millis(), &status_column(ReceiptStatus::Accepted)],
-    )
-    .await?;
+async fn restart(tx: &Tx<'_>, id: &str, now: Timestamp) -> Result<(), tokio_postgres::Error> {
+    const RESTART: Sql = Sql::cached(
+        "UPDATE receipts SET status = $3, round = round + 1, updated_at = $2, result_status = NULL WHERE id = $1",
+        &[Type::TEXT, Type::INT8, Type::TEXT],
+    );
+    tx.execute(&RESTART, &[&id, &now.millis(), &status_column(ReceiptStatus::Accepted)]).await?;
     enqueue(tx, id, DELIVERY, now, None).await
 }
 
@@ -353,36 +337,30 @@ pub async fn replay_matching(
     let Some(status) = filter.status.filter(|s| idem_core::event::replay(*s) == Replay::Restart) else {
         return Err(internal("a bulk replay needs an ended status"));
     };
-    let (clause, values) = filter_sql(filter);
-    let sql =
+    const RESTART_ALL: Sql = Sql::cached(
+        "UPDATE receipts SET status = $3, round = round + 1, updated_at = $2, result_status = NULL
+         WHERE id = ANY($1) AND status = $4 RETURNING id",
+        &[Type::TEXT_ARRAY, Type::INT8, Type::TEXT, Type::TEXT],
+    );
+    const ENQUEUE_ALL: Sql = Sql::cached(
+        "INSERT INTO jobs (receipt_id, source, kind, attempt, due_at, body)
+         SELECT id, source, $2, 1, $3, NULL FROM receipts WHERE id = ANY($1)",
+        &[Type::TEXT_ARRAY, Type::INT2, Type::INT8],
+    );
+    let (clause, values, types) = filter_sql(filter);
+    let text =
         format!("SELECT id, status FROM receipts {clause} ORDER BY id DESC LIMIT {} FOR NO KEY UPDATE", filter.limit);
-    let params = as_params(&values);
+    let (select, params) = (Sql::once(&text, &types), as_params(&values));
     let (ids, replayed): (Vec<String>, u64) = retrying!(client, |tx| {
-        let rows = tx.query(&sql, &params).await?;
+        let rows = tx.query(&select, &params).await?;
         let matching: Vec<String> =
             rows.iter().filter(|r| r.get::<_, String>(1) == status_column(status)).map(|r| r.get(0)).collect();
         // Set-based, so a step of 500 is three round trips, not a thousand.
-        let restarted = tx
-            .query(
-                &tx.prepare_cached(
-                    "UPDATE receipts SET status = $3, round = round + 1, updated_at = $2, result_status = NULL
-                 WHERE id = ANY($1) AND status = $4 RETURNING id",
-                )
-                .await?,
-                &[&matching, &now.millis(), &status_column(ReceiptStatus::Accepted), &status_column(status)],
-            )
-            .await?;
+        let (accepted, ended) = (status_column(ReceiptStatus::Accepted), status_column(status));
+        let restarted = tx.query(&RESTART_ALL, &[&matching, &now.millis(), &accepted, &ended]).await?;
         let restarted: Vec<String> = restarted.iter().map(|r| r.get(0)).collect();
         if !restarted.is_empty() {
-            tx.execute(
-                &tx.prepare_cached(
-                    "INSERT INTO jobs (receipt_id, source, kind, attempt, due_at, body)
-                 SELECT id, source, $2, 1, $3, NULL FROM receipts WHERE id = ANY($1)",
-                )
-                .await?,
-                &[&restarted, &DELIVERY, &now.millis()],
-            )
-            .await?;
+            tx.execute(&ENQUEUE_ALL, &[&restarted, &DELIVERY, &now.millis()]).await?;
         }
         Ok::<_, StoreError>((rows.iter().map(|r| r.get(0)).collect(), restarted.len() as u64))
     })?;
@@ -390,25 +368,22 @@ pub async fn replay_matching(
     Ok(ReplayBatch { replayed, next })
 }
 
+const DISCARD: Sql = Sql::cached(
+    "UPDATE receipts SET status = $2, updated_at = $3 WHERE id = $1",
+    &[Type::TEXT, Type::TEXT, Type::INT8],
+);
+
 /// Marks a dead receipt as handled; answers the status it had.
 pub async fn discard(client: &mut Object, id: &ReceiptId, now: Timestamp) -> Result<Option<ReceiptStatus>, StoreError> {
     retrying!(client, |tx| {
-        let row = tx
-            .query_opt(
-                &tx.prepare_cached("SELECT status FROM receipts WHERE id = $1 FOR NO KEY UPDATE").await?,
-                &[&id.as_str()],
-            )
-            .await?;
+        let row = tx.query_opt(&LOCKED_STATUS, &[&id.as_str()]).await?;
         match row.map(|r| status_of(&r.get::<_, String>(0))).transpose() {
             Err(e) => Err(e),
             Ok(None) => Ok(None),
             Ok(Some(status)) => {
                 if idem_core::event::discard(status) == Discard::Discard {
-                    tx.execute(
-                        &tx.prepare_cached("UPDATE receipts SET status = $2, updated_at = $3 WHERE id = $1").await?,
-                        &[&id.as_str(), &status_column(ReceiptStatus::Discarded), &now.millis()],
-                    )
-                    .await?;
+                    tx.execute(&DISCARD, &[&id.as_str(), &status_column(ReceiptStatus::Discarded), &now.millis()])
+                        .await?;
                 }
                 Ok(Some(status))
             }
@@ -427,18 +402,19 @@ pub async fn delete_ended(client: &mut Object, before: Timestamp, limit: usize) 
         .collect();
     let floor = ReceiptId::floor(before);
     let done = [result_column(ResultWebhookState::Delivered), result_column(ResultWebhookState::Failed)];
+    // At most `limit` picked, once ([`LEASE`] says why it is a `MATERIALIZED` CTE).
+    const DELETE_ENDED: Sql = Sql::once(
+        "WITH picked AS MATERIALIZED (
+             SELECT id FROM receipts WHERE status = ANY($1) AND id < $2 AND updated_at < $3
+             AND (result_status IS NULL OR result_status = ANY($5))
+             ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED),
+         gone AS (DELETE FROM receipts USING picked WHERE receipts.id = picked.id RETURNING receipts.id),
+         attempts_gone AS (DELETE FROM attempts WHERE receipt_id IN (SELECT id FROM gone))
+         SELECT count(*) FROM gone",
+        &[Type::TEXT_ARRAY, Type::TEXT, Type::INT8, Type::INT8, Type::TEXT_ARRAY],
+    );
     let row = client
-        .query_one(
-            // At most `limit` picked, once ([`LEASE`] says why it is a `MATERIALIZED` CTE).
-            "WITH picked AS MATERIALIZED (
-                 SELECT id FROM receipts WHERE status = ANY($1) AND id < $2 AND updated_at < $3
-                 AND (result_status IS NULL OR result_status = ANY($5))
-                 ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED),
-             gone AS (DELETE FROM receipts USING picked WHERE receipts.id = picked.id RETURNING receipts.id),
-             attempts_gone AS (DELETE FROM attempts WHERE receipt_id IN (SELECT id FROM gone))
-             SELECT count(*) FROM gone",
-            &[&statuses, &floor.as_str(), &before.millis(), &(limit as i64), &&done[..]],
-        )
+        .query_one(&DELETE_ENDED, &[&statuses, &floor.as_str(), &before.millis(), &(limit as i64), &&done[..]])
         .await
         .map_err(commit_error)?;
     Ok(row.get::<_, i64>(0) as usize)
@@ -449,8 +425,8 @@ fn as_params(values: &[String]) -> Vec<&(dyn ToSql + Sync)> {
 }
 
 /// The WHERE clause of `filter` with only the conditions it sets, so that the planner picks the
-/// index that fits.
-fn filter_sql(filter: &ReceiptFilter) -> (String, Vec<String>) {
+/// index that fits; its parameters, and their types (all text).
+fn filter_sql(filter: &ReceiptFilter) -> (String, Vec<String>, Vec<Type>) {
     let mut terms = Vec::new();
     let mut values = Vec::new();
     let mut add = |term: &str, value: String| {
@@ -473,7 +449,8 @@ fn filter_sql(filter: &ReceiptFilter) -> (String, Vec<String>) {
         add("id >=", from.as_str().to_owned());
     }
     let clause = if terms.is_empty() { String::new() } else { format!("WHERE {}", terms.join(" AND ")) };
-    (clause, values)
+    let types = vec![Type::TEXT; values.len()];
+    (clause, values, types)
 }
 
 const RECEIPT_COLUMNS: &str = "id, source, event_id, status, created_at, updated_at, round, result_status, result_attempts, result_status_code, result_error, next_attempt_at";
@@ -502,23 +479,16 @@ fn to_receipt(r: &Row) -> Result<Receipt, StoreError> {
 }
 
 pub async fn get(client: &Object, id: &ReceiptId) -> Result<Option<Receipt>, StoreError> {
-    let row = client
-        .query_opt(
-            &format!("SELECT {RECEIPT_COLUMNS}, body, content_type FROM receipts WHERE id = $1"),
-            &[&id.as_str()],
-        )
-        .await
-        .map_err(store_error)?;
+    const ATTEMPTS: Sql = Sql::once(
+        "SELECT n, started_at, duration_ms, status_code, error, response, round FROM attempts WHERE receipt_id = $1 ORDER BY round, n",
+        &[Type::TEXT],
+    );
+    let text = format!("SELECT {RECEIPT_COLUMNS}, body, content_type FROM receipts WHERE id = $1");
+    let row = client.query_opt(&Sql::once(&text, &[Type::TEXT]), &[&id.as_str()]).await.map_err(store_error)?;
     let Some(row) = row else { return Ok(None) };
     let mut receipt = to_receipt(&row)?;
     (receipt.body, receipt.content_type) = (Some(row.get(12)), row.get(13));
-    let rows = client
-        .query(
-            "SELECT n, started_at, duration_ms, status_code, error, response, round FROM attempts WHERE receipt_id = $1 ORDER BY round, n",
-            &[&id.as_str()],
-        )
-        .await
-        .map_err(store_error)?;
+    let rows = client.query(&ATTEMPTS, &[&id.as_str()]).await.map_err(store_error)?;
     receipt.attempts = rows
         .iter()
         .map(|r| AttemptRecord {
@@ -535,26 +505,22 @@ pub async fn get(client: &Object, id: &ReceiptId) -> Result<Option<Receipt>, Sto
 }
 
 pub async fn list(client: &Object, filter: &ReceiptFilter) -> Result<Vec<Receipt>, StoreError> {
-    let (clause, values) = filter_sql(filter);
-    let sql = format!("SELECT {RECEIPT_COLUMNS} FROM receipts {clause} ORDER BY id DESC LIMIT {}", filter.limit);
-    let rows = client.query(&sql, &as_params(&values)).await.map_err(store_error)?;
+    let (clause, values, types) = filter_sql(filter);
+    let text = format!("SELECT {RECEIPT_COLUMNS} FROM receipts {clause} ORDER BY id DESC LIMIT {}", filter.limit);
+    let rows = client.query(&Sql::once(&text, &types), &as_params(&values)).await.map_err(store_error)?;
     rows.iter().map(to_receipt).collect()
 }
 
 pub async fn count_matching(client: &Object, filter: &ReceiptFilter) -> Result<u64, StoreError> {
-    let (clause, values) = filter_sql(filter);
-    let row = client
-        .query_one(&format!("SELECT count(*) FROM receipts {clause}"), &as_params(&values))
-        .await
-        .map_err(store_error)?;
+    let (clause, values, types) = filter_sql(filter);
+    let text = format!("SELECT count(*) FROM receipts {clause}");
+    let row = client.query_one(&Sql::once(&text, &types), &as_params(&values)).await.map_err(store_error)?;
     Ok(row.get::<_, i64>(0) as u64)
 }
 
 pub async fn count_receipts(client: &Object) -> Result<Vec<(String, ReceiptStatus, u64)>, StoreError> {
-    let rows = client
-        .query("SELECT source, status, count(*) FROM receipts GROUP BY source, status", &[])
-        .await
-        .map_err(store_error)?;
+    const COUNT: Sql = Sql::once("SELECT source, status, count(*) FROM receipts GROUP BY source, status", &[]);
+    let rows = client.query(&COUNT, &[]).await.map_err(store_error)?;
     rows.iter()
         .map(|r| Ok((r.get::<_, String>(0), status_of(&r.get::<_, String>(1))?, r.get::<_, i64>(2) as u64)))
         .collect()

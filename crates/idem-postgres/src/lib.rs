@@ -10,6 +10,10 @@
 //! It implements every storage trait; for events it persists the transitions the core lifecycle
 //! decides.
 //!
+//! Every statement goes through [`sql`], which sends it as a named prepared statement or, behind
+//! a transaction pooler (`[store] pooler = "transaction"`), as an unnamed one; [`pooler`] says
+//! what else a pooler changes, and how one met without the setting is answered.
+//!
 //! Time is the database's: each node follows the database clock (its own monotonic clock plus a
 //! measured offset), so nodes with skewed clocks agree on expiry and a step of a node's wall clock
 //! moves no lease. Tests inject a clock instead.
@@ -18,12 +22,15 @@ mod claim;
 mod event;
 mod group;
 mod pool;
+mod pooler;
 mod request;
 mod schema;
 mod signal;
+mod sql;
 mod time;
 
 pub use pool::PgOptions;
+pub use pooler::{MISCONFIGURED, Pooler};
 pub use time::TimeSource;
 
 use std::sync::Arc;
@@ -40,8 +47,10 @@ use idem_core::{
 };
 use idem_metrics::store::Retry;
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::Type;
 
 use crate::pool::{Db, with_conn};
+use crate::sql::{Run, Sql};
 
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
@@ -62,10 +71,26 @@ pub struct PgStore {
     notifier: signal::Notifier,
 }
 
+fn parse_url(url: &str) -> Result<tokio_postgres::Config, OpenError> {
+    url.parse().map_err(|e: tokio_postgres::Error| OpenError::Url(pool::describe(&e)))
+}
+
+/// Applies pending migrations on a connection of their own to the first of `hosts` that accepts
+/// writes.
+async fn migrate_on(hosts: &[(String, tokio_postgres::Config)], timeout: Duration) -> Result<usize, OpenError> {
+    let mut connected = pool::connect_writable(hosts, timeout).await.map_err(|e| OpenError::Connect(e.to_string()))?;
+    let migrated = schema::migrate(&mut connected.client).await.map_err(|e| OpenError::Connect(pool::describe(&e)));
+    connected.driver.abort();
+    migrated
+}
+
 /// Maps a driver error to the store's terms, for a call after which nothing was changed: a read,
 /// or a statement inside a transaction not yet committed. SQLSTATEs stay inside this crate.
 pub(crate) fn store_error(e: tokio_postgres::Error) -> StoreError {
     let what = pool::describe(&e);
+    if pooler::lost_statement(&e) {
+        return pooler::misconfigured(&what);
+    }
     match e.code() {
         Some(code) if transient(code).is_some() || is_fault(code) => StoreError::Unavailable(what),
         Some(_) => StoreError::Internal(what),
@@ -78,6 +103,10 @@ pub(crate) fn store_error(e: tokio_postgres::Error) -> StoreError {
 /// committing on its own): if the connection broke, or the server was shut down, before its
 /// answer came, the write may have been applied.
 pub(crate) fn commit_error(e: tokio_postgres::Error) -> StoreError {
+    // A statement lost to a pooler never ran (its 08P01 is a refused bind, not a broken line).
+    if pooler::lost_statement(&e) {
+        return store_error(e);
+    }
     let unknown = match e.code() {
         None => broken(&e),
         Some(code) => {
@@ -167,9 +196,7 @@ impl PgStore {
     /// Connects (to the first of the URL's hosts that accepts writes) and applies pending
     /// migrations.
     pub async fn connect(url: &str, options: &PgOptions, time: TimeSource) -> Result<Self, OpenError> {
-        let config: tokio_postgres::Config =
-            url.parse().map_err(|e: tokio_postgres::Error| OpenError::Url(pool::describe(&e)))?;
-        Self::with_config(config, options, time).await
+        Self::with_config(parse_url(url)?, options, time).await
     }
 
     /// As [`PgStore::connect`], from a parsed config (tests set `search_path` this way).
@@ -178,6 +205,7 @@ impl PgStore {
         options: &PgOptions,
         time: TimeSource,
     ) -> Result<Self, OpenError> {
+        let direct = options.direct_url.as_deref().map(parse_url).transpose()?;
         let db = Arc::new(Db::new(&config, options).map_err(|e| OpenError::Url(e.to_string()))?);
         // The first connection says, host by host, why none will do.
         let first = db.pool.get().await.map_err(|e| {
@@ -187,33 +215,38 @@ impl PgStore {
             })
         })?;
         drop(first);
+        let hosts = pool::per_host(&config, options.connect_timeout);
+        if options.pooler == Pooler::None
+            && let Some(found) = pooler::probe(&hosts, options.connect_timeout).await
+        {
+            db.refuse(pooler::misconfigured(&found));
+        }
         let clock: Arc<dyn Clock> = match time {
             TimeSource::Given(clock) => clock,
             TimeSource::Database { ticks } => time::DatabaseClock::start(ticks, Arc::clone(&db)).await,
         };
         let singles = group::spawn(Arc::clone(&db), Arc::clone(&clock), (options.pool_size / 2).max(1));
+        // What needs a session of its own (LISTEN, migrations) goes past the pooler when it can.
+        let sessions = direct.map_or(hosts, |direct| pool::per_host(&direct, options.connect_timeout));
         let handlers = signal::Handlers::default();
-        signal::spawn(pool::per_host(&config, options.connect_timeout), options.connect_timeout, Arc::clone(&handlers));
+        if options.pooler == Pooler::Transaction && options.direct_url.is_none() {
+            tracing::info!(
+                "[store] pooler = \"transaction\" without direct_url: no notifications are heard; other nodes' changes are found by looking again (within a second)"
+            );
+        } else {
+            signal::spawn(sessions.clone(), options.connect_timeout, Arc::clone(&handlers));
+        }
         let notifier = signal::Notifier::spawn(Arc::clone(&db));
-        let store = Self { db, clock, singles, handlers, notifier };
-        let mut client = store.db.conn(store.db.deadline()).await.map_err(|e| OpenError::Connect(e.to_string()))?;
-        schema::migrate(&mut client).await.map_err(|e| OpenError::Connect(pool::describe(&e)))?;
-        Ok(store)
+        migrate_on(&sessions, options.connect_timeout).await?;
+        Ok(Self { db, clock, singles, handlers, notifier })
     }
 
     /// Applies pending migrations to the database at `url` (what `idem migrate` runs), on the
-    /// first of its hosts that accepts writes.
+    /// first of its hosts that accepts writes. Through a transaction pooler too: they take no
+    /// session lock (schema.rs).
     pub async fn migrate(url: &str) -> Result<usize, OpenError> {
-        let config: tokio_postgres::Config =
-            url.parse().map_err(|e: tokio_postgres::Error| OpenError::Url(pool::describe(&e)))?;
         let options = PgOptions::default();
-        let hosts = pool::per_host(&config, options.connect_timeout);
-        let mut connected = pool::connect_writable(&hosts, options.connect_timeout)
-            .await
-            .map_err(|e| OpenError::Connect(e.to_string()))?;
-        let migrated = schema::migrate(&mut connected.client).await.map_err(|e| OpenError::Connect(pool::describe(&e)));
-        connected.driver.abort();
-        migrated
+        migrate_on(&pool::per_host(&parse_url(url)?, options.connect_timeout), options.connect_timeout).await
     }
 
     fn now(&self) -> Timestamp {
@@ -244,16 +277,14 @@ impl ClaimStore for PgStore {
 
     async fn prefix_exists(&self, ns: &Namespace, prefix: &Parts) -> Result<bool, StoreError> {
         let now = self.now().millis();
+        const EXISTS: Sql = Sql::cached(
+            "SELECT 1 FROM claims WHERE ns = $1 AND parts >= $2 AND parts < $3
+             AND (expires_at IS NULL OR expires_at > $4) LIMIT 1",
+            &[Type::TEXT, Type::BYTEA, Type::BYTEA, Type::INT8],
+        );
         with_conn!(self.db, false, |client| {
-            let statement = client
-                .prepare_cached(
-                    "SELECT 1 FROM claims WHERE ns = $1 AND parts >= $2 AND parts < $3
-                     AND (expires_at IS NULL OR expires_at > $4) LIMIT 1",
-                )
-                .await
-                .map_err(store_error)?;
             let row = client
-                .query_opt(&statement, &[&ns.as_str(), &prefix.encode(), &prefix.prefix_upper_bound(), &now])
+                .query_opt(&EXISTS, &[&ns.as_str(), &prefix.encode(), &prefix.prefix_upper_bound(), &now])
                 .await
                 .map_err(store_error)?;
             Ok(row.is_some())
@@ -263,13 +294,11 @@ impl ClaimStore for PgStore {
     async fn delete(&self, ns: &Namespace, id: &ClaimId) -> Result<bool, StoreError> {
         let now = self.now().millis();
         with_conn!(self.db, true, |client| {
-            let row = client
-                .query_opt(
-                    "DELETE FROM claims WHERE ns = $1 AND id = $2 RETURNING expires_at",
-                    &[&ns.as_str(), &&id.0[..]],
-                )
-                .await
-                .map_err(commit_error)?;
+            const DELETE: Sql = Sql::once(
+                "DELETE FROM claims WHERE ns = $1 AND id = $2 RETURNING expires_at",
+                &[Type::TEXT, Type::BYTEA],
+            );
+            let row = client.query_opt(&DELETE, &[&ns.as_str(), &&id.0[..]]).await.map_err(commit_error)?;
             Ok(row.is_some_and(|r| r.get::<_, Option<i64>>(0).is_none_or(|at| at > now)))
         })
     }
@@ -292,7 +321,8 @@ impl ClaimStore for PgStore {
 
     async fn count_claims(&self) -> Result<Vec<(String, u64)>, StoreError> {
         with_conn!(self.db, false, |client| {
-            let rows = client.query("SELECT ns, count(*) FROM claims GROUP BY ns", &[]).await.map_err(store_error)?;
+            const COUNT: Sql = Sql::once("SELECT ns, count(*) FROM claims GROUP BY ns", &[]);
+            let rows = client.query(&COUNT, &[]).await.map_err(store_error)?;
             Ok(rows.iter().map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1) as u64)).collect())
         })
     }
@@ -302,16 +332,14 @@ impl ClaimStore for PgStore {
     async fn sweep_expired(&self, limit: usize) -> Result<usize, StoreError> {
         let (now, limit) = (self.now().millis(), limit as i64);
         with_conn!(self.db, true, |client| {
-            let deleted = client
-                .execute(
-                    // Picked once, at most `limit` (event.rs's `LEASE` says why).
-                    "WITH picked AS MATERIALIZED (SELECT ns, id FROM claims WHERE expires_at <= $1
-                         ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)
-                     DELETE FROM claims USING picked WHERE claims.ns = picked.ns AND claims.id = picked.id",
-                    &[&now, &limit],
-                )
-                .await
-                .map_err(commit_error)?;
+            // Picked once, at most `limit` (event.rs's `LEASE` says why).
+            const SWEEP: Sql = Sql::once(
+                "WITH picked AS MATERIALIZED (SELECT ns, id FROM claims WHERE expires_at <= $1
+                     ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+                 DELETE FROM claims USING picked WHERE claims.ns = picked.ns AND claims.id = picked.id",
+                &[Type::INT8, Type::INT8],
+            );
+            let deleted = client.execute(&SWEEP, &[&now, &limit]).await.map_err(commit_error)?;
             Ok(deleted as usize)
         })
     }
@@ -325,16 +353,14 @@ impl RequestStore for PgStore {
         let now = self.now();
         let (kept_after, now) = (request::kept_after(now), now.millis());
         with_conn!(self.db, true, |client| {
-            let deleted = client
-                .execute(
-                    // Picked once, at most `limit` (event.rs's `LEASE` says why).
-                    "WITH picked AS MATERIALIZED (SELECT id FROM requests WHERE until <= $1
-                         AND (state = 1 OR until <= $3) ORDER BY until LIMIT $2 FOR UPDATE SKIP LOCKED)
-                     DELETE FROM requests USING picked WHERE requests.id = picked.id",
-                    &[&now, &(limit as i64), &kept_after],
-                )
-                .await
-                .map_err(commit_error)?;
+            // Picked once, at most `limit` (event.rs's `LEASE` says why).
+            const SWEEP: Sql = Sql::once(
+                "WITH picked AS MATERIALIZED (SELECT id FROM requests WHERE until <= $1
+                     AND (state = 1 OR until <= $3) ORDER BY until LIMIT $2 FOR UPDATE SKIP LOCKED)
+                 DELETE FROM requests USING picked WHERE requests.id = picked.id",
+                &[Type::INT8, Type::INT8, Type::INT8],
+            );
+            let deleted = client.execute(&SWEEP, &[&now, &(limit as i64), &kept_after]).await.map_err(commit_error)?;
             Ok(deleted as usize)
         })
     }
@@ -373,8 +399,8 @@ impl RequestStore for PgStore {
     async fn release_request(&self, id: &ClaimId, token: LeaseToken) -> Result<bool, StoreError> {
         let kept_after = request::kept_after(self.now());
         let released = with_conn!(self.db, true, |client| {
-            let statement = client.prepare_cached(request::RELEASE).await.map_err(store_error)?;
-            Ok(client.execute(&statement, &[&&id.0[..], &&token.0[..], &kept_after]).await.map_err(commit_error)? == 1)
+            let released = client.execute(&request::RELEASE, &[&&id.0[..], &&token.0[..], &kept_after]).await;
+            Ok(released.map_err(commit_error)? == 1)
         })?;
         if released {
             self.notifier.notify(signal::request_done(id));
@@ -469,10 +495,8 @@ impl EventStore for PgStore {
     async fn queue_stats(&self) -> Result<QueueStats, StoreError> {
         let now = self.now().millis();
         with_conn!(self.db, false, |client| {
-            let row = client
-                .query_one("SELECT count(*), min(due_at) FROM jobs WHERE due_at <= $1", &[&now])
-                .await
-                .map_err(store_error)?;
+            const DUE: Sql = Sql::once("SELECT count(*), min(due_at) FROM jobs WHERE due_at <= $1", &[Type::INT8]);
+            let row = client.query_one(&DUE, &[&now]).await.map_err(store_error)?;
             Ok(QueueStats {
                 due: row.get::<_, i64>(0) as u64,
                 oldest_due_at: row.get::<_, Option<i64>>(1).map(Timestamp),
@@ -493,16 +517,11 @@ impl StoreLifecycle for PgStore {
     /// unreachable, or read-only, is not.
     async fn check_ready(&self) -> Result<(), StoreError> {
         let now = self.now().millis();
-        with_conn!(self.db, true, |client| {
-            client
-                .execute(
-                    "INSERT INTO meta (key, value) VALUES ('ready_probe', $1) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    &[&now],
-                )
-                .await
-                .map(drop)
-                .map_err(commit_error)
-        })
+        const PROBE: Sql = Sql::once(
+            "INSERT INTO meta (key, value) VALUES ('ready_probe', $1) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            &[Type::INT8],
+        );
+        with_conn!(self.db, true, |client| client.execute(&PROBE, &[&now]).await.map(drop).map_err(commit_error))
     }
 
     async fn close(&self) {

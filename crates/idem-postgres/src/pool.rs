@@ -18,6 +18,8 @@
 //!   write with SQLSTATE 25006, a fault like the others.
 //! - **The log** tells each kind of fault (its SQLSTATE and the server's message, or what broke)
 //!   at most once every 10 seconds, with how many more there were; never the URL's password.
+//! - **A transaction pooler met without `[store] pooler = "transaction"`** ([`crate::pooler`])
+//!   is not a fault of a connection: from then on every call is refused before it takes one.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -30,11 +32,14 @@ use tokio::sync::mpsc;
 use tokio_postgres::config::Host;
 use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Notification};
 
+use crate::pooler::Pooler;
+use crate::sql::{Conn, Statements};
+
 pub type Pool = managed::Pool<Manager>;
 pub type Object = managed::Object<Manager>;
 
-/// How a store connects and how long it waits.
-#[derive(Debug, Clone)]
+/// How a store connects and how long it waits. Its `Debug` never shows `direct_url`.
+#[derive(Clone)]
 pub struct PgOptions {
     /// Connections this node keeps, at most.
     pub pool_size: usize,
@@ -42,12 +47,36 @@ pub struct PgOptions {
     pub connect_timeout: Duration,
     /// How long one store call may take, from asking for a connection to its answer.
     pub call_timeout: Duration,
+    /// What stands between idem and PostgreSQL.
+    pub pooler: Pooler,
+    /// A URL that reaches PostgreSQL past the pooler: the listening connection and migrations use
+    /// it (they need a session of their own).
+    pub direct_url: Option<String>,
 }
 
 impl Default for PgOptions {
-    /// The defaults of `[store] pool_size`, `connect_timeout` and `call_timeout`.
+    /// The defaults of `[store] pool_size`, `connect_timeout`, `call_timeout`, `pooler` and
+    /// `direct_url`.
     fn default() -> Self {
-        Self { pool_size: 16, connect_timeout: Duration::from_secs(5), call_timeout: Duration::from_secs(5) }
+        Self {
+            pool_size: 16,
+            connect_timeout: Duration::from_secs(5),
+            call_timeout: Duration::from_secs(5),
+            pooler: Pooler::None,
+            direct_url: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for PgOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgOptions")
+            .field("pool_size", &self.pool_size)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("call_timeout", &self.call_timeout)
+            .field("pooler", &self.pooler)
+            .field("direct_url", &self.direct_url.as_ref().map(|_| "[redacted]"))
+            .finish()
     }
 }
 
@@ -248,30 +277,25 @@ impl Health {
     }
 }
 
-/// deadpool's manager: makes writable connections, and reuses only those made since the last
-/// fault that are still open.
+/// deadpool's manager: makes writable connections that send statements as the store does, and
+/// reuses only those made since the last fault that are still open.
 pub struct Manager {
     hosts: Vec<(String, Config)>,
     connect_timeout: Duration,
     health: Arc<Health>,
-}
-
-impl Manager {
-    pub fn new(hosts: Vec<(String, Config)>, connect_timeout: Duration, health: Arc<Health>) -> Self {
-        Self { hosts, connect_timeout, health }
-    }
+    statements: Statements,
 }
 
 impl managed::Manager for Manager {
-    type Type = ClientWrapper;
+    type Type = Conn;
     type Error = ConnectError;
 
-    async fn create(&self) -> Result<ClientWrapper, ConnectError> {
+    async fn create(&self) -> Result<Conn, ConnectError> {
         let connected = connect_writable(&self.hosts, self.connect_timeout).await?;
-        Ok(ClientWrapper::new(connected.client, connected.driver))
+        Ok(Conn::new(ClientWrapper::new(connected.client, connected.driver), self.statements))
     }
 
-    async fn recycle(&self, client: &mut ClientWrapper, metrics: &Metrics) -> RecycleResult<ConnectError> {
+    async fn recycle(&self, client: &mut Conn, metrics: &Metrics) -> RecycleResult<ConnectError> {
         if client.is_closed() {
             return Err(RecycleError::message("the connection is closed"));
         }
@@ -287,6 +311,8 @@ pub struct Db {
     pub pool: Pool,
     pub health: Arc<Health>,
     pub call_timeout: Duration,
+    /// Set when a transaction pooler was met without the setting: every call is refused so.
+    refused: std::sync::OnceLock<StoreError>,
 }
 
 impl Db {
@@ -298,7 +324,9 @@ impl Db {
         }
         // A connection may try every host; past that (and a second to spare) creating one has failed.
         let create = options.connect_timeout * hosts.len() as u32 + Duration::from_secs(1);
-        let manager = Manager::new(hosts, options.connect_timeout, Arc::clone(&health));
+        let statements = options.pooler.statements();
+        let manager =
+            Manager { hosts, connect_timeout: options.connect_timeout, health: Arc::clone(&health), statements };
         let pool = Pool::builder(manager)
             .max_size(options.pool_size.max(1))
             .runtime(deadpool::Runtime::Tokio1)
@@ -306,7 +334,12 @@ impl Db {
             .create_timeout(Some(create))
             .recycle_timeout(Some(options.call_timeout))
             .build()?;
-        Ok(Self { pool, health, call_timeout: options.call_timeout })
+        Ok(Self { pool, health, call_timeout: options.call_timeout, refused: std::sync::OnceLock::new() })
+    }
+
+    /// From now on every call answers `error` ([`crate::pooler`]), before it takes a connection.
+    pub fn refuse(&self, error: StoreError) {
+        let _ = self.refused.set(error);
     }
 
     /// When a call starting now must have its answer.
@@ -317,6 +350,9 @@ impl Db {
     /// A connection by `deadline`. One still being made when the deadline passes goes on, in a
     /// task of its own, and joins the pool.
     pub async fn conn(&self, deadline: tokio::time::Instant) -> Result<Object, StoreError> {
+        if let Some(refused) = self.refused.get() {
+            return Err(refused.clone());
+        }
         let pool = self.pool.clone();
         let getting = tokio::spawn(async move { pool.get().await });
         match tokio::time::timeout_at(deadline, getting).await {
@@ -348,6 +384,13 @@ impl Db {
         let error = match answer {
             Some(Ok(value)) => return Ok(value),
             Some(Err(e @ (StoreError::Internal(_) | StoreError::Closed))) => return Err(e),
+            // A transaction pooler: the connection is not at fault (no other is made stale), but
+            // its named statements may be another client's, so it goes.
+            Some(Err(e @ StoreError::Misconfigured(_))) => {
+                drop(Object::take(client));
+                self.refuse(e.clone());
+                return Err(e);
+            }
             Some(Err(e)) => e,
             None => {
                 let what = format!("no answer within call_timeout ({:?})", self.call_timeout);

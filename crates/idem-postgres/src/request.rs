@@ -9,19 +9,25 @@ use std::time::Duration;
 use idem_core::request::{Begin, Decision, Forget, Found, LeaseToken, NewRequest, RequestState, decide_begin};
 use idem_core::{ClaimId, ClientToken, StoreError, Timestamp};
 use tokio_postgres::Row;
+use tokio_postgres::types::Type;
 
 use crate::pool::Object;
+use crate::sql::{Run, Sql};
 use crate::{commit_error, run_again, store_error};
 
-// Every statement is prepared once per connection (deadpool's statement cache): a statement sent
-// as text costs a round trip to prepare it each time.
-const READ: &str = "SELECT fingerprint, state, until, response, token, client_token, fence FROM requests WHERE id = $1";
+// Every statement is prepared once per connection by default (sql.rs): a statement sent as text
+// costs a round trip to prepare it each time.
+const READ: Sql = Sql::cached(
+    "SELECT fingerprint, state, until, response, token, client_token, fence FROM requests WHERE id = $1",
+    &[Type::BYTEA],
+);
 /// A begin in one statement: take the key if it is free (no row, or a row whose lease or TTL ended:
 /// `until <= now`), and say what the row was as the statement found it. The primary key makes one
 /// of any number of concurrent begins, on any node, the taker; ON CONFLICT re-checks the condition
 /// on the row's newest version, so a begin never takes a key another has just taken. The first
 /// column is the new fencing number when the key was taken, else null.
-const BEGIN: &str = "WITH old AS (
+const BEGIN: Sql = Sql::cached(
+    "WITH old AS (
          SELECT fingerprint, state, until, response, token, client_token, fence FROM requests WHERE id = $1),
      taken AS (
          INSERT INTO requests (id, fingerprint, state, token, until, response, client_token, fence)
@@ -33,17 +39,32 @@ const BEGIN: &str = "WITH old AS (
          RETURNING fence)
      SELECT (SELECT fence FROM taken), old.fingerprint, old.state, old.until, old.response, old.token,
          old.client_token, old.fence
-     FROM (SELECT 1) AS one LEFT JOIN old ON true";
+     FROM (SELECT 1) AS one LEFT JOIN old ON true",
+    &[Type::BYTEA, Type::BYTEA, Type::BYTEA, Type::INT8, Type::INT8, Type::BYTEA, Type::BYTEA],
+);
 /// Completion, extension and release need the row to be the token's lease, live or ended but still
 /// kept (`until > $kept_after`, that is now minus ENDED_LEASE_KEPT): a lease that ran out with no
 /// begin taking the key since is still its holder's (idem_core::request).
-const COMPLETE: &str = "UPDATE requests SET state = 1, token = NULL, until = $1, response = $2
-     WHERE id = $3 AND state = 0 AND token = $4 AND until > $5";
+const COMPLETE: Sql = Sql::cached(
+    "UPDATE requests SET state = 1, token = NULL, until = $1, response = $2
+     WHERE id = $3 AND state = 0 AND token = $4 AND until > $5",
+    &[Type::INT8, Type::BYTEA, Type::BYTEA, Type::BYTEA, Type::INT8],
+);
 /// An extension never shortens a lease: one sent long ago (a call given up on a stalled path, whose
 /// bytes went through when the path came back) may arrive after a newer one.
-const EXTEND: &str = "UPDATE requests SET until = GREATEST(until, $1)
-     WHERE id = $2 AND state = 0 AND token = $3 AND until > $4 RETURNING until";
-pub(crate) const RELEASE: &str = "DELETE FROM requests WHERE id = $1 AND state = 0 AND token = $2 AND until > $3";
+const EXTEND: Sql = Sql::cached(
+    "UPDATE requests SET until = GREATEST(until, $1)
+     WHERE id = $2 AND state = 0 AND token = $3 AND until > $4 RETURNING until",
+    &[Type::INT8, Type::BYTEA, Type::BYTEA, Type::INT8],
+);
+pub(crate) const RELEASE: Sql = Sql::cached(
+    "DELETE FROM requests WHERE id = $1 AND state = 0 AND token = $2 AND until > $3",
+    &[Type::BYTEA, Type::BYTEA, Type::INT8],
+);
+const FORGET: Sql =
+    Sql::once("DELETE FROM requests WHERE id = $1 AND state = 1 AND until > $2", &[Type::BYTEA, Type::INT8]);
+const HELD: Sql =
+    Sql::once("SELECT 1 FROM requests WHERE id = $1 AND state = 0 AND until > $2", &[Type::BYTEA, Type::INT8]);
 
 /// The oldest `until` a lease the store still keeps can have at `now`.
 pub(crate) fn kept_after(now: Timestamp) -> i64 {
@@ -109,7 +130,6 @@ async fn try_begin(
     let id = &request.id.0[..];
     let token = LeaseToken::generate();
     let lease_until = now.plus(request.lease);
-    let statement = client.prepare_cached(BEGIN).await?;
     let client_token = request.client.map(|t| t.0.to_vec());
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
         &id,
@@ -120,7 +140,7 @@ async fn try_begin(
         &request.held,
         &client_token,
     ];
-    let row = client.query_one(&statement, &params).await?;
+    let row = client.query_one(&BEGIN, &params).await?;
     let before = match row.get::<_, Option<i16>>(2).map(|_| found_at(&request.id, &row, 1)).transpose() {
         Ok(before) => before,
         Err(e) => return Ok(Err(e)),
@@ -135,7 +155,7 @@ async fn try_begin(
     if let Decision::Answer(answer) = decide_begin(before, &request.fingerprint, request.client, now) {
         return Ok(Ok(answer));
     }
-    Ok(match client.query_opt(&client.prepare_cached(READ).await?, &[&id]).await? {
+    Ok(match client.query_opt(&READ, &[&id]).await? {
         Some(row) => answer(request, &row, now),
         None => Err(StoreError::Unavailable("a concurrent begin vanished; retry".into())),
     })
@@ -149,10 +169,9 @@ pub async fn complete(
     ttl: Duration,
     now: Timestamp,
 ) -> Result<Option<Timestamp>, StoreError> {
-    let statement = client.prepare_cached(COMPLETE).await.map_err(store_error)?;
     let until = now.plus(ttl);
     let done = client
-        .execute(&statement, &[&until.millis(), &response, &&id.0[..], &&token.0[..], &kept_after(now)])
+        .execute(&COMPLETE, &[&until.millis(), &response, &&id.0[..], &&token.0[..], &kept_after(now)])
         .await
         .map_err(commit_error)?;
     Ok((done == 1).then_some(until))
@@ -166,9 +185,8 @@ pub async fn extend(
     now: Timestamp,
 ) -> Result<Option<Timestamp>, StoreError> {
     let until = now.plus(lease);
-    let statement = client.prepare_cached(EXTEND).await.map_err(store_error)?;
     let row = client
-        .query_opt(&statement, &[&until.millis(), &&id.0[..], &&token.0[..], &kept_after(now)])
+        .query_opt(&EXTEND, &[&until.millis(), &&id.0[..], &&token.0[..], &kept_after(now)])
         .await
         .map_err(commit_error)?;
     Ok(row.map(|row| Timestamp(row.get(0))))
@@ -176,23 +194,16 @@ pub async fn extend(
 
 /// Deletes a live completed row (and wakes its waiters); reports a held one.
 pub async fn forget(client: &Object, id: &ClaimId, now: Timestamp) -> Result<Forget, StoreError> {
-    let deleted = client
-        .execute("DELETE FROM requests WHERE id = $1 AND state = 1 AND until > $2", &[&&id.0[..], &now.millis()])
-        .await
-        .map_err(commit_error)?;
+    let deleted = client.execute(&FORGET, &[&&id.0[..], &now.millis()]).await.map_err(commit_error)?;
     if deleted == 1 {
         return Ok(Forget::Forgotten);
     }
-    let held = client
-        .query_opt("SELECT 1 FROM requests WHERE id = $1 AND state = 0 AND until > $2", &[&&id.0[..], &now.millis()])
-        .await
-        .map_err(store_error)?;
+    let held = client.query_opt(&HELD, &[&&id.0[..], &now.millis()]).await.map_err(store_error)?;
     Ok(if held.is_some() { Forget::Held } else { Forget::Absent })
 }
 
 pub async fn peek(client: &Object, id: &ClaimId, now: Timestamp) -> Result<Option<RequestState>, StoreError> {
-    let statement = client.prepare_cached(READ).await.map_err(store_error)?;
-    let Some(row) = client.query_opt(&statement, &[&&id.0[..]]).await.map_err(store_error)? else { return Ok(None) };
+    let Some(row) = client.query_opt(&READ, &[&&id.0[..]]).await.map_err(store_error)? else { return Ok(None) };
     if row.get::<_, i64>(2) <= now.millis() {
         return Ok(None);
     }

@@ -1,7 +1,12 @@
-//! The PostgreSQL schema and its versioned migrations, applied under an advisory lock so that
-//! several nodes starting at once migrate exactly once.
+//! The PostgreSQL schema and its versioned migrations. Pending migrations are applied in one
+//! transaction that first takes a transaction-level advisory lock, so that several nodes starting
+//! at once migrate exactly once: the second waits for the first to commit, then finds nothing to
+//! do. A transaction-level lock (not a session's) and the simple protocol (no prepared
+//! statement) hold through a transaction pooler too, where a session lock would be taken on one
+//! server connection and released, or not, on another; and it ends with the transaction however
+//! that ends. A failed migration leaves the schema as it was.
 
-use tokio_postgres::Client;
+use tokio_postgres::{Client, SimpleQueryMessage};
 
 /// Each entry moves the schema from version `i` to `i + 1`. Append only.
 const MIGRATIONS: &[&str] = &[
@@ -82,26 +87,31 @@ const MIGRATIONS: &[&str] = &[
      CREATE SEQUENCE request_fences;",
 ];
 
-/// An arbitrary constant naming idem's migration lock.
+/// An arbitrary constant naming idem's migration lock (the same as older versions' session lock,
+/// so that old and new nodes exclude each other).
 const LOCK: i64 = 0x1de3_0001;
 
 /// Applies pending migrations; returns the schema version.
 pub async fn migrate(client: &mut Client) -> Result<usize, tokio_postgres::Error> {
-    client.execute("SELECT pg_advisory_lock($1)", &[&LOCK]).await?;
-    let result = apply(client).await;
-    client.execute("SELECT pg_advisory_unlock($1)", &[&LOCK]).await?;
-    result
-}
-
-async fn apply(client: &mut Client) -> Result<usize, tokio_postgres::Error> {
-    client.batch_execute("CREATE TABLE IF NOT EXISTS idem_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())").await?;
-    let row = client.query_one("SELECT coalesce(max(version), 0) FROM idem_migrations", &[]).await?;
-    let current = row.get::<_, i32>(0) as usize;
+    let tx = client.transaction().await?;
+    tx.batch_execute(&format!(
+        "SELECT pg_advisory_xact_lock({LOCK});
+         CREATE TABLE IF NOT EXISTS idem_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+    ))
+    .await?;
+    let current = tx
+        .simple_query("SELECT coalesce(max(version), 0) FROM idem_migrations")
+        .await?
+        .into_iter()
+        .find_map(|m| match m {
+            SimpleQueryMessage::Row(row) => row.get(0).and_then(|v| v.parse::<usize>().ok()),
+            _ => None,
+        })
+        .unwrap_or(0);
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(current) {
-        let tx = client.transaction().await?;
         tx.batch_execute(sql).await?;
-        tx.execute("INSERT INTO idem_migrations (version) VALUES ($1)", &[&((i + 1) as i32)]).await?;
-        tx.commit().await?;
+        tx.batch_execute(&format!("INSERT INTO idem_migrations (version) VALUES ({})", i + 1)).await?;
     }
+    tx.commit().await?;
     Ok(MIGRATIONS.len())
 }

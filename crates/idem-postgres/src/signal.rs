@@ -8,12 +8,18 @@
 //! capped gateway first executions at 1,670/s here (2,988/s without). Instead one [`Notifier`] per
 //! node gathers what is waiting and sends it in one transaction that does not wait for its flush
 //! (nothing is lost by that: a notification is a hint, not data).
+//!
+//! `LISTEN` needs a session of its own, which a transaction pooler does not keep: there the
+//! listening connection goes over `[store] direct_url`, or is not made at all, and nodes find each
+//! other's changes by looking again (within a second). Sending works through any pooler.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::pool::Db;
+use crate::sql::{Run, Sql};
 use idem_core::{ClaimId, SignalHandler, StoreSignal};
+use tokio_postgres::types::Type;
 
 pub const CHANNEL: &str = "idem_signals";
 pub const JOBS: &str = "jobs";
@@ -67,13 +73,16 @@ impl Notifier {
     }
 }
 
+const NOTIFY: Sql =
+    Sql::cached("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p", &[Type::TEXT, Type::TEXT_ARRAY]);
+
 async fn send(db: &Db, payloads: &[String]) -> Result<(), idem_core::StoreError> {
     crate::pool::with_conn!(*db, true, |client| {
         let sent = async {
             let tx = client.transaction().await?;
+            // Transaction-scoped, so it holds through a transaction pooler and ends with the batch.
             tx.batch_execute("SET LOCAL synchronous_commit TO off").await?;
-            let statement = tx.prepare_cached("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p").await?;
-            tx.execute(&statement, &[&CHANNEL, &payloads]).await?;
+            tx.execute(&NOTIFY, &[&CHANNEL, &payloads]).await?;
             tx.commit().await
         };
         sent.await.map_err(crate::store_error)

@@ -12,6 +12,7 @@ use std::time::Duration;
 use idem_core::{Clock, Ticks, Timestamp};
 
 use crate::pool::Db;
+use crate::sql::{Run, Sql};
 
 /// How a store reads the time.
 pub enum TimeSource {
@@ -66,10 +67,7 @@ impl DatabaseClock {
         let measured = async {
             crate::pool::with_conn!(*db, false, |client| {
                 let before = self.monotonic();
-                let row = client
-                    .query_one("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint", &[])
-                    .await
-                    .map_err(crate::store_error)?;
+                let row = client.query_one(&NOW, &[]).await.map_err(crate::store_error)?;
                 Ok::<_, idem_core::StoreError>((before, row.get::<_, i64>(0), self.monotonic()))
             })
         };
@@ -91,6 +89,9 @@ impl DatabaseClock {
         }
     }
 }
+
+/// The database's clock, in milliseconds since the epoch.
+const NOW: Sql = Sql::once("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint", &[]);
 
 /// A measurement whose round trip took longer is not used: the database read its clock somewhere
 /// within the round trip, so the offset is known only to half of it, and a round trip that spanned

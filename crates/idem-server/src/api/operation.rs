@@ -17,7 +17,7 @@ use idem_core::gateway::Fingerprint;
 use idem_core::operation::{self, ANY_REQUEST, Outcome};
 use idem_core::request::{Begin, Forget, LeaseToken, NewRequest, RequestState};
 use idem_core::{ClaimId, ClientToken, Invalid, Namespace, Parts, Timestamp};
-use idem_gateway::waiters::Wait;
+use idem_gateway::waiters::{LOOK_AGAIN, Wait};
 use idem_metrics::claims::Operation as Counted;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -322,8 +322,10 @@ pub async fn begin(
         };
         let until_lease_ends = Duration::from_millis((lease_until.millis() - state.clock.now().millis()).max(0) as u64);
         // Woken when the holder completes or releases (on this node, or another through the
-        // store's signals), or look again when its lease ends, or give up at the deadline.
-        if !wait.until_next_look(armed, until_lease_ends + Duration::from_millis(5)).await {
+        // store's signals), or look again when its lease ends or after LOOK_AGAIN, or give up at
+        // the deadline.
+        let look_again = (until_lease_ends + Duration::from_millis(5)).min(LOOK_AGAIN);
+        if !wait.until_next_look(armed, look_again).await {
             count(&path.ns, Counted::InProgress);
             return Err(ApiError::InProgress(until_lease_ends.as_secs().max(1)));
         }

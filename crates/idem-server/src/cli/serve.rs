@@ -32,12 +32,14 @@ pub async fn open_store(config: &Config) -> Result<(Stores, Arc<dyn Clock>), Fai
                 .map_err(|e| Failure::runtime(e.to_string()))?;
             Ok((stores, clock))
         }
-        StoreConfig::Postgres { url, pool_size, connect_timeout, call_timeout } => {
+        StoreConfig::Postgres { url, pool_size, connect_timeout, call_timeout, pooler, direct_url } => {
             let time = idem_postgres::TimeSource::Database { ticks: Arc::new(SystemTicks::default()) };
             let options = idem_postgres::PgOptions {
                 pool_size: *pool_size,
                 connect_timeout: connect_timeout.0,
                 call_timeout: call_timeout.0,
+                pooler: pooler.for_store(),
+                direct_url: direct_url.as_ref().map(|url| url.expose().to_owned()),
             };
             let store = idem_postgres::PgStore::connect(url.expose(), &options, time)
                 .await

@@ -132,7 +132,40 @@ pub enum StoreConfig {
         /// the request is answered 503 and the connection discarded.
         #[serde(default = "default_call_timeout")]
         call_timeout: ConfigDuration,
+        /// What stands between idem and PostgreSQL: `"none"`, `"session"` (a pooler that keeps
+        /// each client on one server session: nothing changes) or `"transaction"` (PgBouncer in
+        /// transaction mode, RDS Proxy: no prepared statements, no session state).
+        #[serde(default)]
+        pooler: Pooler,
+        /// A URL that reaches PostgreSQL past the pooler, for what needs a session of its own:
+        /// the listening connection (notifications) and migrations; never printed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        direct_url: Option<Secret>,
     },
+}
+
+/// `[store] pooler`: what stands between idem and PostgreSQL.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pooler {
+    /// A direct connection, or a TCP proxy (HAProxy).
+    #[default]
+    None,
+    /// A pooler that keeps each client on one server session (PgBouncer's session mode).
+    Session,
+    /// A pooler that hands each transaction any server connection (PgBouncer's transaction mode,
+    /// RDS Proxy).
+    Transaction,
+}
+
+impl Pooler {
+    /// The store's terms: only a transaction pooler changes what it does.
+    pub fn for_store(self) -> idem_postgres::Pooler {
+        match self {
+            Pooler::None | Pooler::Session => idem_postgres::Pooler::None,
+            Pooler::Transaction => idem_postgres::Pooler::Transaction,
+        }
+    }
 }
 
 fn default_pool_size() -> usize {

@@ -59,6 +59,28 @@ fn the_embedded_store_is_called_so_and_its_old_name_still_works_with_a_warning()
 }
 
 #[test]
+fn a_pooler_and_a_direct_url_are_read_and_the_url_never_printed() {
+    let file = "[store]\ntype = \"postgres\"\nurl = \"postgres://idem:pw1@pgbouncer:6432/idem\"\n\
+                pooler = \"transaction\"\ndirect_url = \"postgres://idem:pw2@db:5432/idem\"\n";
+    let c = load(file, &[], &Overrides::default()).expect("load");
+    let StoreConfig::Postgres { pooler, direct_url, .. } = &c.store else { panic!("postgres: {:?}", c.store) };
+    assert_eq!((*pooler, pooler.for_store()), (Pooler::Transaction, idem_postgres::Pooler::Transaction));
+    assert_eq!(direct_url.as_ref().map(Secret::expose), Some("postgres://idem:pw2@db:5432/idem"));
+    let printed = format!("{}{:?}", c.to_redacted_toml(), c);
+    assert!(printed.contains("pooler = \"transaction\""), "{printed}");
+    assert!(!printed.contains("pw1") && !printed.contains("pw2"), "{printed}");
+
+    let session = load(&file.replace("\"transaction\"", "\"session\""), &[], &Overrides::default()).expect("session");
+    let StoreConfig::Postgres { pooler, .. } = session.store else { panic!("postgres") };
+    assert_eq!(pooler.for_store(), idem_postgres::Pooler::None, "a session pooler changes nothing");
+    let err = load(&file.replace("\"transaction\"", "\"statement\""), &[], &Overrides::default()).unwrap_err();
+    assert!(err.to_string().contains("`none`, `session`, `transaction`"), "{err}");
+    let bare = load("[store]\ntype = \"postgres\"\nurl = \"postgres://db/idem\"\n", &[], &Overrides::default());
+    let StoreConfig::Postgres { pooler, direct_url, .. } = bare.expect("load").store else { panic!("postgres") };
+    assert_eq!((pooler, direct_url), (Pooler::None, None), "neither is needed");
+}
+
+#[test]
 fn layers_apply_in_order() {
     let file = "listen = \"127.0.0.1:1111\"\n[namespaces.notified_articles]\ndefault_ttl = \"90d\"\n";
     let env = [

@@ -51,6 +51,9 @@ pub enum ApiError {
     MethodNotAllowed,
     #[error("the store is unavailable; nothing was changed, retry shortly")]
     Unavailable,
+    /// The store cannot work as configured; the text (the store's) says what to change.
+    #[error("the store is unavailable: {0}; nothing was changed")]
+    StoreMisconfigured(String),
     /// The store's answer was lost after the write was sent: it may or may not have been made.
     #[error(
         "the store's answer was lost after the change was sent: it may or may not have been made. Retry with the same client_token to learn which (a claim or a begin that was made answers as made for its own client_token)"
@@ -91,7 +94,9 @@ impl ApiError {
             ApiError::ExpectationFailed => StatusCode::EXPECTATION_FAILED,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::Unavailable | ApiError::OutcomeUnknown => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable | ApiError::StoreMisconfigured(_) | ApiError::OutcomeUnknown => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -115,7 +120,9 @@ impl ApiError {
             ApiError::ExpectationFailed => "expectation-failed",
             ApiError::UnsupportedMediaType => "unsupported-media-type",
             ApiError::MethodNotAllowed => "method-not-allowed",
-            ApiError::Unavailable => "store-unavailable",
+            // A misconfigured store is one kind of unavailable store: clients retry it, and the
+            // alert on `store-unavailable` fires.
+            ApiError::Unavailable | ApiError::StoreMisconfigured(_) => "store-unavailable",
             ApiError::OutcomeUnknown => "outcome-unknown",
             ApiError::Internal => "internal",
         }
@@ -138,7 +145,7 @@ impl ApiError {
             ApiError::ExpectationFailed => "Expectation failed",
             ApiError::UnsupportedMediaType => "Unsupported media type",
             ApiError::MethodNotAllowed => "Method not allowed",
-            ApiError::Unavailable => "Store unavailable",
+            ApiError::Unavailable | ApiError::StoreMisconfigured(_) => "Store unavailable",
             ApiError::OutcomeUnknown => "Outcome unknown",
             ApiError::Internal => "Internal error",
         }
@@ -191,6 +198,8 @@ impl From<StoreError> for ApiError {
                 tell_store_fault("store's answer lost: outcome unknown", &cause);
                 ApiError::OutcomeUnknown
             }
+            // The store logged it once when it found it; the client is told what to change.
+            StoreError::Misconfigured(what) => ApiError::StoreMisconfigured(what),
             StoreError::Closed => ApiError::Unavailable,
             StoreError::Internal(cause) => {
                 tracing::error!(%cause, "store internal error");
@@ -211,7 +220,7 @@ impl IntoResponse for ApiError {
             ApiError::Unauthorized => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
-            ApiError::Unavailable | ApiError::OutcomeUnknown => {
+            ApiError::Unavailable | ApiError::StoreMisconfigured(_) | ApiError::OutcomeUnknown => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             ApiError::InProgress(seconds) => {

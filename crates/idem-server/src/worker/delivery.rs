@@ -214,7 +214,11 @@ impl Delivery {
             let free = free.min(room);
             let Ok(tickets) = Arc::clone(&source.tickets).try_acquire_many_owned(free as u32) else { continue };
             let jobs = self.store.lease_jobs(free, source.lease, &source.others).await.unwrap_or_else(|e| {
-                tracing::warn!(error = %e, "could not lease jobs; retrying");
+                // Tried again every 200 ms: a store down (or misconfigured) for long is told once
+                // every 10 s, not five times a second.
+                if let Some(more) = self.log.admit("lease/failed", Instant::now()) {
+                    tracing::warn!(error = %e, more_like_it = more, "could not lease jobs; retrying");
+                }
                 Vec::new()
             });
             let ticketed = self.ticket_each(jobs, tickets, free).await;

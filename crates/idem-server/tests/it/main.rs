@@ -18,6 +18,7 @@ mod hostile;
 mod multinode;
 mod operations;
 mod pg_restart;
+mod pooler;
 mod process;
 mod sessions;
 mod store_faults;

@@ -22,7 +22,12 @@ use crate::support::{TestServer, assert_problem};
 const CALL_TIMEOUT: Duration = Duration::from_secs(1);
 
 fn options() -> idem_postgres::PgOptions {
-    idem_postgres::PgOptions { pool_size: 4, connect_timeout: CALL_TIMEOUT, call_timeout: CALL_TIMEOUT }
+    idem_postgres::PgOptions {
+        pool_size: 4,
+        connect_timeout: CALL_TIMEOUT,
+        call_timeout: CALL_TIMEOUT,
+        ..Default::default()
+    }
 }
 
 struct Setup {
@@ -347,7 +352,8 @@ async fn a_begin_held_up_on_the_way_still_runs_its_key_once() {
     let calls = Arc::new(AtomicUsize::new(0));
     let upstream = slow_upstream(Arc::clone(&calls), Duration::from_millis(600)).await;
     let call_timeout = Duration::from_secs(3);
-    let options = idem_postgres::PgOptions { pool_size: 4, connect_timeout: call_timeout, call_timeout };
+    let options =
+        idem_postgres::PgOptions { pool_size: 4, connect_timeout: call_timeout, call_timeout, ..Default::default() };
     let node = TestServer::start_postgres(&schema.url_through(proxy.port), &options, move |c| {
         let text = format!(
             "[gateway]\nlisten = \"127.0.0.1:0\"\nupstream = \"{upstream}\"\n[[gateway.routes]]\npath = \"/orders\"\n\
@@ -398,7 +404,8 @@ async fn a_response_that_comes_back_after_its_lease_is_kept_when_no_one_took_the
     let calls = Arc::new(AtomicUsize::new(0));
     let upstream = slow_upstream(Arc::clone(&calls), Duration::from_millis(800)).await;
     let call_timeout = Duration::from_millis(700);
-    let options = idem_postgres::PgOptions { pool_size: 4, connect_timeout: call_timeout, call_timeout };
+    let options =
+        idem_postgres::PgOptions { pool_size: 4, connect_timeout: call_timeout, call_timeout, ..Default::default() };
     let text = format!(
         "[gateway]\nlisten = \"127.0.0.1:0\"\nupstream = \"{upstream}\"\n[[gateway.routes]]\npath = \"/late-orders\"\n\
          key = \"required\"\nlease = \"2s\"\nupstream_timeout = \"1500ms\"\nscope = [\"header:authorization\"]\n"

@@ -13,6 +13,8 @@ pub struct Idem {
     pub child: Child,
     pub url: String,
     pub log: mpsc::Receiver<String>,
+    /// What it logged before it was listening.
+    pub started: Vec<String>,
 }
 
 /// A port that was free a moment ago (the child binds it itself).
@@ -57,18 +59,27 @@ impl Idem {
                 let _ = tx.send(line);
             }
         });
-        let idem = Idem { child, url: format!("http://{listen}"), log };
-        idem.wait_for_log("idem listening", Duration::from_secs(20));
+        let mut idem = Idem { child, url: format!("http://{listen}"), log, started: Vec::new() };
+        idem.started = idem.log_until("idem listening", Duration::from_secs(20));
         idem
     }
 
     /// Waits for a log line containing `needle`; panics with what was logged if it never comes.
     pub fn wait_for_log(&self, needle: &str, timeout: Duration) -> String {
+        self.log_until(needle, timeout).pop().unwrap_or_default()
+    }
+
+    /// The log lines up to and with the first containing `needle`; panics with what was logged
+    /// if it never comes.
+    fn log_until(&self, needle: &str, timeout: Duration) -> Vec<String> {
         let deadline = std::time::Instant::now() + timeout;
         let mut seen = Vec::new();
         while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
             match self.log.recv_timeout(left) {
-                Ok(line) if line.contains(needle) => return line,
+                Ok(line) if line.contains(needle) => {
+                    seen.push(line);
+                    return seen;
+                }
                 Ok(line) => seen.push(line),
                 Err(_) => break,
             }
