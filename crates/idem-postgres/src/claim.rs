@@ -8,26 +8,33 @@ use futures_util::future::try_join_all;
 use idem_core::{ClaimId, ClaimOutcome, ClaimRecord, Namespace, NewClaim, Parts, StoreError, Timestamp};
 use serde_json::value::RawValue;
 use tokio_postgres::Row;
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
 
 use crate::pool::Object;
 use crate::sql::{Run, Sql};
 use crate::{TxError, commit_error, run_again, store_error};
 
 /// Takes the key (a new row, or an expired row taken over), or answers the live row; a live row is
-/// `claimed` again only for the client token that stored it.
+/// `claimed` again only for the client token that stored it. A key found live is answered by the
+/// read alone: the insert is not tried, so a duplicate takes no row lock, gets no transaction id
+/// and writes no WAL (an `ON CONFLICT DO UPDATE … WHERE` locks the row, and logs the lock, even when
+/// its condition then fails). A key absent or expired in the statement's snapshot is inserted or
+/// taken over, ON CONFLICT re-checking expiry on the newest version; a row another transaction
+/// committed meanwhile answers no row here, and is read again (`EXISTING`).
 const CLAIM: Sql = Sql::cached(
-    "WITH ins AS (
+    "WITH live AS (
+        SELECT parts, data, created_at, expires_at, coalesce(client_token = $7, false) AS claimed FROM claims
+        WHERE ns = $1 AND id = $2 AND (expires_at IS NULL OR expires_at > $5)),
+    ins AS (
         INSERT INTO claims (ns, id, parts, data, created_at, expires_at, client_token)
-        VALUES ($1, $2, $3, $4, $8, $6, $7)
+        SELECT $1, $2, $3, $4, $8, $6, $7 WHERE NOT EXISTS (SELECT 1 FROM live)
         ON CONFLICT (ns, id) DO UPDATE SET parts = excluded.parts, data = excluded.data,
             created_at = excluded.created_at, expires_at = excluded.expires_at, client_token = excluded.client_token
         WHERE claims.expires_at IS NOT NULL AND claims.expires_at <= $5
         RETURNING parts, data, created_at, expires_at, true AS claimed)
     SELECT * FROM ins
     UNION ALL
-    SELECT parts, data, created_at, expires_at, coalesce(client_token = $7, false) FROM claims
-    WHERE ns = $1 AND id = $2 AND NOT EXISTS (SELECT 1 FROM ins)",
+    SELECT * FROM live",
     &[Type::TEXT, Type::BYTEA, Type::BYTEA, Type::TEXT, Type::INT8, Type::INT8, Type::BYTEA, Type::INT8],
 );
 
@@ -50,11 +57,15 @@ const LIST: Sql = Sql::cached(
     &[Type::TEXT, Type::BYTEA, Type::BYTEA, Type::BYTEA, Type::INT8, Type::INT8],
 );
 
+/// Picks up to `$4` live claims under the prefix in parts order, locks them in id order (the
+/// order a batch claim takes its keys in, so the two cannot deadlock), and deletes them.
 const DELETE_PREFIX: Sql = Sql::cached(
-    "WITH picked AS MATERIALIZED (SELECT ns, id FROM claims
+    "WITH picked AS MATERIALIZED (SELECT id FROM claims
          WHERE ns = $1 AND parts >= $2 AND parts < $3 AND (expires_at IS NULL OR expires_at > $5)
-         ORDER BY parts LIMIT $4)
-     DELETE FROM claims USING picked WHERE claims.ns = picked.ns AND claims.id = picked.id",
+         ORDER BY parts LIMIT $4),
+     locked AS MATERIALIZED (SELECT claims.id FROM claims JOIN picked ON claims.id = picked.id
+         WHERE claims.ns = $1 ORDER BY claims.id FOR UPDATE OF claims)
+     DELETE FROM claims USING locked WHERE claims.ns = $1 AND claims.id = locked.id",
     &[Type::TEXT, Type::BYTEA, Type::BYTEA, Type::INT8, Type::INT8],
 );
 
@@ -81,8 +92,8 @@ pub async fn claim(
     items: &[NewClaim],
     now: Timestamp,
 ) -> Result<Vec<ClaimOutcome>, StoreError> {
-    let mut keyed: Vec<(usize, ClaimId, &NewClaim)> =
-        items.iter().enumerate().map(|(i, c)| (i, c.parts.id(), c)).collect();
+    let mut keyed: Vec<(usize, ClaimId, Encoded<'_>)> =
+        items.iter().enumerate().map(|(i, c)| (i, c.parts.id(), Encoded::new(c, now))).collect();
     // Id order: concurrent batches lock rows in the same order and cannot deadlock; the sort is
     // stable, so of two equal keys the first asked still wins.
     keyed.sort_by_key(|(_, id, _)| *id);
@@ -97,14 +108,7 @@ pub async fn claim(
                 for ((i, id, item), row) in keyed.iter().zip(rows) {
                     let row = match row {
                         Some(row) => row,
-                        // Won by a transaction that committed after this statement began: read it.
-                        None => {
-                            let token = item.client.map(|t| t.0.to_vec());
-                            client
-                                .query_one(&EXISTING, &[&ns.as_str(), &&id.0[..], &token])
-                                .await
-                                .map_err(store_error)?
-                        }
+                        None => settle(client, ns, id, item, now).await?,
                     };
                     out[*i] = Some(record(ns, *id, &row)?);
                 }
@@ -117,30 +121,72 @@ pub async fn claim(
     }
 }
 
+/// The answer to a claim whose statement found the key taken by a transaction that committed
+/// after the statement began: the row as that transaction left it, read now; or, if the row is
+/// gone again meanwhile (a delete committed after that), the claim made again, on its own.
+async fn settle(
+    client: &Object,
+    ns: &Namespace,
+    id: &ClaimId,
+    item: &Encoded<'_>,
+    now: Timestamp,
+) -> Result<Row, StoreError> {
+    for _ in 0..3 {
+        let existing = client.query_opt(&EXISTING, &[&ns.as_str(), &&id.0[..], &item.token]).await;
+        if let Some(row) = existing.map_err(store_error)? {
+            return Ok(row);
+        }
+        let (ns, id, now): (&str, &[u8], i64) = (ns.as_str(), &id.0, now.millis());
+        let again = client.query_opt(&CLAIM, &item.params(&ns, &id, &now)).await;
+        if let Some(row) = again.map_err(commit_error)? {
+            return Ok(row);
+        }
+    }
+    Err(StoreError::Unavailable(format!("claim {id}: taken and deleted by others three times over; retry")))
+}
+
+/// A claim's values, as CLAIM takes them.
+struct Encoded<'a> {
+    parts: Vec<u8>,
+    data: Option<&'a str>,
+    created: i64,
+    expires: Option<i64>,
+    token: Option<Vec<u8>>,
+}
+
+impl<'a> Encoded<'a> {
+    fn new(claim: &'a NewClaim, now: Timestamp) -> Self {
+        let (created, expires) = claim.times(now);
+        Encoded {
+            parts: claim.parts.encode(),
+            data: claim.data.as_deref().map(RawValue::get),
+            created: created.millis(),
+            expires: expires.map(Timestamp::millis),
+            token: claim.client.map(|t| t.0.to_vec()),
+        }
+    }
+
+    /// CLAIM's parameters; `now` in milliseconds.
+    fn params<'p>(&'p self, ns: &'p &str, id: &'p &[u8], now: &'p i64) -> [&'p (dyn ToSql + Sync); 8] {
+        [ns, id, &self.parts, &self.data, now, &self.expires, &self.token, &self.created]
+    }
+}
+
 async fn run_batch(
     client: &mut Object,
     ns: &Namespace,
-    keyed: &[(usize, ClaimId, &NewClaim)],
+    keyed: &[(usize, ClaimId, Encoded<'_>)],
     now: Timestamp,
 ) -> Result<Vec<Option<Row>>, TxError> {
     let tx = client.transaction().await?;
     // Prepared before the pipeline, so that each claim in it is sent at once.
     tx.prepare(&CLAIM).await?;
-    type Encoded<'a> = (Vec<u8>, Option<&'a str>, i64, Option<i64>, Option<Vec<u8>>);
-    let encoded: Vec<Encoded<'_>> = keyed
-        .iter()
-        .map(|(_, _, c)| {
-            let (created, expires) = c.times(now);
-            let data = c.data.as_deref().map(RawValue::get);
-            (c.parts.encode(), data, created.millis(), expires.map(Timestamp::millis), c.client.map(|t| t.0.to_vec()))
-        })
-        .collect();
-    let queries = keyed.iter().zip(&encoded).map(|((_, id, _), (parts, data, created, expires, token))| {
-        let tx = &tx;
+    let (ns, now) = (ns.as_str(), now.millis());
+    let queries = keyed.iter().map(|(_, id, item)| {
+        let (tx, ns, now) = (&tx, &ns, &now);
         async move {
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] =
-                [&ns.as_str(), &&id.0[..], parts, data, &now.millis(), expires, token, created];
-            tx.query_opt(&CLAIM, &params).await
+            let id: &[u8] = &id.0;
+            tx.query_opt(&CLAIM, &item.params(ns, &id, now)).await
         }
     });
     let rows = try_join_all(queries).await?;
@@ -190,7 +236,8 @@ pub async fn list(
 /// Deletes up to `limit` live claims under `prefix`; says how many went. (Expired ones are the
 /// sweeper's.) The claims are picked once, in a `MATERIALIZED` CTE as the other bounded deletes
 /// are (event.rs's `LEASE`): without row locks a subquery run again would pick the same claims,
-/// but once per claim the delete looks at, which costs a namespace's size squared.
+/// but once per claim the delete looks at, which costs a namespace's size squared. They are locked
+/// in id order, as a batch claim takes its keys; a deadlock with anything else is run again.
 pub async fn delete_prefix(
     client: &Object,
     ns: &Namespace,
@@ -200,5 +247,12 @@ pub async fn delete_prefix(
 ) -> Result<usize, StoreError> {
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
         [&ns.as_str(), &prefix.encode(), &prefix.prefix_upper_bound(), &(limit as i64), &now.millis()];
-    Ok(client.execute(&DELETE_PREFIX, &params).await.map_err(commit_error)? as usize)
+    let mut tries = 0;
+    loop {
+        match client.execute(&DELETE_PREFIX, &params).await {
+            Ok(deleted) => return Ok(deleted as usize),
+            Err(e) if tries < 3 && run_again(&e) => tries += 1,
+            Err(e) => return Err(commit_error(e)),
+        }
+    }
 }

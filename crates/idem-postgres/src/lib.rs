@@ -143,6 +143,25 @@ fn is_fault(code: &SqlState) -> bool {
         || *code == SqlState::T_R_STATEMENT_COMPLETION_UNKNOWN
 }
 
+/// Whether `e` is a fault of the connection (or of the server behind it) rather than of the
+/// statement: broken (class 08, or closed), the server shutting down or not yet up (57P01–57P03),
+/// read-only (25006: a standby, or a primary made read-only), or a commit whose outcome the server
+/// could not tell (40003). A deadlock, a serialization failure, a constraint, a cancelled statement
+/// or a server short of memory leave the connection as good as it was.
+pub(crate) fn connection_fault(e: &tokio_postgres::Error) -> bool {
+    match e.code() {
+        None => broken(e),
+        Some(code) => {
+            code.code().starts_with("08")
+                || *code == SqlState::ADMIN_SHUTDOWN
+                || *code == SqlState::CRASH_SHUTDOWN
+                || *code == SqlState::CANNOT_CONNECT_NOW
+                || *code == SqlState::READ_ONLY_SQL_TRANSACTION
+                || *code == SqlState::T_R_STATEMENT_COMPLETION_UNKNOWN
+        }
+    }
+}
+
 /// The connection itself failed (closed, or an I/O error), rather than the statement.
 fn broken(e: &tokio_postgres::Error) -> bool {
     e.is_closed() || std::error::Error::source(e).is_some_and(|cause| cause.is::<std::io::Error>())

@@ -1,11 +1,14 @@
 //! Connections to PostgreSQL, and what a fault does to them (contract §10; docs/storage.md's
 //! "PostgreSQL with failover").
 //!
-//! - **Connecting** tries the URL's hosts in order. Each host gets `connect_timeout` for the whole
-//!   of it (TCP, startup, authentication: a host that accepts TCP and then says nothing cannot hold
-//!   a connection up for longer) and must accept writes (`SHOW transaction_read_only` is `off`), so
-//!   a standby is passed over as libpq's `target_session_attrs=read-write` does. When no host will
-//!   do, the error says host by host why.
+//! - **Connecting** tries the URL's hosts, the one that last accepted writes first, then the others
+//!   in the URL's order. Each host gets `connect_timeout` for the whole of it (TCP, startup,
+//!   authentication) and must accept writes (`SHOW transaction_read_only` is `off`), so a standby
+//!   is passed over as libpq's `target_session_attrs=read-write` does. A host that refuses passes
+//!   to the next at once; one that says nothing for half a second keeps its time while the next is
+//!   tried beside it, so a dead host that drops packets costs half a second, not
+//!   `connect_timeout` per host one after the other. When no host will do, the error says host by
+//!   host why.
 //! - **A store call** has one deadline, `call_timeout` from when it asks for a connection: waiting
 //!   for one, connecting, and running its statements. A connection still being made when its
 //!   caller gives up goes on connecting, and joins the pool.
@@ -15,17 +18,22 @@
 //!   primary. A connection is reused with no round trip to check it (a check per reuse would cost
 //!   one per request): PostgreSQL cannot turn a primary into a standby without a restart, which
 //!   ends its connections, and a server made read-only under open connections answers the first
-//!   write with SQLSTATE 25006, a fault like the others.
+//!   write with SQLSTATE 25006, a fault like the others. A statement refused for its own sake (a
+//!   deadlock, a serialization failure, a server short of memory) is no fault of its connection:
+//!   it goes back to the pool, and the others stay in use.
 //! - **The log** tells each kind of fault (its SQLSTATE and the server's message, or what broke)
 //!   at most once every 10 seconds, with how many more there were; never the URL's password.
 //! - **A transaction pooler met without `[store] pooler = "transaction"`** ([`crate::pooler`])
 //!   is not a fault of a connection: from then on every call is refused before it takes one.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use deadpool::managed::{self, Metrics, RecycleError, RecycleResult};
 use deadpool_postgres::ClientWrapper;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use idem_core::StoreError;
 use idem_core::throttle::Throttle;
 use tokio::sync::mpsc;
@@ -203,14 +211,53 @@ pub struct Connected {
     pub driver: tokio::task::JoinHandle<()>,
 }
 
-/// Connects to the first of `hosts` that answers within `timeout` and accepts writes.
+/// How long a connection waits on one host before it tries the next one as well: a dead host that
+/// drops packets costs this, not `connect_timeout`.
+const NEXT_HOST_AFTER: Duration = Duration::from_millis(500);
+
+/// Which of the URL's hosts last accepted writes: the next connection tries it first.
+#[derive(Debug, Default)]
+pub struct Preferred(AtomicUsize);
+
+/// Connects to the first of `hosts` (in the URL's order) that answers within `timeout` and
+/// accepts writes.
 pub async fn connect_writable(hosts: &[(String, Config)], timeout: Duration) -> Result<Connected, ConnectError> {
+    connect_preferring(hosts, timeout, &Preferred::default()).await
+}
+
+/// Connects to a host of `hosts` that answers within `timeout` and accepts writes: the
+/// `preferred` one first, then the others in the URL's order. A host that refuses (a standby, a
+/// closed port) passes to the next at once; one that says nothing for [`NEXT_HOST_AFTER`] keeps
+/// its `timeout` while the next is tried beside it, so hosts are not waited out one after the
+/// other. The first writable connection wins; the others are dropped.
+pub async fn connect_preferring(
+    hosts: &[(String, Config)],
+    timeout: Duration,
+    preferred: &Preferred,
+) -> Result<Connected, ConnectError> {
+    let start = preferred.0.load(Ordering::Relaxed) % hosts.len().max(1);
+    let mut order = (0..hosts.len()).map(|i| (start + i) % hosts.len());
+    let attempt = |i: usize| async move { (i, tokio::time::timeout(timeout, connect_one(&hosts[i].1)).await) };
+    let mut pending = FuturesUnordered::new();
+    pending.extend(order.next().map(attempt));
     let mut failures = Vec::new();
-    for (name, config) in hosts {
-        match tokio::time::timeout(timeout, connect_one(config)).await {
-            Ok(Ok(connected)) => return Ok(connected),
-            Ok(Err(why)) => failures.push((name.clone(), why)),
-            Err(_) => failures.push((name.clone(), HostRefused::Timeout(timeout))),
+    while !pending.is_empty() {
+        let more = order.len() > 0;
+        tokio::select! {
+            Some((i, outcome)) = pending.next() => {
+                match outcome {
+                    Ok(Ok(connected)) => {
+                        preferred.0.store(i, Ordering::Relaxed);
+                        return Ok(connected);
+                    }
+                    Ok(Err(why)) => failures.push((hosts[i].0.clone(), why)),
+                    Err(_) => failures.push((hosts[i].0.clone(), HostRefused::Timeout(timeout))),
+                }
+                if pending.is_empty() {
+                    pending.extend(order.next().map(attempt));
+                }
+            }
+            () = tokio::time::sleep(NEXT_HOST_AFTER), if more => pending.extend(order.next().map(attempt)),
         }
     }
     Err(ConnectError(failures))
@@ -272,6 +319,18 @@ impl Health {
         }
     }
 
+    /// Logs a statement the server refused, its connection kept, as [`Health::tell`] does.
+    pub fn refused(&self, what: &str) {
+        let kind = what.split(':').next().unwrap_or(what);
+        if let Some(skipped) = self.log.admit(kind, std::time::Instant::now()) {
+            tracing::warn!(
+                error = what,
+                more_like_it = skipped,
+                "PostgreSQL refused a statement; the connection is kept"
+            );
+        }
+    }
+
     fn is_stale(&self, created: std::time::Instant) -> bool {
         self.stale_before.lock().unwrap_or_else(|e| e.into_inner()).is_some_and(|before| created < before)
     }
@@ -284,6 +343,8 @@ pub struct Manager {
     connect_timeout: Duration,
     health: Arc<Health>,
     statements: Statements,
+    /// The host that last accepted writes.
+    preferred: Preferred,
 }
 
 impl managed::Manager for Manager {
@@ -291,13 +352,13 @@ impl managed::Manager for Manager {
     type Error = ConnectError;
 
     async fn create(&self) -> Result<Conn, ConnectError> {
-        let connected = connect_writable(&self.hosts, self.connect_timeout).await?;
+        let connected = connect_preferring(&self.hosts, self.connect_timeout, &self.preferred).await?;
         Ok(Conn::new(ClientWrapper::new(connected.client, connected.driver), self.statements))
     }
 
     async fn recycle(&self, client: &mut Conn, metrics: &Metrics) -> RecycleResult<ConnectError> {
-        if client.is_closed() {
-            return Err(RecycleError::message("the connection is closed"));
+        if client.at_fault() {
+            return Err(RecycleError::message("the connection is closed, or met a fault"));
         }
         if self.health.is_stale(metrics.created) {
             return Err(RecycleError::message("the connection was made before a fault"));
@@ -325,8 +386,13 @@ impl Db {
         // A connection may try every host; past that (and a second to spare) creating one has failed.
         let create = options.connect_timeout * hosts.len() as u32 + Duration::from_secs(1);
         let statements = options.pooler.statements();
-        let manager =
-            Manager { hosts, connect_timeout: options.connect_timeout, health: Arc::clone(&health), statements };
+        let manager = Manager {
+            hosts,
+            connect_timeout: options.connect_timeout,
+            health: Arc::clone(&health),
+            statements,
+            preferred: Preferred::default(),
+        };
         let pool = Pool::builder(manager)
             .max_size(options.pool_size.max(1))
             .runtime(deadpool::Runtime::Tokio1)
@@ -381,6 +447,7 @@ impl Db {
         answer: Option<Result<T, StoreError>>,
         write: bool,
     ) -> Result<T, StoreError> {
+        let answered = answer.is_some();
         let error = match answer {
             Some(Ok(value)) => return Ok(value),
             Some(Err(e @ (StoreError::Internal(_) | StoreError::Closed))) => return Err(e),
@@ -401,6 +468,12 @@ impl Db {
             StoreError::Unavailable(what) | StoreError::OutcomeUnknown(what) => what.clone(),
             other => other.to_string(),
         };
+        // Answered, but refused (a deadlock, a serialization failure, a server short of memory):
+        // the connection is as good as it was, and so are the others.
+        if answered && !client.at_fault() {
+            self.health.refused(&what);
+            return Err(error);
+        }
         drop(Object::take(client));
         self.health.fault(&what);
         Err(error)

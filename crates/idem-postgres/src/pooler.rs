@@ -80,11 +80,13 @@ pub fn misconfigured(cause: &str) -> StoreError {
 }
 
 /// At start-up: whether the server connection under one client connection changes between two
-/// of its transactions, which only a transaction pooler does. Client `a` reads its backend's pid;
-/// client `b` holds a transaction open (on the server connection `a` just gave back, from a pooler
-/// that reuses the last one freed first, as PgBouncer does); `a` reads its pid again. A pooler
-/// that gave `b` another connection goes unseen here, and is found by its first lost statement.
-/// `Some`: what gave it away.
+/// of its transactions, which only a transaction pooler does. Clients `a` and `b` each open a
+/// transaction and read their backend's pid, so that a pooler must give them two server
+/// connections; both end, `a` first; then `a` and `b` read their pids again. A direct connection,
+/// a session pooler or a TCP proxy answers the same pids; a pooler that reuses the last server
+/// connection freed first (PgBouncer's default) gives `a` the one `b` had. One that hands them
+/// out another way may go unseen here, and is found by its first lost statement. `Some`: what gave
+/// it away.
 pub async fn probe(hosts: &[(String, Config)], timeout: Duration) -> Option<String> {
     // At once: behind a dead first host, start-up waits out its connect_timeout once, not twice.
     let (a, b) = tokio::join!(connect_writable(hosts, timeout), connect_writable(hosts, timeout));
@@ -96,24 +98,26 @@ pub async fn probe(hosts: &[(String, Config)], timeout: Duration) -> Option<Stri
         }
     };
     let pids = async {
-        let first = backend_pid(&a.client, "SELECT pg_backend_pid()").await?;
-        let held = backend_pid(&b.client, "BEGIN; SELECT pg_backend_pid()").await?;
-        // Behind a pooler with no other server connection to give, this waits: bounded below.
-        let again = backend_pid(&a.client, "SELECT pg_backend_pid()").await?;
-        Some((first, held, again))
+        let first_a = backend_pid(&a.client, "BEGIN; SELECT pg_backend_pid()").await?;
+        // Behind a pooler with one server connection to give, this waits: bounded below.
+        let first_b = backend_pid(&b.client, "BEGIN; SELECT pg_backend_pid()").await?;
+        a.client.batch_execute("COMMIT").await.ok()?;
+        b.client.batch_execute("COMMIT").await.ok()?;
+        let again_a = backend_pid(&a.client, "SELECT pg_backend_pid()").await?;
+        let again_b = backend_pid(&b.client, "SELECT pg_backend_pid()").await?;
+        Some([(first_a, again_a), (first_b, again_b)])
     };
     let pids = tokio::time::timeout(timeout, pids).await.ok().flatten();
-    // Ended before the connection, so that a pooler keeps its server connection (one whose
+    // Ended before the connections, so that a pooler keeps its server connections (one whose
     // client left mid-transaction is closed).
-    let _ = tokio::time::timeout(timeout, b.client.batch_execute("ROLLBACK")).await;
+    for client in [&a.client, &b.client] {
+        let _ = tokio::time::timeout(timeout, client.batch_execute("ROLLBACK")).await;
+    }
     a.driver.abort();
     b.driver.abort();
-    let (first, held, again) = pids?;
-    (first != again).then(|| {
-        format!(
-            "one connection's server backend changed between two transactions (pid {first}, then {again}, while another connection's transaction held pid {held})"
-        )
-    })
+    let changed = pids?.into_iter().find(|(first, again)| first != again)?;
+    let (first, again) = changed;
+    Some(format!("one connection's server backend changed between two of its transactions (pid {first}, then {again})"))
 }
 
 /// The backend pid the last statement of `text` (the simple protocol: no statement is prepared)

@@ -25,13 +25,16 @@ const READ: Sql = Sql::cached(
 /// `until <= now`), and say what the row was as the statement found it. The primary key makes one
 /// of any number of concurrent begins, on any node, the taker; ON CONFLICT re-checks the condition
 /// on the row's newest version, so a begin never takes a key another has just taken. The first
-/// column is the new fencing number when the key was taken, else null.
+/// column is the new fencing number when the key was taken, else null. A key found live (held or
+/// completed: a replay, a duplicate) is answered by the read alone: the insert is not tried, so it
+/// draws no fencing number, takes no row lock and writes no WAL.
 const BEGIN: Sql = Sql::cached(
     "WITH old AS (
          SELECT fingerprint, state, until, response, token, client_token, fence FROM requests WHERE id = $1),
      taken AS (
          INSERT INTO requests (id, fingerprint, state, token, until, response, client_token, fence)
-         VALUES ($1, $2, 0, $3, $4, $6, $7, nextval('request_fences'))
+         SELECT $1, $2, 0, $3, $4, $6, $7, nextval('request_fences')
+         WHERE NOT EXISTS (SELECT 1 FROM old WHERE old.until > $5)
          ON CONFLICT (id) DO UPDATE SET fingerprint = excluded.fingerprint, state = 0, token = excluded.token,
              until = excluded.until, response = excluded.response, client_token = excluded.client_token,
              fence = excluded.fence

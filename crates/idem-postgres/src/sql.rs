@@ -19,6 +19,8 @@
 //! In debug builds the prepared path checks each statement's stated types against the ones
 //! PostgreSQL inferred, so the conformance suite proves both paths send the same statement.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use deadpool_postgres::{ClientWrapper, StatementCache};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Error, Row};
@@ -59,48 +61,83 @@ pub trait Run {
     /// The client the statements go to, its statement cache, and how they are sent.
     fn target(&self) -> (&Client, &StatementCache, Statements);
 
+    /// Set when a statement on this connection met a fault of the connection itself (broken, the
+    /// server shutting down or read-only: [`crate::connection_fault`]), rather than of the
+    /// statement (a deadlock, a constraint): the pool then discards it and every older one.
+    fn faulted(&self) -> &AtomicBool;
+
+    /// `result`, noting a fault of the connection on the way.
+    fn noted<T>(&self, result: Result<T, Error>) -> Result<T, Error> {
+        if result.as_ref().is_err_and(crate::connection_fault) {
+            self.faulted().store(true, Ordering::Relaxed);
+        }
+        result
+    }
+
     /// Readies `sql` ahead of calls pipelined on one connection: prepared and kept now (by
     /// default), so that each call finds it and is sent at once. Nothing to do for unnamed ones.
     async fn prepare(&self, sql: &Sql<'_>) -> Result<(), Error> {
         match self.target() {
-            (client, cache, Statements::Prepared) if sql.cached => prepared(client, cache, sql).await.map(drop),
+            (client, cache, Statements::Prepared) if sql.cached => {
+                self.noted(prepared(client, cache, sql).await.map(drop))
+            }
             _ => Ok(()),
         }
     }
 
     async fn query(&self, sql: &Sql<'_>, params: &Params<'_>) -> Result<Vec<Row>, Error> {
-        match self.target() {
-            (client, _, Statements::Unnamed) => client.query_typed(sql.text, &typed(sql, params)).await,
-            (client, cache, _) if sql.cached => client.query(&prepared(client, cache, sql).await?, params).await,
-            (client, _, _) => client.query(sql.text, params).await,
+        let result = async {
+            match self.target() {
+                (client, _, Statements::Unnamed) => client.query_typed(sql.text, &typed(sql, params)).await,
+                (client, cache, _) if sql.cached => client.query(&prepared(client, cache, sql).await?, params).await,
+                (client, _, _) => client.query(sql.text, params).await,
+            }
         }
+        .await;
+        self.noted(result)
     }
 
     /// Exactly one row, else an error.
     async fn query_one(&self, sql: &Sql<'_>, params: &Params<'_>) -> Result<Row, Error> {
-        match self.target() {
-            (client, _, Statements::Unnamed) => client.query_typed_one(sql.text, &typed(sql, params)).await,
-            (client, cache, _) if sql.cached => client.query_one(&prepared(client, cache, sql).await?, params).await,
-            (client, _, _) => client.query_one(sql.text, params).await,
+        let result = async {
+            match self.target() {
+                (client, _, Statements::Unnamed) => client.query_typed_one(sql.text, &typed(sql, params)).await,
+                (client, cache, _) if sql.cached => {
+                    client.query_one(&prepared(client, cache, sql).await?, params).await
+                }
+                (client, _, _) => client.query_one(sql.text, params).await,
+            }
         }
+        .await;
+        self.noted(result)
     }
 
     /// At most one row, else an error.
     async fn query_opt(&self, sql: &Sql<'_>, params: &Params<'_>) -> Result<Option<Row>, Error> {
-        match self.target() {
-            (client, _, Statements::Unnamed) => client.query_typed_opt(sql.text, &typed(sql, params)).await,
-            (client, cache, _) if sql.cached => client.query_opt(&prepared(client, cache, sql).await?, params).await,
-            (client, _, _) => client.query_opt(sql.text, params).await,
+        let result = async {
+            match self.target() {
+                (client, _, Statements::Unnamed) => client.query_typed_opt(sql.text, &typed(sql, params)).await,
+                (client, cache, _) if sql.cached => {
+                    client.query_opt(&prepared(client, cache, sql).await?, params).await
+                }
+                (client, _, _) => client.query_opt(sql.text, params).await,
+            }
         }
+        .await;
+        self.noted(result)
     }
 
     /// How many rows the statement changed.
     async fn execute(&self, sql: &Sql<'_>, params: &Params<'_>) -> Result<u64, Error> {
-        match self.target() {
-            (client, _, Statements::Unnamed) => client.execute_typed(sql.text, &typed(sql, params)).await,
-            (client, cache, _) if sql.cached => client.execute(&prepared(client, cache, sql).await?, params).await,
-            (client, _, _) => client.execute(sql.text, params).await,
+        let result = async {
+            match self.target() {
+                (client, _, Statements::Unnamed) => client.execute_typed(sql.text, &typed(sql, params)).await,
+                (client, cache, _) if sql.cached => client.execute(&prepared(client, cache, sql).await?, params).await,
+                (client, _, _) => client.execute(sql.text, params).await,
+            }
         }
+        .await;
+        self.noted(result)
     }
 }
 
@@ -121,22 +158,34 @@ fn typed<'p>(sql: &Sql<'_>, params: &Params<'p>) -> Vec<(&'p (dyn ToSql + Sync),
 pub struct Conn {
     client: ClientWrapper,
     statements: Statements,
+    faulted: AtomicBool,
 }
 
 impl Conn {
     pub fn new(client: ClientWrapper, statements: Statements) -> Self {
-        Self { client, statements }
+        Self { client, statements, faulted: AtomicBool::new(false) }
     }
 
-    pub fn is_closed(&self) -> bool {
-        self.client.is_closed()
+    /// Whether the connection is no good any more: closed, or a statement on it met a fault of
+    /// the connection itself.
+    pub fn at_fault(&self) -> bool {
+        self.client.is_closed() || self.faulted.load(Ordering::Relaxed)
     }
 
     /// Starts a transaction (`BEGIN`, in the simple protocol); dropped without a commit, it is
     /// rolled back.
     pub async fn transaction(&mut self) -> Result<Tx<'_>, Error> {
         let statements = self.statements;
-        Ok(Tx { tx: self.client.transaction().await?, statements })
+        let faulted = &self.faulted;
+        match self.client.transaction().await {
+            Ok(tx) => Ok(Tx { tx, statements, faulted }),
+            Err(e) => {
+                if crate::connection_fault(&e) {
+                    faulted.store(true, Ordering::Relaxed);
+                }
+                Err(e)
+            }
+        }
     }
 }
 
@@ -144,27 +193,41 @@ impl Run for Conn {
     fn target(&self) -> (&Client, &StatementCache, Statements) {
         (&self.client, &self.client.statement_cache, self.statements)
     }
+
+    fn faulted(&self) -> &AtomicBool {
+        &self.faulted
+    }
 }
 
 /// A transaction on a pooled connection.
 pub struct Tx<'a> {
     tx: deadpool_postgres::Transaction<'a>,
     statements: Statements,
+    faulted: &'a AtomicBool,
 }
 
 impl Tx<'_> {
     pub async fn commit(self) -> Result<(), Error> {
-        self.tx.commit().await
+        let faulted = self.faulted;
+        let result = self.tx.commit().await;
+        if result.as_ref().is_err_and(crate::connection_fault) {
+            faulted.store(true, Ordering::Relaxed);
+        }
+        result
     }
 
     /// Text in the simple protocol, with no parameters (`SET LOCAL …`).
     pub async fn batch_execute(&self, text: &str) -> Result<(), Error> {
-        self.tx.batch_execute(text).await
+        self.noted(self.tx.batch_execute(text).await)
     }
 }
 
 impl Run for Tx<'_> {
     fn target(&self) -> (&Client, &StatementCache, Statements) {
         (self.tx.client(), &self.tx.statement_cache, self.statements)
+    }
+
+    fn faulted(&self) -> &AtomicBool {
+        self.faulted
     }
 }

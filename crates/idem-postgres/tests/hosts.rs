@@ -72,3 +72,39 @@ async fn every_host_read_only_or_unreachable_is_said_in_words() {
     assert!(error.to_lowercase().contains("refused"), "{error}");
     assert!(!error.contains("not-a-real-secret"), "the password is never shown: {error}");
 }
+
+/// A first host that accepts TCP and then says nothing (a dead host behind a load balancer, a
+/// half-open path) costs each new connection half a second, not `connect_timeout` one host after
+/// the other, and the pool's next connections go to the host that last accepted writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_first_host_is_not_waited_out() {
+    use idem_core::ClaimStore;
+    let Some(base) = base() else { return };
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let silent_port = silent.local_addr().expect("addr").port();
+    // Accepts, and keeps every socket open without a word.
+    let held = tokio::spawn(async move {
+        let mut sockets = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            sockets.push(socket);
+        }
+    });
+    let dbname = base.get_dbname().unwrap_or("postgres").to_owned();
+    let url = url(&base, &[silent_port, port(&base)], &dbname);
+    let options =
+        PgOptions { pool_size: 4, connect_timeout: std::time::Duration::from_secs(5), ..PgOptions::default() };
+    let started = std::time::Instant::now();
+    let store = PgStore::connect(&url, &options, TimeSource::Given(Arc::new(SystemClock))).await.expect("connected");
+    let ns = idem_conformance::ns("silent");
+    // Four at once: the pool makes four connections.
+    let claims = (0..4).map(|i| store.claim(&ns, vec![idem_conformance::new_claim(&[&format!("k{i}")], None, None)]));
+    for claimed in futures_util::future::join_all(claims).await {
+        claimed.expect("a claim through the second host");
+    }
+    let took = started.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(4),
+        "start-up and four connections took {took:?}: hosts waited out one by one"
+    );
+    held.abort();
+}
