@@ -1,10 +1,13 @@
 //! Claims in PostgreSQL. One statement per claim takes the key (insert, or take over an expired
 //! row) or returns the existing record; the primary key makes exactly one of any number of
-//! concurrent claims, on any number of nodes, the winner. A batch runs in id order in one
-//! transaction, its statements pipelined over one connection. A claim keeps its client token's
-//! digest: a retry that carries the same token is told `claimed: true` again.
+//! concurrent claims, on any number of nodes, the winner. A batch (and a group of single claims,
+//! group.rs) is one set statement over arrays of its distinct keys, taking them in id order; of two
+//! equal keys in it the first asked wins. A key found live is answered by a read alone: a duplicate
+//! writes nothing. A claim keeps its client token's digest: a retry that carries the same token is
+//! told `claimed: true` again.
 
-use futures_util::future::try_join_all;
+use std::collections::HashMap;
+
 use idem_core::{ClaimId, ClaimOutcome, ClaimRecord, Namespace, NewClaim, Parts, StoreError, Timestamp};
 use serde_json::value::RawValue;
 use tokio_postgres::Row;
@@ -12,7 +15,7 @@ use tokio_postgres::types::{ToSql, Type};
 
 use crate::pool::Object;
 use crate::sql::{Run, Sql};
-use crate::{TxError, commit_error, run_again, store_error};
+use crate::{commit_error, run_again, store_error};
 
 /// Takes the key (a new row, or an expired row taken over), or answers the live row; a live row is
 /// `claimed` again only for the client token that stored it. A key found live is answered by the
@@ -23,15 +26,15 @@ use crate::{TxError, commit_error, run_again, store_error};
 /// committed meanwhile answers no row here, and is read again (`EXISTING`).
 const CLAIM: Sql = Sql::cached(
     "WITH live AS (
-        SELECT parts, data, created_at, expires_at, coalesce(client_token = $7, false) AS claimed FROM claims
-        WHERE ns = $1 AND id = $2 AND (expires_at IS NULL OR expires_at > $5)),
+        SELECT parts, data, created_at, expires_at, coalesce(client_token = $7, false) AS claimed, client_token
+        FROM claims WHERE ns = $1 AND id = $2 AND (expires_at IS NULL OR expires_at > $5)),
     ins AS (
         INSERT INTO claims (ns, id, parts, data, created_at, expires_at, client_token)
         SELECT $1, $2, $3, $4, $8, $6, $7 WHERE NOT EXISTS (SELECT 1 FROM live)
         ON CONFLICT (ns, id) DO UPDATE SET parts = excluded.parts, data = excluded.data,
             created_at = excluded.created_at, expires_at = excluded.expires_at, client_token = excluded.client_token
         WHERE claims.expires_at IS NOT NULL AND claims.expires_at <= $5
-        RETURNING parts, data, created_at, expires_at, true AS claimed)
+        RETURNING parts, data, created_at, expires_at, true AS claimed, client_token)
     SELECT * FROM ins
     UNION ALL
     SELECT * FROM live",
@@ -39,9 +42,46 @@ const CLAIM: Sql = Sql::cached(
 );
 
 const EXISTING: Sql = Sql::cached(
-    "SELECT parts, data, created_at, expires_at, coalesce(client_token = $3, false)
+    "SELECT parts, data, created_at, expires_at, coalesce(client_token = $3, false), client_token
     FROM claims WHERE ns = $1 AND id = $2",
     &[Type::TEXT, Type::BYTEA, Type::BYTEA],
+);
+
+/// A batch in one statement, as CLAIM is for one key: each key found live is answered by the read
+/// alone, the others are inserted or taken over in id order (the order every batch and a delete by
+/// prefix lock in). The keys are distinct. A key another transaction committed meanwhile answers
+/// no row, and is settled on its own. Columns as CLAIM's, then the key's id.
+const CLAIM_SET: Sql = Sql::cached(
+    "WITH asked AS (
+        SELECT * FROM unnest($2::bytea[], $3::bytea[], $4::text[], $5::int8[], $6::int8[], $7::bytea[])
+            AS a(id, parts, data, created_at, expires_at, client_token)),
+    live AS (
+        SELECT c.parts, c.data, c.created_at, c.expires_at, coalesce(c.client_token = a.client_token, false),
+            c.client_token, c.id
+        FROM asked a JOIN claims c ON c.ns = $1 AND c.id = a.id
+        WHERE c.expires_at IS NULL OR c.expires_at > $8),
+    ins AS (
+        INSERT INTO claims (ns, id, parts, data, created_at, expires_at, client_token)
+        SELECT $1, a.id, a.parts, a.data, a.created_at, a.expires_at, a.client_token FROM asked a
+        WHERE NOT EXISTS (SELECT 1 FROM live WHERE live.id = a.id)
+        ORDER BY a.id
+        ON CONFLICT (ns, id) DO UPDATE SET parts = excluded.parts, data = excluded.data,
+            created_at = excluded.created_at, expires_at = excluded.expires_at, client_token = excluded.client_token
+        WHERE claims.expires_at IS NOT NULL AND claims.expires_at <= $8
+        RETURNING parts, data, created_at, expires_at, true, client_token, id)
+    SELECT * FROM ins
+    UNION ALL
+    SELECT * FROM live",
+    &[
+        Type::TEXT,
+        Type::BYTEA_ARRAY,
+        Type::BYTEA_ARRAY,
+        Type::TEXT_ARRAY,
+        Type::INT8_ARRAY,
+        Type::INT8_ARRAY,
+        Type::BYTEA_ARRAY,
+        Type::INT8,
+    ],
 );
 
 const LOOKUP: Sql = Sql::cached(
@@ -98,27 +138,65 @@ pub async fn claim(
     // stable, so of two equal keys the first asked still wins.
     keyed.sort_by_key(|(_, id, _)| *id);
     let mut tries = 0;
-    loop {
-        match run_batch(client, ns, &keyed, now).await {
-            Err(TxError::Before(e)) if tries < 3 && run_again(&e) => tries += 1,
-            Err(TxError::Before(e)) => return Err(store_error(e)),
-            Err(TxError::Commit(e)) => return Err(commit_error(e)),
-            Ok(rows) => {
-                let mut out: Vec<Option<ClaimOutcome>> = (0..keyed.len()).map(|_| None).collect();
-                for ((i, id, item), row) in keyed.iter().zip(rows) {
-                    let row = match row {
-                        Some(row) => row,
-                        None => settle(client, ns, id, item, now).await?,
-                    };
-                    out[*i] = Some(record(ns, *id, &row)?);
-                }
-                return out
-                    .into_iter()
-                    .collect::<Option<Vec<_>>>()
-                    .ok_or_else(|| StoreError::Internal("a claim went unanswered".into()));
-            }
+    let mut rows = loop {
+        match decide(client, ns, &keyed, now).await {
+            Err(e) if tries < 3 && run_again(&e) => tries += 1,
+            // One statement, committing on its own: a connection broken under it leaves its
+            // outcome unknown (a retry with the same client token learns it).
+            Err(e) => return Err(commit_error(e)),
+            Ok(rows) => break rows,
         }
+    };
+    let mut out: Vec<Option<ClaimOutcome>> = (0..keyed.len()).map(|_| None).collect();
+    // Each key's answer, and the client token its row holds: a later equal key in the batch is
+    // told it won only if it carries that same token.
+    let mut first: HashMap<ClaimId, (ClaimOutcome, Option<Vec<u8>>)> = HashMap::with_capacity(keyed.len());
+    for (i, id, item) in &keyed {
+        let outcome = match first.get(id) {
+            Some((winner, stored)) => {
+                ClaimOutcome { claimed: stored.is_some() && *stored == item.token, record: winner.record.clone() }
+            }
+            None => {
+                let row = match rows.remove(id) {
+                    Some(row) => row,
+                    None => settle(client, ns, id, item, now).await?,
+                };
+                let outcome = record(ns, *id, &row)?;
+                first.insert(*id, (outcome.clone(), row.get(5)));
+                outcome
+            }
+        };
+        out[*i] = Some(outcome);
     }
+    out.into_iter().collect::<Option<Vec<_>>>().ok_or_else(|| StoreError::Internal("a claim went unanswered".into()))
+}
+
+/// The rows of `keyed`'s distinct keys, by id: one statement for one key, one set statement for
+/// several. A key missing was taken by a transaction that committed meanwhile.
+async fn decide(
+    client: &Object,
+    ns: &Namespace,
+    keyed: &[(usize, ClaimId, Encoded<'_>)],
+    now: Timestamp,
+) -> Result<HashMap<ClaimId, Row>, tokio_postgres::Error> {
+    let (ns_text, now) = (ns.as_str(), now.millis());
+    if let [(_, id, item)] = keyed {
+        let bytes: &[u8] = &id.0;
+        let row = client.query_opt(&CLAIM, &item.params(&ns_text, &bytes, &now)).await?;
+        return Ok(row.map(|row| (*id, row)).into_iter().collect());
+    }
+    let mut distinct: Vec<&(usize, ClaimId, Encoded<'_>)> = keyed.iter().collect();
+    distinct.dedup_by_key(|(_, id, _)| *id);
+    let ids: Vec<&[u8]> = distinct.iter().map(|(_, id, _)| &id.0[..]).collect();
+    let parts: Vec<&[u8]> = distinct.iter().map(|(_, _, c)| &c.parts[..]).collect();
+    let data: Vec<Option<&str>> = distinct.iter().map(|(_, _, c)| c.data).collect();
+    let created: Vec<i64> = distinct.iter().map(|(_, _, c)| c.created).collect();
+    let expires: Vec<Option<i64>> = distinct.iter().map(|(_, _, c)| c.expires).collect();
+    let tokens: Vec<Option<&[u8]>> = distinct.iter().map(|(_, _, c)| c.token.as_deref()).collect();
+    let params: [&(dyn ToSql + Sync); 8] = [&ns_text, &ids, &parts, &data, &created, &expires, &tokens, &now];
+    let rows = client.query(&CLAIM_SET, &params).await?;
+    // (An id that would not read back finds no row, and is settled on its own.)
+    Ok(rows.into_iter().filter_map(|row| Some((ClaimId::from_slice(row.get::<_, &[u8]>(6))?, row))).collect())
 }
 
 /// The answer to a claim whose statement found the key taken by a transaction that committed
@@ -170,28 +248,6 @@ impl<'a> Encoded<'a> {
     fn params<'p>(&'p self, ns: &'p &str, id: &'p &[u8], now: &'p i64) -> [&'p (dyn ToSql + Sync); 8] {
         [ns, id, &self.parts, &self.data, now, &self.expires, &self.token, &self.created]
     }
-}
-
-async fn run_batch(
-    client: &mut Object,
-    ns: &Namespace,
-    keyed: &[(usize, ClaimId, Encoded<'_>)],
-    now: Timestamp,
-) -> Result<Vec<Option<Row>>, TxError> {
-    let tx = client.transaction().await?;
-    // Prepared before the pipeline, so that each claim in it is sent at once.
-    tx.prepare(&CLAIM).await?;
-    let (ns, now) = (ns.as_str(), now.millis());
-    let queries = keyed.iter().map(|(_, id, item)| {
-        let (tx, ns, now) = (&tx, &ns, &now);
-        async move {
-            let id: &[u8] = &id.0;
-            tx.query_opt(&CLAIM, &item.params(ns, &id, now)).await
-        }
-    });
-    let rows = try_join_all(queries).await?;
-    tx.commit().await.map_err(TxError::Commit)?;
-    Ok(rows)
 }
 
 pub async fn lookup(

@@ -74,17 +74,6 @@ pub trait Run {
         result
     }
 
-    /// Readies `sql` ahead of calls pipelined on one connection: prepared and kept now (by
-    /// default), so that each call finds it and is sent at once. Nothing to do for unnamed ones.
-    async fn prepare(&self, sql: &Sql<'_>) -> Result<(), Error> {
-        match self.target() {
-            (client, cache, Statements::Prepared) if sql.cached => {
-                self.noted(prepared(client, cache, sql).await.map(drop))
-            }
-            _ => Ok(()),
-        }
-    }
-
     async fn query(&self, sql: &Sql<'_>, params: &Params<'_>) -> Result<Vec<Row>, Error> {
         let result = async {
             match self.target() {
