@@ -107,7 +107,8 @@ func TestOperationCalls(t *testing.T) {
 		t.Fatalf("complete after release: want ErrLeaseLost, got %v", err)
 	}
 
-	// A lease that runs out frees the key.
+	// A lease that runs out frees the key: the next begin takes it, and the old holder's complete
+	// is refused. (Until a begin takes the key, a lease that ran out is still its holder's.)
 	op, err = ops.Begin(ctx, ns, idem.Key("short-lease"), idem.WithLease(time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -116,8 +117,15 @@ func TestOperationCalls(t *testing.T) {
 		v, err := ops.Get(ctx, ns, idem.Key("short-lease"))
 		return err == nil && v == nil
 	})
+	next, err := ops.Begin(ctx, ns, idem.Key("short-lease"))
+	if err != nil || !next.Started() || next.Fence <= op.Fence {
+		t.Fatalf("a begin after the lease ran out takes the key with a greater fence: %+v, %v", next, err)
+	}
 	if _, err := ops.Complete(ctx, ns, op.ID, op.Token, 1); !errors.Is(err, idem.ErrLeaseLost) {
-		t.Fatalf("complete after the lease ran out: %v", err)
+		t.Fatalf("complete after the lease ran out and the key was taken: %v", err)
+	}
+	if _, err := ops.Complete(ctx, ns, next.ID, next.Token, 2); err != nil {
+		t.Fatalf("the new holder completes: %v", err)
 	}
 }
 

@@ -158,6 +158,28 @@ async fn postgres_anchor(ctx: &Context) -> Result<Measured, String> {
     Ok(measured)
 }
 
+/// PostgreSQL's own rate for batches: one prepared multi-row `INSERT … ON CONFLICT DO NOTHING` of
+/// 500 keys (an array, unnested) per statement, in keys per second: the floor a batch claim on
+/// PostgreSQL stands beside.
+async fn postgres_batch_anchor(ctx: &Context) -> Result<Measured, String> {
+    let sql = "INSERT INTO {table} (id) SELECT unnest($1::text[]) ON CONFLICT DO NOTHING";
+    let table = PgTable::create(&ctx.database_url, ctx.plan.connections, "", sql).await?;
+    let shared = Arc::clone(&table);
+    let name = "postgres INSERT … ON CONFLICT DO NOTHING, 500 keys per statement";
+    let measured = load::run(name, 500, ctx.plan, move |c, n| {
+        let table = Arc::clone(&shared);
+        async move {
+            let (client, statement) = &table.clients[c];
+            let keys: Vec<String> =
+                (0..500u64).map(|i| format!("{:016x}", mix((c as u64) << 40 ^ n << 9 ^ i))).collect();
+            client.execute(statement, &[&keys]).await.map(drop).map_err(pg_error)
+        }
+    })
+    .await;
+    table.drop_table().await;
+    Ok(measured)
+}
+
 /// A 500-item batch of unique keys.
 fn batch_body(run: &str, c: usize, n: u64) -> String {
     let items: Vec<String> = (0..500).map(|i| format!("{{\"key\":\"{run}-{c}-{n}-{i}\"}}")).collect();
@@ -188,7 +210,11 @@ pub async fn claims_batch(ctx: &Context) -> Result<Table, String> {
         measure_posts(ctx, "idem 500-item batches", 500, (&idem.url, "/v1/claims/bench/batch"), make, any_answer).await;
     let memory = idem.memory();
     drop(idem);
-    let (mut anchors, skipped) = claim_anchors(ctx).await;
+    let (mut anchors, mut skipped) = claim_anchors(ctx).await;
+    match postgres_batch_anchor(ctx).await {
+        Ok(m) => anchors.push(m),
+        Err(e) => skipped.push(format!("postgres multi-row INSERT … ON CONFLICT: {e}")),
+    }
     anchors.push(http_ceiling(ctx, 500, |c, n| batch_body("ceiling", c, n)).await?);
     Ok(Table::new("claims-batch", vec![row], anchors).skipped(skipped).memory(memory))
 }
