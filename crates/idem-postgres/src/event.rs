@@ -15,7 +15,7 @@ use tokio_postgres::types::{ToSql, Type};
 
 use crate::pool::Object;
 use crate::sql::{Run, Sql, Tx};
-use crate::{commit_error, retrying, store_error};
+use crate::{commit_error, retrying, run_again, store_error};
 
 const DELIVERY: i16 = 0;
 const RESULT: i16 = 1;
@@ -62,11 +62,16 @@ async fn enqueue(
     tx.execute(&ENQUEUE, &[&id, &kind, &due.millis(), &body]).await.map(drop)
 }
 
+/// A new event's receipt and its first delivery job, in one statement; a duplicate inserts neither.
 const INTAKE: Sql = Sql::cached(
-    "INSERT INTO receipts (id, source, event_id, payload_hash, body, content_type, status, round, created_at, updated_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $8, 1, $7, $7)
-     ON CONFLICT (source, event_id) DO NOTHING RETURNING id",
-    &[Type::TEXT, Type::TEXT, Type::TEXT, Type::BYTEA, Type::BYTEA, Type::TEXT, Type::INT8, Type::TEXT],
+    "WITH receipt AS (
+        INSERT INTO receipts (id, source, event_id, payload_hash, body, content_type, status, round, created_at, updated_at)
+        VALUES ($1, $2, $3, $4, $5, $6, $8, 1, $7, $7)
+        ON CONFLICT (source, event_id) DO NOTHING RETURNING id, source),
+    job AS (
+        INSERT INTO jobs (receipt_id, source, kind, attempt, due_at) SELECT id, source, $9, 1, $7 FROM receipt)
+    SELECT id FROM receipt",
+    &[Type::TEXT, Type::TEXT, Type::TEXT, Type::BYTEA, Type::BYTEA, Type::TEXT, Type::INT8, Type::TEXT, Type::INT2],
 );
 const BY_EVENT_ID: Sql = Sql::cached(
     "SELECT id, payload_hash, status FROM receipts WHERE source = $1 AND event_id = $2",
@@ -88,11 +93,11 @@ pub async fn accept(client: &mut Object, e: &NewEvent, now: Timestamp) -> Result
                     &e.content_type,
                     &now.millis(),
                     &status_column(ReceiptStatus::Accepted),
+                    &DELIVERY,
                 ],
             )
             .await?;
         if inserted.is_some() {
-            enqueue(&tx, id.as_str(), DELIVERY, now, None).await?;
             Ok(Accept::Accepted { receipt_id: id })
         } else {
             let row = tx.query_one(&BY_EVENT_ID, &[&e.source, &e.event_id]).await?;
@@ -115,13 +120,25 @@ pub async fn accept(client: &mut Object, e: &NewEvent, now: Timestamp) -> Result
 /// analyzed while empty, as autovacuum does to a drained queue), and each run passes over the rows
 /// this statement already changed and locks the next ones: a lease of 10 took 55 of 100 due jobs
 /// (tests/plans.rs), and a worker left 2,870 of a burst of 3,000 leased and unattempted (#42).
+///
+/// One statement leases the jobs, marks their deliveries' receipts `processing` and reads what
+/// each job needs. Receipts are locked newest first, in the order a bulk replay locks them: in any
+/// other order a lease and a replay of the same receipts can each hold what the other waits for.
 const LEASE: Sql = Sql::cached(
     "WITH picked AS MATERIALIZED (
         SELECT id FROM jobs WHERE due_at <= $3 AND (lease_until IS NULL OR lease_until <= $3)
-        AND NOT (source = ANY($5)) ORDER BY due_at LIMIT $4 FOR UPDATE SKIP LOCKED)
-    UPDATE jobs SET lease_until = $1, token = $2 FROM picked WHERE jobs.id = picked.id
-    RETURNING jobs.id, jobs.receipt_id, jobs.kind, jobs.attempt, jobs.body",
-    &[Type::INT8, Type::BYTEA, Type::INT8, Type::INT8, Type::TEXT_ARRAY],
+        AND NOT (source = ANY($5)) ORDER BY due_at LIMIT $4 FOR UPDATE SKIP LOCKED),
+    leased AS (
+        UPDATE jobs SET lease_until = $1, token = $2 FROM picked WHERE jobs.id = picked.id
+        RETURNING jobs.id, jobs.receipt_id, jobs.kind, jobs.attempt, jobs.body),
+    locked AS MATERIALIZED (
+        SELECT id FROM receipts WHERE id IN (SELECT receipt_id FROM leased WHERE kind = $6)
+        ORDER BY id DESC FOR NO KEY UPDATE),
+    processing AS (
+        UPDATE receipts SET status = $7, updated_at = $3 FROM locked WHERE receipts.id = locked.id)
+    SELECT l.id, l.receipt_id, l.kind, l.attempt, l.body, r.source, r.event_id, r.body, r.content_type, r.round
+    FROM leased l LEFT JOIN receipts r ON r.id = l.receipt_id",
+    &[Type::INT8, Type::BYTEA, Type::INT8, Type::INT8, Type::TEXT_ARRAY, Type::INT2, Type::TEXT],
 );
 
 pub async fn lease(
@@ -132,59 +149,43 @@ pub async fn lease(
     now: Timestamp,
 ) -> Result<Vec<Job>, StoreError> {
     let token = LeaseToken::generate();
-    retrying!(client, |tx| {
-        let leased = tx
-            .query(&LEASE, &[&now.plus(lease).millis(), &&token.0[..], &now.millis(), &(limit as i64), &busy])
-            .await?;
-        // Receipts are locked newest first, in the order a bulk replay locks them: in any other
-        // order a lease and a replay of the same receipts can each hold what the other waits for.
-        let mut leased = leased;
-        leased.sort_unstable_by(|a, b| b.get::<_, &str>(1).cmp(a.get::<_, &str>(1)));
-        let mut jobs = Vec::with_capacity(leased.len());
-        for row in &leased {
-            jobs.push(leased_job(&tx, row, token, now).await?);
+    let processing = status_column(ReceiptStatus::Processing);
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] =
+        [&now.plus(lease).millis(), &&token.0[..], &now.millis(), &(limit as i64), &busy, &DELIVERY, &processing];
+    let mut tries = 0;
+    loop {
+        match client.query(&LEASE, &params).await {
+            Ok(leased) => return leased.iter().map(|row| leased_job(row, token)).collect(),
+            Err(e) if tries < 3 && run_again(&e) => tries += 1,
+            // One statement, committing on its own: broken under it, the jobs may be leased (they
+            // are due again when the lease ends).
+            Err(e) => return Err(commit_error(e)),
         }
-        jobs.into_iter().collect::<Result<Vec<_>, StoreError>>()
-    })
+    }
 }
 
-/// The job a leased row stands for; a delivery's receipt is `processing` from now on.
-const LEASED_RECEIPT: Sql =
-    Sql::cached("SELECT source, event_id, body, content_type, round FROM receipts WHERE id = $1", &[Type::TEXT]);
-const PROCESSING: Sql = Sql::cached(
-    "UPDATE receipts SET status = $3, updated_at = $2 WHERE id = $1",
-    &[Type::TEXT, Type::INT8, Type::TEXT],
-);
-
-async fn leased_job(
-    tx: &Tx<'_>,
-    row: &Row,
-    token: LeaseToken,
-    now: Timestamp,
-) -> Result<Result<Job, StoreError>, tokio_postgres::Error> {
+/// The job a leased row stands for (its receipt's columns from the sixth on).
+fn leased_job(row: &Row, token: LeaseToken) -> Result<Job, StoreError> {
     let rid: String = row.get(1);
     let kind = if row.get::<_, i16>(2) == RESULT { JobKind::Result } else { JobKind::Delivery };
-    let receipt = tx.query_one(&LEASED_RECEIPT, &[&rid]).await?;
+    let source: Option<String> = row.get(5);
+    let source = source.ok_or_else(|| internal("a leased job without its receipt"))?;
     let (body, content_type) = match kind {
-        JobKind::Delivery => {
-            let processing = status_column(ReceiptStatus::Processing);
-            tx.execute(&PROCESSING, &[&rid, &now.millis(), &processing]).await?;
-            (receipt.get::<_, Vec<u8>>(2), receipt.get::<_, Option<String>>(3))
-        }
+        JobKind::Delivery => (row.get::<_, Option<Vec<u8>>>(7).unwrap_or_default(), row.get::<_, Option<String>>(8)),
         JobKind::Result => (row.get::<_, Option<Vec<u8>>>(4).unwrap_or_default(), Some("application/json".to_owned())),
     };
-    Ok(receipt_id(&rid).map(|receipt_id| Job {
+    Ok(Job {
         id: row.get(0),
         kind,
-        receipt_id,
-        source: receipt.get(0),
-        event_id: receipt.get(1),
+        receipt_id: receipt_id(&rid)?,
+        source,
+        event_id: row.get(6),
         attempt: row.get::<_, i32>(3) as u32,
-        round: receipt.get::<_, i32>(4) as u32,
+        round: row.get::<_, i32>(9) as u32,
         body,
         content_type,
         token,
-    }))
+    })
 }
 
 /// Ends the leases `jobs` still hold (their tokens): each is due again at once, as when a lease runs
@@ -202,36 +203,39 @@ pub async fn release(client: &Object, jobs: &[Job]) -> Result<usize, StoreError>
     Ok(released as usize)
 }
 
-/// Persists an attempt's transition, if `job`'s lease still holds.
+/// Persists an attempt's transition, if `job`'s lease still holds: the job's own change (due again
+/// later, or removed) is made only on the lease's token while it holds, and says whether it did.
 pub async fn finish(client: &mut Object, job: &Job, t: &Transition, now: Timestamp) -> Result<bool, StoreError> {
-    const HELD: Sql = Sql::cached(
-        "SELECT id FROM jobs WHERE id = $1 AND token = $2 AND lease_until > $3 FOR UPDATE",
-        &[Type::INT8, Type::BYTEA, Type::INT8],
-    );
+    let (token, now_ms) = (&job.token.0[..], now.millis());
     retrying!(client, |tx| {
-        let held = tx.query_opt(&HELD, &[&job.id, &&job.token.0[..], &now.millis()]).await?;
-        if held.is_some() {
+        let changed = match &t.job {
+            JobNext::RetryAt(at) => tx.execute(&RETRY_AT, &[&job.id, &at.millis(), &token, &now_ms]).await?,
+            JobNext::Remove => tx.execute(&REMOVE, &[&job.id, &token, &now_ms]).await?,
+        };
+        let held = changed == 1;
+        if held {
             persist(&tx, job, t, now).await?;
         }
-        Ok(held.is_some())
+        Ok(held)
     })
 }
 
 const RETRY_AT: Sql = Sql::cached(
-    "UPDATE jobs SET attempt = attempt + 1, due_at = $2, lease_until = NULL, token = NULL WHERE id = $1",
-    &[Type::INT8, Type::INT8],
+    "UPDATE jobs SET attempt = attempt + 1, due_at = $2, lease_until = NULL, token = NULL
+     WHERE id = $1 AND token = $3 AND lease_until > $4",
+    &[Type::INT8, Type::INT8, Type::BYTEA, Type::INT8],
 );
-const REMOVE: Sql = Sql::cached("DELETE FROM jobs WHERE id = $1", &[Type::INT8]);
+const REMOVE: Sql = Sql::cached(
+    "DELETE FROM jobs WHERE id = $1 AND token = $2 AND lease_until > $3",
+    &[Type::INT8, Type::BYTEA, Type::INT8],
+);
 const RECEIPT_STATUS: Sql = Sql::cached(
     "UPDATE receipts SET status = $2, updated_at = $3, next_attempt_at = $4 WHERE id = $1",
     &[Type::TEXT, Type::TEXT, Type::INT8, Type::INT8],
 );
 
+/// The rest of a transition, once its job's change was made: the receipt's.
 async fn persist(tx: &Tx<'_>, job: &Job, t: &Transition, now: Timestamp) -> Result<(), tokio_postgres::Error> {
-    match &t.job {
-        JobNext::RetryAt(at) => tx.execute(&RETRY_AT, &[&job.id, &at.millis()]).await?,
-        JobNext::Remove => tx.execute(&REMOVE, &[&job.id]).await?,
-    };
     let rid = job.receipt_id.as_str();
     match &t.change {
         Change::Receipt { status, result_job } => {
