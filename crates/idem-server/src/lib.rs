@@ -13,6 +13,7 @@
 //!   is verified against; [`jwks`]: fetching `[gateway.jwt] jwks_url`; [`identity`]: asking
 //!   `[gateway.identity]` who is calling;
 //! - [`telemetry`]: logs, and the Prometheus recorder built from the `idem_metrics` catalogue;
+//! - [`starting`]: what the API answers while the store cannot be reached yet at start-up;
 //! - [`cli`]: the `idem` command line (`serve`, `health`, client verbs, `import`, `token new`).
 //!
 //! Dependencies run one way: `cli` → `run` → `router` → `api` / `ui` → `actions` → `web` →
@@ -29,6 +30,7 @@ pub mod identity;
 pub mod jwks;
 pub mod proxy;
 pub mod router;
+pub mod starting;
 pub mod telemetry;
 pub mod tls;
 pub mod ui;

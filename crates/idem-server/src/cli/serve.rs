@@ -8,6 +8,7 @@ use super::client::Failure;
 use super::{ConfigArgs, ServeArgs};
 use crate::Listeners;
 use crate::config::{Config, Overrides, StoreConfig};
+use crate::starting::Attempt;
 
 pub fn load_config(args: &ConfigArgs) -> Result<Config, Failure> {
     let overrides = Overrides {
@@ -24,12 +25,20 @@ pub fn load_config(args: &ConfigArgs) -> Result<Config, Failure> {
 /// for PostgreSQL the database's, followed on the monotonic clock), which the rest of the server
 /// must share.
 pub async fn open_store(config: &Config) -> Result<(Stores, Arc<dyn Clock>), Failure> {
+    try_open_store(config).await.map_err(|attempt| match attempt {
+        Attempt::Retry(why) => Failure::runtime(why),
+        Attempt::Fail(failure) => failure,
+    })
+}
+
+/// As [`open_store`], once; a database that cannot be reached is worth trying again.
+async fn try_open_store(config: &Config) -> Result<(Stores, Arc<dyn Clock>), Attempt<Failure>> {
     match &config.store {
         StoreConfig::Embedded {} => {
             let clock: Arc<dyn Clock> = Arc::new(SteadyClock::system());
             let stores = crate::embedded::open(&config.data_dir, Arc::clone(&clock))
                 .await
-                .map_err(|e| Failure::runtime(e.to_string()))?;
+                .map_err(|e| Attempt::Fail(Failure::runtime(e.to_string())))?;
             Ok((stores, clock))
         }
         StoreConfig::Postgres { url, pool_size, connect_timeout, call_timeout, pooler, direct_url } => {
@@ -41,9 +50,10 @@ pub async fn open_store(config: &Config) -> Result<(Stores, Arc<dyn Clock>), Fai
                 pooler: pooler.for_store(),
                 direct_url: direct_url.as_ref().map(|url| url.expose().to_owned()),
             };
-            let store = idem_postgres::PgStore::connect(url.expose(), &options, time)
-                .await
-                .map_err(|e| Failure::runtime(e.to_string()))?;
+            let store = idem_postgres::PgStore::connect(url.expose(), &options, time).await.map_err(|e| match e {
+                idem_postgres::OpenError::Connect(_) => Attempt::Retry(e.to_string()),
+                idem_postgres::OpenError::Url(_) => Attempt::Fail(Failure::runtime(e.to_string())),
+            })?;
             let clock = store.clock();
             Ok((Stores::of(Arc::new(store)), clock))
         }
@@ -89,8 +99,14 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), Failure> {
     if let Err(warning) = config.check_transport() {
         tracing::warn!("{warning}");
     }
-    let (store, clock) = open_store(&config).await?;
     let listeners = Listeners::bind(&config).await.map_err(|e| Failure::runtime(e.to_string()))?;
+    // A database not up yet is waited for, answering health checks meanwhile (crate::starting).
+    let opening = crate::starting::retrying(async || try_open_store(&config).await);
+    let opened = tokio::select! {
+        opened = crate::starting::serve_until(&config, &listeners, opening) => opened,
+        () = shutdown_signal() => return Ok(()),
+    };
+    let (store, clock) = opened.map_err(|e| Failure::runtime(e.to_string()))??;
     crate::run(config, store, clock, listeners, shutdown_signal()).await.map_err(|e| Failure::runtime(e.to_string()))
 }
 

@@ -1,6 +1,7 @@
 //! PostgreSQL restarts under load: while it is down, requests answer 503 problem+json and
 //! `/readyz` fails; once it is back, idem recovers by itself, and every claim it acknowledged is
-//! there. The test runs a private PostgreSQL (initdb in a temporary directory, on a free port) so
+//! there; and idem started before its database answers health checks until the database comes,
+//! then serves without a restart. The tests run a private PostgreSQL (initdb in a temporary directory, on a free port) so
 //! that stopping it disturbs nothing else; it is skipped, loudly, where PostgreSQL's server
 //! binaries are not installed.
 
@@ -142,4 +143,40 @@ async fn a_postgres_restart_under_load_is_503_then_recovers_losing_nothing() {
         let missing = found["results"].as_array().expect("results").iter().filter(|r| r["exists"] != true).count();
         assert_eq!(missing, 0, "acknowledged claims lost across the restart");
     }
+}
+
+/// idem started while its database is down does not exit (a crash loop, under Kubernetes): it
+/// answers `/healthz` 200 and `/readyz` and the API 503 with `Retry-After`, says so once, and
+/// serves within seconds of the database starting, without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idem_started_before_postgres_waits_for_it() {
+    let Some(pg) = PrivatePostgres::start() else {
+        idem_conformance::skipped(
+            "no PostgreSQL server binaries (or runuser): the start-before-the-database test did not run",
+        );
+        return;
+    };
+    assert!(pg.ctl("stop"), "PostgreSQL stopped before idem starts");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let args = ["--store", "postgres", "--database-url", &pg.url()];
+    let idem = Idem::serve_until_logged(dir.path(), &args, &[], None, "the store cannot be reached yet");
+    let client = ApiClient::new(&idem.url, None).expect("client");
+    let health = client.send(Method::GET, "/healthz", None).await.expect("healthz");
+    assert_eq!(health.status, 200, "the process is up");
+    for path in ["/readyz", "/v1/claims/later"] {
+        let method = if path == "/readyz" { Method::GET } else { Method::POST };
+        let reply = client.send(method, path, Some(&json!({"key": "k"}))).await.expect("an answer");
+        assert_eq!(reply.status, 503, "{path} before the database: {}", String::from_utf8_lossy(&reply.body));
+        assert!(reply.headers.contains_key("retry-after"), "{path}: 503 without Retry-After");
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let up = Instant::now();
+    assert!(pg.ctl("start"), "PostgreSQL started");
+    idem.wait_for_log("idem listening", Duration::from_secs(15));
+    let ready = client.send(Method::GET, "/readyz", None).await.expect("readyz");
+    assert_eq!(ready.status, 200, "ready without a restart of idem");
+    let took = up.elapsed();
+    assert!(took < Duration::from_secs(10), "serving {took:?} after the database started");
+    let claimed = client.send(Method::POST, "/v1/claims/later", Some(&json!({"key": "k"}))).await.expect("claim");
+    assert_eq!(claimed.status, 201, "{}", String::from_utf8_lossy(&claimed.body));
 }

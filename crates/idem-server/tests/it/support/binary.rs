@@ -31,6 +31,17 @@ impl Idem {
     /// As [`Idem::serve`], with extra environment variables and, when given, the open-file limit
     /// the process starts with (soft and hard, as `ulimit -n` sets them).
     pub fn serve_with(data_dir: &Path, extra: &[&str], env: &[(&str, &str)], nofile: Option<u32>) -> Idem {
+        Self::serve_until_logged(data_dir, extra, env, nofile, "idem listening")
+    }
+
+    /// As [`Idem::serve_with`], waiting for a log line containing `needle` instead.
+    pub fn serve_until_logged(
+        data_dir: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        nofile: Option<u32>,
+        needle: &str,
+    ) -> Idem {
         let port = free_port();
         let listen = format!("127.0.0.1:{port}");
         let mut command = match nofile {
@@ -60,7 +71,7 @@ impl Idem {
             }
         });
         let mut idem = Idem { child, url: format!("http://{listen}"), log, started: Vec::new() };
-        idem.started = idem.log_until("idem listening", Duration::from_secs(20));
+        idem.started = idem.log_until(needle, Duration::from_secs(20));
         idem
     }
 
