@@ -13,27 +13,21 @@ pub mod operation;
 pub mod receipt;
 
 use axum::Router;
-use axum::middleware;
+use axum::extract::{Request, State};
+use axum::middleware::{self, Next};
 use axum::routing::{MethodFilter, MethodRouter, get};
 
 use crate::config::Can::{Admin, Read, Write};
-use crate::web::auth::Need;
+use crate::web::auth::{Endpoint, Need};
 use crate::web::{AppState, auth};
 
 /// The header on an answer that was stored earlier (a completed operation's result, a resent
 /// event's receipt), as the gateway marks its replays: the work was not done again.
 pub const REPLAYED: (&str, &str) = ("idempotent-replayed", "true");
 
-/// One method of a `/v1` route, and what its caller needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Endpoint {
-    pub method: &'static str,
-    pub path: &'static str,
-    pub need: Need,
-}
-
 /// The `/v1` route table: each route's path once, each of its methods with its handler and what
-/// the caller needs ([`auth::need`] reads it here; docs/security.md says it in words). From it come
+/// the caller needs (the router hands it to [`auth::authenticate`]; docs/security.md says it in
+/// words). From it come
 /// the router, [`V1`] and the paths of the OpenAPI document ([`V1Paths`]), in this order.
 macro_rules! v1 {
     ($($path:literal { $($method:ident $($handler:ident)::+ => $need:expr;)+ })+) => {
@@ -89,11 +83,35 @@ v1! {
 /// The API's routes: `/v1` behind authentication, and the operational endpoints (health, metrics,
 /// the OpenAPI document) open to all.
 pub fn routes(state: AppState) -> Router<AppState> {
-    let v1 = v1_router().route_layer(middleware::from_fn_with_state(state, auth::authenticate));
+    let authenticate =
+        |State(state): State<AppState>, request: Request, next: Next| auth::authenticate(V1, state, request, next);
+    let v1 = v1_router().route_layer(middleware::from_fn_with_state(state, authenticate));
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
         .route("/openapi.json", get(health::openapi))
         .merge(v1)
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::Method;
+
+    use super::*;
+    use crate::config::Can;
+    use crate::web::auth::need;
+
+    #[test]
+    fn every_change_needs_more_than_read() {
+        let post = Method::POST;
+        assert_eq!(need(V1, &Method::GET, "/v1/receipts"), Need::Role(Can::Read, "reading"));
+        assert_eq!(need(V1, &post, "/v1/claims/{ns}/lookup"), Need::Role(Can::Read, "a lookup"));
+        assert_eq!(need(V1, &post, "/v1/claims/{ns}/prefix"), Need::Role(Can::Read, "a lookup"));
+        assert!(matches!(need(V1, &post, "/v1/claims/{ns}"), Need::Role(Can::Write, _)));
+        assert!(matches!(need(V1, &Method::DELETE, "/v1/operations/{ns}/{id}"), Need::Role(Can::Admin, _)));
+        assert!(matches!(need(V1, &post, "/v1/receipts/{id}/discard"), Need::Role(Can::Admin, _)));
+        assert!(matches!(need(V1, &post, "/v1/a-route-added-later"), Need::Role(Can::Admin, _)));
+        assert_eq!(need(V1, &post, "/v1/sources/{name}/events"), Need::Intake);
+    }
 }
