@@ -8,6 +8,8 @@
 - What the workloads promise and idem does agree: probes on /healthz and /readyz, the user the
   image runs as (deploy/container/Containerfile's USER), and a termination grace longer than the
   preStop pause plus idem's drain (conn.rs and proxy.rs's DRAIN).
+- No workload mounts a service account token; a StatefulSet's serviceName is a headless Service
+  beside it (clusterIP: None) and its volumes are ReadWriteOncePod (#43).
 
 Prints `--- PASS: kubernetes-manifests` or `--- FAIL: kubernetes-manifests` with the reasons.
 """
@@ -93,6 +95,19 @@ def workload_problems(path: Path, doc: dict, user: int, drain: int) -> list[str]
     context = pod.get("securityContext", {})
     if context.get("runAsUser") != user or not context.get("runAsNonRoot"):
         problems.append(f"{path.name}: runAsUser is not the image's user {user}, or runAsNonRoot is unset")
+    if pod.get("automountServiceAccountToken") is not False:
+        problems.append(f"{path.name}: automountServiceAccountToken is not false (idem never calls the Kubernetes API)")
+    return problems
+
+
+def statefulset_problems(path: Path, doc: dict, headless: set[tuple[Path, str]]) -> list[str]:
+    spec = doc["spec"]
+    problems = []
+    if (path.parent, spec.get("serviceName")) not in headless:
+        problems.append(f"{path.name}: serviceName {spec.get('serviceName')} is no headless Service (clusterIP: None) in {path.parent.name}/")
+    for claim in spec.get("volumeClaimTemplates", []):
+        if claim["spec"].get("accessModes") != ["ReadWriteOncePod"]:
+            problems.append(f"{path.name}: volume claim {claim['metadata']['name']} is not ReadWriteOncePod")
     return problems
 
 
@@ -103,14 +118,18 @@ def main() -> int:
     for kustomization in sorted(KUBE.rglob("kustomization.yaml")):
         problems += kustomization_problems(kustomization)
     user, drain = image_user(), drain_seconds()
-    for path in files:
-        for doc in yaml.safe_load_all(path.read_text()):
-            kinds.setdefault(doc["kind"], []).append(str(path.relative_to(KUBE)))
-            if doc["kind"] in ("StatefulSet", "Deployment"):
-                problems += workload_problems(path, doc, user, drain)
+    docs = [(path, doc) for path in files for doc in yaml.safe_load_all(path.read_text())]
+    headless = {(path.parent, doc["metadata"]["name"]) for path, doc in docs
+                if doc["kind"] == "Service" and doc["spec"].get("clusterIP") == "None"}
+    for path, doc in docs:
+        kinds.setdefault(doc["kind"], []).append(str(path.relative_to(KUBE)))
+        if doc["kind"] in ("StatefulSet", "Deployment"):
+            problems += workload_problems(path, doc, user, drain)
+        if doc["kind"] == "StatefulSet":
+            problems += statefulset_problems(path, doc, headless)
     for kind, where in sorted(kinds.items()):
-        print(f"    {kind}: {', '.join(where)}")
-    wanted = {"StatefulSet", "Deployment", "PodDisruptionBudget", "Service", "Secret"}
+        print(f"    {kind}: {', '.join(sorted(set(where)))}")
+    wanted = {"StatefulSet", "Deployment", "PodDisruptionBudget", "Service", "Secret", "NetworkPolicy"}
     problems += [f"no {kind} in deploy/kubernetes" for kind in sorted(wanted - kinds.keys())]
     if problems:
         print("\n".join(f"    {p}" for p in problems))

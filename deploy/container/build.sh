@@ -12,11 +12,15 @@
 #    /var/lib/dpkg/status.d/ for image scanners. No shell, no package manager.
 # 2. The `runtime` stage of deploy/container/Containerfile on that base, its `build` stage replaced by
 #    a directory holding the binary: the same user, volume, health check and entry point as an image
-#    built by a registry-connected builder from that Containerfile.
+#    built by a registry-connected builder from that Containerfile, and the labels
+#    org.opencontainers.image.version (the binary's version, which must be Cargo.toml's when built
+#    in a checkout) and org.opencontainers.image.revision (`git rev-parse HEAD` when the binary was
+#    built from HEAD, else the commit the binary names).
 #
 # Environment:
 #   IDEM_BIN      the binary (default: target/release/idem)
 #   IDEM_IMAGE    the tag (default: localhost/idem:<the binary's version>)
+#   IDEM_REVISION the org.opencontainers.image.revision label (default: as above)
 #   PODMAN        the podman command with any global flags (default: podman). On the machine idem is
 #                 developed on: PODMAN="podman --storage-driver vfs --runtime runc --cgroup-manager cgroupfs"
 #   PODMAN_RUN    extra flags for the `podman run` that checks the image at the end (this machine:
@@ -41,6 +45,24 @@ command -v "${PODMAN[0]}" >/dev/null || fail "${PODMAN[0]} is not installed (Deb
 VERSION=$("$BIN" --version | awk '{print $2}')
 [ -n "$VERSION" ] || fail "$BIN --version printed no version"
 TAG=${IDEM_IMAGE:-localhost/idem:$VERSION}
+# The labels. In a checkout, the binary must be the version Cargo.toml says (as scripts/release.sh
+# insists); from the release tarball (no Cargo.toml, no .git) the binary's word is all there is.
+if [ -f "$ROOT/Cargo.toml" ]; then
+    CARGO_VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$ROOT/Cargo.toml" | head -n 1)
+    [ "$CARGO_VERSION" = "$VERSION" ] || fail "$BIN is idem $VERSION, but $ROOT/Cargo.toml says $CARGO_VERSION: rebuild it"
+fi
+COMMIT=$("$BIN" --version | sed -n 's/.*(commit \([0-9a-f]\{7,\}\),.*/\1/p')
+HEAD=$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || true)
+if [ -n "${IDEM_REVISION:-}" ]; then
+    REVISION=$IDEM_REVISION
+elif [ -n "$HEAD" ] && [[ -z "$COMMIT" || "$HEAD" == "$COMMIT"* ]]; then
+    REVISION=$HEAD
+elif [ -n "$COMMIT" ]; then
+    REVISION=$COMMIT
+    [ -z "$HEAD" ] || say "WARNING: $BIN was built from commit $COMMIT, not this checkout's HEAD ($HEAD): the image's revision label says $COMMIT"
+else
+    REVISION=unknown
+fi
 # shellcheck disable=SC1091
 DEBIAN=$(. /etc/os-release && echo "${ID:-debian}${VERSION_ID:-}")
 BASE=localhost/idem-base:$DEBIAN
@@ -86,9 +108,11 @@ say "building $TAG: the runtime stage of deploy/container/Containerfile on $BASE
 "${PODMAN[@]}" build --quiet --format docker --target runtime \
     -f "$ROOT/deploy/container/Containerfile" \
     --build-arg BASE_IMAGE="$BASE" \
+    --build-arg IDEM_VERSION="$VERSION" \
+    --build-arg IDEM_REVISION="$REVISION" \
     --build-context build="$WORK/build" \
     -t "$TAG" "$WORK/context" >/dev/null
 
 "${PODMAN[@]}" run --rm --no-healthcheck "${PODMAN_RUN[@]}" "$TAG" --version >&2
-say "built $TAG ($("${PODMAN[@]}" image inspect --format '{{.Size}}' "$TAG" | awk '{printf "%.1f MB", $1 / 1e6}'))"
+say "built $TAG ($("${PODMAN[@]}" image inspect --format '{{.Size}}' "$TAG" | awk '{printf "%.1f MB", $1 / 1e6}'); version $VERSION, revision $REVISION)"
 echo "$TAG"
