@@ -1,8 +1,9 @@
 """The dashboard in a real headless Chromium against a real `idem serve` with auth on (contract
 §7): the token prompt and nothing else without it; a dead receipt found by its event id, opened,
 replayed against a handler that now succeeds, and shown completed; a bulk replay of 200 dead
-receipts by filter, counted first; a discard; the token never in a URL or the log; a phone-width
-page that does not scroll sideways; and a read-only token that sees every page and no action
+receipts by filter, counted first; a discard; a prefix's claims listed, counted, and deleted only
+once confirmed (cancel deletes nothing); the token never in a URL or the log; a phone-width page
+that does not scroll sideways; and a read-only token that sees every page and no action
 (docs/security.md).
 
 With `DASHBOARD_SCREENSHOTS=<dir>` it also saves the screenshots of docs/dashboard.md there
@@ -197,11 +198,72 @@ def test_a_scenarios_answers_are_listed_page_by_page_and_deleted(idem: Idem, bro
     assert last.text.startswith("scenario-7 / user-059"), last.text
     assert not browser.find_elements(By.CSS_SELECTOR, '[data-testid="claims-next"]'), "the last page"
     click(browser, "prefix-delete")
+    counted = until("the count", lambda: by_testid(browser, "prefix-matching").get_attribute("data-count"))
+    assert counted == "60", "every claim under the prefix is counted, not the page shown"
+    click(browser, "prefix-confirm")
     until("deleted", lambda: "Deleted 60 claims under scenario-7" in browser.page_source)
     status, page = idem.api("GET", "/v1/claims/survey?prefix=scenario-7")
     assert (status, page) == (200, {"items": [], "next": None})
     status, page = idem.api("GET", "/v1/claims/survey?prefix=scenario-70")
     assert len(page["items"]) == 1, "the other scenario is untouched"
+
+
+def claims_under(idem: Idem, ns: str, *prefix: str) -> list:
+    query = "&".join(f"prefix={p}" for p in prefix)
+    status, page = idem.api("GET", f"/v1/claims/{ns}?limit=1000&{query}")
+    assert status == 200, page
+    return [item["parts"] for item in page["items"]]
+
+
+def test_a_prefix_delete_counts_asks_and_cancel_deletes_nothing(idem: Idem, browser: WebDriver) -> None:
+    """Issue #43: the delete under a listing counts first and asks, showing the count and the
+    prefix; cancel deletes nothing; confirmed, every claim under the prefix goes and no other."""
+    items = [{"parts": ["import-3", f"row-{i}"]} for i in range(7)]
+    items += [{"parts": ["import-30", "row-0"]}, {"parts": ["import-4", "row-0"]}, {"parts": ["import-3"]}]
+    status, _ = idem.api("POST", "/v1/claims/ledger/batch", {"items": items})
+    assert status == 200
+    sign_in(browser, idem, "/ui/lookup?kind=claim&ns=ledger&key=import-3&prefix=1")
+    until("the listing", lambda: len(browser.find_elements(By.CSS_SELECTOR, '[data-testid="claim-row"]')) == 8)
+
+    click(browser, "prefix-delete")
+    matching = by_testid(browser, "prefix-matching")
+    until("the count", lambda: matching.get_attribute("data-count") == "8")
+    assert matching.get_attribute("data-at-least") is None
+    assert "8 live claim(s) in ledger under import-3 would be deleted" in matching.text, matching.text
+    assert "Delete 8 claim(s)" in by_testid(browser, "prefix-confirm").text
+    assert len(claims_under(idem, "ledger", "import-3")) == 8, "counting deleted nothing"
+
+    click(browser, "prefix-cancel")
+    until("the listing again", lambda: len(browser.find_elements(By.CSS_SELECTOR, '[data-testid="claim-row"]')) == 8)
+    assert not browser.find_elements(By.CSS_SELECTOR, '[data-testid="prefix-confirm"]')
+    assert len(claims_under(idem, "ledger", "import-3")) == 8, "cancel deleted nothing"
+
+    click(browser, "prefix-delete")
+    until("the count again", lambda: by_testid(browser, "prefix-matching").get_attribute("data-count") == "8")
+    click(browser, "prefix-confirm")
+    until("deleted", lambda: "Deleted 8 claims under import-3" in by_testid(browser, "notice").text)
+    assert claims_under(idem, "ledger", "import-3") == []
+    assert claims_under(idem, "ledger", "import-30") == [["import-30", "row-0"]], "another prefix is kept"
+    assert claims_under(idem, "ledger", "import-4") == [["import-4", "row-0"]], "another prefix is kept"
+    no_token_in_url(browser)
+
+
+def test_a_prefix_delete_past_the_count_cap_says_at_least(idem: Idem, browser: WebDriver) -> None:
+    """Counting stops at 10,000 claims (bounded work per click); the confirmation then says "at
+    least", and the delete still deletes every claim under the prefix."""
+    for batch in range(2):
+        items = [{"parts": ["bulk-load", f"row-{batch}-{i:05}"]} for i in range(5001)]
+        status, _ = idem.api("POST", "/v1/claims/ledger/batch", {"items": items})
+        assert status == 200
+    idem.api("POST", "/v1/claims/ledger", {"parts": ["bulk-loader", "kept"]})
+    sign_in(browser, idem, "/ui/lookup?kind=claim&ns=ledger&key=bulk-load&prefix=1&count=1")
+    matching = by_testid(browser, "prefix-matching")
+    assert (matching.get_attribute("data-count"), matching.get_attribute("data-at-least")) == ("10000", "1")
+    assert "at least 10,000 live claim(s) in ledger under bulk-load" in matching.text, matching.text
+    click(browser, "prefix-confirm")
+    until("deleted", lambda: "Deleted 10002 claims under bulk-load" in by_testid(browser, "notice").text, timeout=60)
+    assert claims_under(idem, "ledger", "bulk-load") == []
+    assert claims_under(idem, "ledger", "bulk-loader") == [["bulk-loader", "kept"]]
 
 
 def test_live_refresh_shows_new_receipts_and_pauses(idem: Idem, browser: WebDriver) -> None:
@@ -243,13 +305,14 @@ def test_a_read_token_sees_every_page_and_no_action(idem: Idem, browser: WebDriv
         "/ui/replay?status=dead&count=1": "bulk-matching",
         "/ui/lookup?kind=claim&ns=orders&key=o-1": "lookup-result",
         "/ui/lookup?kind=claim&ns=orders&key=o-1&prefix=1": "lookup-result",
+        "/ui/lookup?kind=claim&ns=orders&key=o-1&prefix=1&count=1": "prefix-matching",
     }
     for path, shown in pages.items():
         browser.get(idem.url + path)
         seen = by_testid(browser, shown)
-        if shown == "bulk-matching":
+        if shown in ("bulk-matching", "prefix-matching"):
             assert seen.get_attribute("data-count") == "1", "a viewer may count"
-        for action in ("replay", "discard", "bulk-confirm", "lookup-delete", "prefix-delete"):
+        for action in ("replay", "discard", "bulk-confirm", "lookup-delete", "prefix-delete", "prefix-confirm"):
             assert not browser.find_elements(By.CSS_SELECTOR, f'[data-testid="{action}"]'), f"{path}: no {action} button"
     # The action itself, sent as the dashboard's script would, is refused and changes nothing.
     status = browser.execute_async_script(

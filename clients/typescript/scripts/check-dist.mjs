@@ -1,15 +1,13 @@
-// Checks that the committed dist/ is exactly what `npm run build` makes from src/: compiles to a
-// temp dir with the same tsconfig and compares every file both ways. Exit 1 (naming the files) if not.
+// Checks that the committed dist/ is exactly what `npm run build` makes from src/ (ESM in dist/,
+// CommonJS in dist/cjs/: scripts/build.mjs): builds to a temp dir the same way and compares every
+// file both ways. Exit 1 (naming the files) if not.
 
-import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from "node:fs";
-import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
-import { dirname, join, relative, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join, relative } from "node:path";
 
-const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
-const tsc = createRequire(import.meta.url).resolve("typescript/bin/tsc");
+import { build, root } from "./build.mjs";
+
 const out = mkdtempSync(join(tmpdir(), "idem-client-dist-"));
 
 function files(dir) {
@@ -26,7 +24,7 @@ function files(dir) {
 }
 
 try {
-  execFileSync(process.execPath, [tsc, "-p", join(root, "tsconfig.json"), "--outDir", out], { stdio: "inherit" });
+  build(out);
   const built = files(out);
   const committed = files(join(root, "dist"));
   const problems = [];

@@ -1,6 +1,6 @@
 /**
  * idem-client: the TypeScript client of idem, a server that makes side
- * effects happen once. ESM, no runtime dependencies; Node 18+, Deno and Bun.
+ * effects happen once. ESM and CommonJS, no runtime dependencies; Node 18+, Deno and Bun.
  */
 
 export { Idem } from "./client.js";

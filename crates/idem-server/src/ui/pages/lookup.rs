@@ -1,5 +1,6 @@
 //! Claims and operations: looked up by key or id, and deleted; a prefix's claims listed a page at
-//! a time, and deleted together.
+//! a time, and deleted together once counted and confirmed (as bulk replay counts first): the
+//! button under a listing only counts, and only the confirmation that shows the count deletes.
 
 use axum::extract::Query;
 use axum::http::StatusCode;
@@ -28,10 +29,17 @@ pub struct LookupForm {
     prefix: Option<String>,
     /// A listing's cursor: the encoded parts of the last claim of the previous page (base64url).
     after: Option<String>,
+    /// Set (with `prefix`) by the delete button under a listing: count the prefix's claims and
+    /// ask before deleting them.
+    count: Option<String>,
 }
 
 /// Claims listed per page.
 const PAGE: usize = 50;
+/// Claims counted before a prefix delete; past this many the confirmation says "at least".
+const COUNT_CAP: usize = 10_000;
+/// Claims read per step while counting: the API's largest listing page.
+const COUNT_STEP: usize = 1_000;
 
 fn lookup_form(form: &LookupForm) -> Markup {
     let kind = filled(&form.kind).unwrap_or("claim");
@@ -86,7 +94,10 @@ pub async fn lookup(state: Ui, query_: Result<Query<LookupForm>, QueryRejection>
     };
     let content = html! {
         h1 { "Claims and operations" }
-        p { "Find one record by its namespace and key (or parts, or id), see it, and delete it." }
+        p {
+            "Find one record by its namespace and key (or parts, or id), see it, and delete it; or list every \
+             claim whose parts begin with some parts (a prefix), and delete them all once counted."
+        }
         (lookup_form(&form))
         @if let Some(found) = found { (found) }
     };
@@ -104,6 +115,10 @@ async fn lookup_result(state: &Ui, form: &LookupForm) -> Result<Markup, ApiError
         let Some(parts) = parts else {
             return Err(idem_core::Invalid::new("key", "a prefix listing needs parts, not an id").into());
         };
+        if form.count.is_some() {
+            let counted = count_prefix(state, &ns, &parts).await?;
+            return Ok(prefix_confirm(state, &target, &parts, counted));
+        }
         return prefix_result(state, form, &target, &parts).await;
     }
     claim_result(state, &target).await
@@ -150,18 +165,112 @@ async fn prefix_result(state: &Ui, form: &LookupForm, t: &Target<'_>, prefix: &P
                 }
                 @if let Some(next) = next { p { a href=(next) data-testid="claims-next" { "Next page →" } } }
                 @if t.may_delete {
-                    form method="post" action="/ui/lookup/delete" data-ui {
-                        input type="hidden" name="kind" value="prefix";
+                    form method="get" action="/ui/lookup" data-ui {
+                        input type="hidden" name="kind" value="claim";
                         input type="hidden" name="ns" value=(t.ns.as_str());
                         input type="hidden" name="key" value=(prefix.as_slice().join("\n"));
+                        input type="hidden" name="prefix" value="1";
+                        input type="hidden" name="count" value="1";
                         button.danger type="submit" data-testid="prefix-delete" {
-                            "Delete every claim under " (shown)
+                            "Delete every claim under " (shown) "…"
                         }
                     }
                 }
             }
         }
     })
+}
+
+/// How many live claims a prefix delete would delete: exact up to [`COUNT_CAP`], else "at least".
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Counted {
+    n: usize,
+    at_least: bool,
+}
+
+impl Counted {
+    /// From the claims read, at most one past the cap.
+    fn of(read: usize) -> Self {
+        if read > COUNT_CAP { Counted { n: COUNT_CAP, at_least: true } } else { Counted { n: read, at_least: false } }
+    }
+
+    /// "60", "1,250", "at least 10,000".
+    fn words(self) -> String {
+        let n = grouped(self.n);
+        if self.at_least { format!("at least {n}") } else { n }
+    }
+}
+
+/// The live claims under `prefix`, counted by reading the listing a step at a time (there is no
+/// count in the store): bounded work however many there are, at most `COUNT_CAP + 1` read.
+async fn count_prefix(state: &Ui, ns: &Namespace, prefix: &Parts) -> Result<Counted, ApiError> {
+    let mut read = 0;
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let want = (COUNT_CAP + 1 - read).min(COUNT_STEP);
+        let page = state.stores.claims.list(ns, prefix, after.as_deref(), want).await?;
+        read += page.len();
+        if page.len() < want || read > COUNT_CAP {
+            return Ok(Counted::of(read));
+        }
+        after = page.last().map(|r| r.parts.encode());
+    }
+}
+
+/// The count, the prefix and the namespace, and (for who may) the button that deletes them and the
+/// way back that deletes nothing.
+fn prefix_confirm(state: &Ui, t: &Target<'_>, prefix: &Parts, counted: Counted) -> Markup {
+    let (ns, shown, key) = (t.ns.as_str(), prefix.as_slice().join(" / "), prefix.as_slice().join("\n"));
+    let back = [("kind", "claim"), ("ns", ns), ("prefix", "1"), ("key", key.as_str())];
+    let back = format!("/ui/lookup?{}", serde_urlencoded::to_string(&back[..]).unwrap_or_default());
+    if counted.n == 0 {
+        return html! {
+            p.empty data-testid="prefix-matching" data-count="0" {
+                "No live claim in " (ns) " has parts beginning with " (shown) ": nothing to delete."
+            }
+        };
+    }
+    let words = counted.words();
+    html! {
+        div.card.confirm {
+            p data-testid="prefix-matching" data-count=(counted.n) data-at-least=[counted.at_least.then_some("1")] {
+                strong { (words) } " live claim(s) in " (ns) " under " strong { (shown) } " would be deleted"
+                @if counted.at_least { " (counting stops at " (grouped(COUNT_CAP)) "; the delete does not)" }
+                ". Their keys can then be claimed again; this cannot be undone."
+            }
+            @if t.may_delete {
+                form method="post" action="/ui/lookup/delete" data-ui {
+                    input type="hidden" name="kind" value="prefix";
+                    input type="hidden" name="ns" value=(ns);
+                    input type="hidden" name="key" value=(key);
+                    button.danger type="submit" data-testid="prefix-confirm" {
+                        @if counted.at_least { "Delete every claim under " (shown) " (" (words) ")" }
+                        @else { "Delete " (words) " claim(s)" }
+                    }
+                    " "
+                    a.button.secondary href=(back) data-testid="prefix-cancel" { "Cancel" }
+                }
+            } @else {
+                p.muted {
+                    "Token " (state.caller.name()) " may count them but not delete them: that needs a token with \
+                     can = \"admin\"."
+                }
+            }
+        }
+    }
+}
+
+/// A count with thousands separated: "10,000".
+fn grouped(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// A claim's data on one line, cut at 120 characters.
@@ -303,9 +412,25 @@ pub async fn lookup_delete(state: Ui, Form(form): Form<LookupForm>) -> Response 
     let content = html! {
         h1 { "Claims and operations" }
         (flash)
-        (lookup_form(&LookupForm { id: None, key: None, after: None, ..form }))
+        (lookup_form(&LookupForm { id: None, key: None, after: None, count: None, ..form }))
     };
     let mut response = render(&state, "Claims and operations", Tab::Lookup, content);
     *response.status_mut() = StatusCode::OK;
     at(response, "/ui/lookup")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{COUNT_CAP, Counted, grouped};
+
+    #[test]
+    fn counts_read_in_words_and_stop_at_the_cap() {
+        assert_eq!(grouped(0), "0");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(1_000), "1,000");
+        assert_eq!(grouped(1_234_567), "1,234,567");
+        assert_eq!(Counted::of(60).words(), "60");
+        assert_eq!(Counted::of(COUNT_CAP), Counted { n: COUNT_CAP, at_least: false });
+        assert_eq!(Counted::of(COUNT_CAP + 1).words(), "at least 10,000");
+    }
 }
