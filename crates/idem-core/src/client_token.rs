@@ -1,8 +1,9 @@
-//! A caller's token for one logical request (contract §10, "an unknown outcome is not called a
-//! failure"): chosen by the caller, sent with a claim or an operation's begin, and sent again,
-//! unchanged, with every retry of that same request. When the connection to the store broke after
-//! the write was sent, nobody knows whether it was applied; the retry carries the same token, and
-//! the store tells the caller that the claim (or the lease) it finds is its own.
+//! A caller's token for one logical request (docs/faults.md#the-rules, "An unknown outcome can be
+//! learned"; docs/reference/api.md#common-rules, "Client tokens"): chosen by the caller, sent with a
+//! claim or an operation's begin, and sent again, unchanged, with every retry of that same request.
+//! When the connection to the store broke after the write was sent, nobody knows whether it was
+//! applied; the retry carries the same token, and the store tells the caller that the claim (or the
+//! lease) it finds is its own.
 //!
 //! Stores keep a digest, never the token: what a caller chose is not echoed to anyone else.
 

@@ -22,44 +22,14 @@ use std::time::Duration;
 use http::Response;
 use idem_metrics::Label;
 use idem_metrics::gateway::Outcome;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use crate::GatewayBody;
 use crate::call::Call;
-use crate::engine::{Engine, count};
-use crate::held::{Driven, Held};
+use crate::held::{Driven, Held, abandoned_at_max_call, timed_out};
 use crate::policy::RoutePolicy;
-use crate::problem::Problem;
-
-/// Where the engine is in its life, as its background calls see it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    Running,
-    /// Shutting down: no new background calls.
-    Draining,
-    /// The grace period is over: running calls stop, leaving their keys held.
-    Abandoned,
-}
-
-/// The engine's background calls: how many may run, and the phase they watch.
-pub(crate) struct Background {
-    slots: Arc<Semaphore>,
-    limit: u32,
-    phase: watch::Sender<Phase>,
-}
-
-impl Background {
-    pub fn new(limit: usize) -> Self {
-        let limit = u32::try_from(limit.min(Semaphore::MAX_PERMITS)).unwrap_or(u32::MAX);
-        Self { slots: Arc::new(Semaphore::new(limit as usize)), limit, phase: watch::Sender::new(Phase::Running) }
-    }
-
-    /// How many run now.
-    pub fn running(&self) -> usize {
-        (self.limit as usize).saturating_sub(self.slots.available_permits())
-    }
-}
+use crate::state::{Engine, Phase, count};
 
 /// A running background call's slot; gives it back, and counts it out of the gauge, when dropped.
 struct Slot {
@@ -120,7 +90,7 @@ impl Engine {
         let exchange = match driven {
             Some(Driven::Ended(exchange)) => exchange,
             Some(Driven::MaxCall) => {
-                crate::held::abandoned_at_max_call(&held.route);
+                abandoned_at_max_call(&held.route);
                 count_background(&held.route, Outcome::MaxCall);
                 return;
             }
@@ -185,9 +155,4 @@ fn abandoned(lease_left: Duration) -> Response<GatewayBody> {
         "the upstream did not answer within the route's upstream_timeout, and idem could not keep the request running (max_background_calls reached, or shutting down): the Idempotency-Key stays held until the route's lease ends, then a retry executes again",
         lease_left,
     )
-}
-
-pub(crate) fn timed_out(detail: &str, retry_after: Duration) -> Response<GatewayBody> {
-    let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
-    Problem::UpstreamTimeout.retry_after(detail, seconds)
 }

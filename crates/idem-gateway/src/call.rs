@@ -21,7 +21,7 @@ use http_body::Body;
 use idem_core::gateway::keeps_response;
 
 use crate::GatewayBody;
-use crate::engine::{ForwardError, ForwardFuture};
+use crate::forward::{ForwardError, ForwardFuture};
 use crate::headers::strip_hop_by_hop;
 
 /// How a call ended, and so what happens to its key.

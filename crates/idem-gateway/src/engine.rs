@@ -7,8 +7,9 @@
 //! 3. A completed response in the replay cache or the store is replayed (or 422 on another
 //!    fingerprint); the upstream is not called.
 //! 4. Otherwise `begin_request` atomically takes the key (the engine needs only a
-//!    [`RequestStore`]; the response is stored in `StoredResponse`'s binary form). Whoever gets it forwards, then stores the
-//!    response (compare-and-set on its lease token) or releases the key for transient failures.
+//!    [`RequestStore`](idem_core::RequestStore); the response is stored in `StoredResponse`'s
+//!    binary form). Whoever gets it forwards, then stores the response (compare-and-set on its
+//!    lease token) or releases the key for transient failures.
 //!    Everyone else gets 409 (`reject`), or waits to be woken by the holder (`wait`).
 //!
 //! A held request runs in its own task ([`crate::held`]): a client that hangs up does not abandon
@@ -26,120 +27,46 @@
 //!
 //! Routes are matched, and requests fingerprinted, on the normalised path
 //! ([`idem_core::gateway::normalize_path`]); the request forwarded is the client's own.
+//!
+//! This file orchestrates; its steps import none of it. The engine's state and the types the steps
+//! hand one another are in `crate::state`, forwarding's in `crate::forward`; each step adds to
+//! [`Engine`] the part it owns (`crate::held`, `crate::background`, `crate::unstored`).
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use idem_core::gateway::{
-    Fingerprint, IdempotencyKey, InFlightPolicy, KeyPolicy, StoredResponse, fingerprint, normalize_path,
-    parse_idempotency_key, request_id,
+    IdempotencyKey, InFlightPolicy, KeyPolicy, StoredResponse, fingerprint, normalize_path, parse_idempotency_key,
+    request_id,
 };
 use idem_core::request::{Begin, LeaseToken, NewRequest};
-use idem_core::{ClaimId, ClientToken, Clock, RequestStore, StoreError};
+use idem_core::{ClaimId, ClientToken, StoreError};
 use idem_metrics::gateway::Outcome;
 use tokio::time::Instant;
 
-use crate::background::Background;
-use crate::cache::{Cached, ReplayCache};
-use crate::holding::{Hold, Holding};
+use crate::cache::Cached;
 use crate::policy::RoutePolicy;
 use crate::problem::{Problem, held};
-use crate::unstored::Unstored;
-use crate::waiters::{Wait, Waiters};
+use crate::state::{Identity, Taken, count};
+use crate::waiters::Wait;
 use crate::{GatewayBody, full};
+
+// Defined in `crate::state` and `crate::forward`; public here, where users have always found them.
+pub use crate::forward::{ForwardError, ForwardFuture};
+pub use crate::state::{DEFAULT_MAX_BODY_BYTES, Engine, EngineConfig};
 
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
 /// The lease's fencing number, forwarded with each first execution.
 pub const FENCING_TOKEN: &str = "idem-fencing-token";
 
-/// The request-body limit when nothing else is configured: 1 MiB, as `limits.max_body_bytes`.
-pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
-
-#[derive(Debug, Clone)]
-pub struct EngineConfig {
-    /// Largest request body buffered on a guarded route (413 above it).
-    pub max_body_bytes: usize,
-    /// Largest response stored; a larger one is passed through and its key released.
-    pub max_stored_response: usize,
-    /// Memory for the replay cache of completed responses.
-    pub cache_bytes: usize,
-    /// Most upstream calls kept running past their `upstream_timeout` at once; past it, a slow
-    /// call is dropped and its key held until its lease ends.
-    pub max_background_calls: usize,
-    /// Memory for responses kept until the store takes them; past it, a response the store
-    /// could not take is dropped and its key held until its lease ends.
-    pub max_unstored_bytes: usize,
-}
-
-impl Default for EngineConfig {
-    /// The defaults of `limits.max_body_bytes` and `[gateway] max_stored_response`, `cache_bytes`,
-    /// `max_background_calls` and `max_unstored_bytes`.
-    fn default() -> Self {
-        Self {
-            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-            max_stored_response: 1 << 20,
-            cache_bytes: 64 << 20,
-            max_background_calls: 1000,
-            max_unstored_bytes: 64 << 20,
-        }
-    }
-}
-
-/// Why forwarding failed.
-#[derive(Debug)]
-pub enum ForwardError {
-    /// Nothing reached the upstream (connection refused, no route to host): the key is released.
-    Unreachable(String),
-    /// The exchange broke off after the request may have been sent: the upstream may have acted,
-    /// so the key keeps a `502` saying the outcome is unknown.
-    Failed(String),
-}
-
-pub type ForwardFuture = Pin<Box<dyn Future<Output = Result<Response<GatewayBody>, ForwardError>> + Send>>;
-
 /// How long a begin whose answer was lost may take to be asked again: short, so that a request
 /// is still answered within the store's call_timeout and a moment.
 const ASK_AGAIN_WITHIN: Duration = Duration::from_millis(500);
 
-pub struct Engine {
-    pub(crate) store: Arc<dyn RequestStore>,
-    pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) cache: ReplayCache,
-    pub(crate) waiters: Arc<Waiters>,
-    pub(crate) config: EngineConfig,
-    pub(crate) background: Background,
-    pub(crate) unstored: Unstored,
-    /// How often an upstream that cannot be reached is told in the log (once per route every 10 s).
-    pub(crate) upstream_log: idem_core::throttle::Throttle,
-    /// The keys this node is running now ([`crate::holding`]).
-    pub(crate) holding: Holding,
-}
-
-pub(crate) fn count(route: &RoutePolicy, outcome: Outcome) {
-    idem_metrics::gateway::request(route.path.shared(), outcome);
-}
-
-/// A request's identity on its route: where its key lives, and what it must match.
-pub(crate) struct Identity {
-    pub id: ClaimId,
-    pub fingerprint: Fingerprint,
-}
-
 impl Engine {
-    pub fn new(store: Arc<dyn RequestStore>, clock: Arc<dyn Clock>, config: EngineConfig) -> Self {
-        let cache = ReplayCache::new(config.cache_bytes);
-        let background = Background::new(config.max_background_calls);
-        let unstored = Unstored::new(config.max_unstored_bytes);
-        let upstream_log = idem_core::throttle::Throttle::new(Duration::from_secs(10));
-        let holding = Holding::default();
-        Self { store, clock, cache, waiters: Arc::default(), config, background, unstored, upstream_log, holding }
-    }
-
     pub fn config(&self) -> &EngineConfig {
         &self.config
     }
@@ -351,16 +278,6 @@ impl Engine {
     }
 }
 
-/// A key this node took: its lease token, its fencing number, and when its lease began as far as
-/// this node can tell (no later than the store counts it from).
-pub(crate) struct Taken {
-    pub token: LeaseToken,
-    pub fence: u64,
-    pub leased_at: Instant,
-    /// The key is this node's until every clone goes.
-    pub hold: Arc<Hold>,
-}
-
 /// Why a request's `Idempotency-Key` cannot be used.
 enum KeyProblem {
     /// None on a `required` route.
@@ -459,25 +376,4 @@ fn store_unavailable(route: &RoutePolicy, e: &StoreError) -> Response<GatewayBod
         _ => "the idempotency store is unavailable; nothing was forwarded, retry shortly",
     };
     Problem::StoreUnavailable.retry_after(detail, 1)
-}
-
-impl Engine {
-    /// `502`, and a warning that names the upstream's URL (without its query) and what went wrong,
-    /// once per route every 10 seconds with how many more there were.
-    pub(crate) fn upstream_failed(&self, route: &RoutePolicy, e: &ForwardError) -> Response<GatewayBody> {
-        if let Some(more) = self.upstream_log.admit(route.path.as_str(), std::time::Instant::now()) {
-            let (kind, why) = match e {
-                ForwardError::Unreachable(why) => ("unreachable", why),
-                ForwardError::Failed(why) => ("broke off", why),
-            };
-            tracing::warn!(route = route.path.as_str(), error = %why, more_like_it = more, "the upstream {kind}");
-        }
-        upstream_failed()
-    }
-}
-
-fn upstream_failed() -> Response<GatewayBody> {
-    Problem::UpstreamUnavailable.answer(
-        "the upstream could not be reached, or broke off on a request sent without an Idempotency-Key; a keyed request that reached nothing has its key released, so a retry executes again",
-    )
 }

@@ -38,10 +38,11 @@ use tokio::time::Instant;
 use crate::body::Prefixed;
 use crate::cache::Cached;
 use crate::call::{Call, Exchange};
-use crate::engine::{Engine, ForwardError, ForwardFuture, Identity, Taken, count};
+use crate::forward::{ForwardError, ForwardFuture};
 use crate::holding::Hold;
 use crate::policy::RoutePolicy;
 use crate::problem::Problem;
+use crate::state::{Engine, Identity, Taken, count};
 use crate::unstored::{Pending, Settle};
 use crate::waiters::WakeOnDrop;
 use crate::{GatewayBody, full};
@@ -166,7 +167,7 @@ impl Engine {
         abandoned_at_max_call(&held.route);
         count(&held.route, Outcome::MaxCall);
         let lease_left = held.lease_ends.saturating_duration_since(Instant::now());
-        crate::background::timed_out(
+        timed_out(
             "the upstream did not answer within the route's max_call; idem stopped waiting for it. The \
              Idempotency-Key stays held until the route's lease ends, then a retry executes again",
             lease_left,
@@ -225,6 +226,19 @@ impl Engine {
             self.keep_settling(pending(held, Settle::Release));
         }
         (outcome, answer)
+    }
+
+    /// `502`, and a warning that names the upstream's URL (without its query) and what went wrong,
+    /// once per route every 10 seconds with how many more there were.
+    pub(crate) fn upstream_failed(&self, route: &RoutePolicy, e: &ForwardError) -> Response<GatewayBody> {
+        if let Some(more) = self.upstream_log.admit(route.path.as_str(), std::time::Instant::now()) {
+            let (kind, why) = match e {
+                ForwardError::Unreachable(why) => ("unreachable", why),
+                ForwardError::Failed(why) => ("broke off", why),
+            };
+            tracing::warn!(route = route.path.as_str(), error = %why, more_like_it = more, "the upstream {kind}");
+        }
+        upstream_failed()
     }
 
     /// The exchange broke off after the upstream may have acted: the key keeps a `502` saying so,
@@ -306,6 +320,19 @@ impl Engine {
             }
         }
     }
+}
+
+/// `504` with `Retry-After`: the upstream did not answer in time (`detail` says what became of its
+/// call and its key).
+pub(crate) fn timed_out(detail: &str, retry_after: Duration) -> Response<GatewayBody> {
+    let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+    Problem::UpstreamTimeout.retry_after(detail, seconds)
+}
+
+fn upstream_failed() -> Response<GatewayBody> {
+    Problem::UpstreamUnavailable.answer(
+        "the upstream could not be reached, or broke off on a request sent without an Idempotency-Key; a keyed request that reached nothing has its key released, so a retry executes again",
+    )
 }
 
 fn pending(held: &Held, settle: Settle) -> Pending {

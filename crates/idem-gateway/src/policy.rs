@@ -1,8 +1,11 @@
 //! Route policies: which requests are guarded and how. A request matches the first route whose
 //! method list and path pattern both match, the path taken in normal form (`/orders/`, `//orders`,
 //! `/x/../orders` and `/%6Frders` are all `/orders`), so that no other spelling of a guarded path
-//! slips past its route; requests that match no route pass straight through.
+//! slips past its route; requests that match no route pass straight through. A route's `scope`
+//! says who is calling as the config writes it ([`ScopePart`]); [`crate::scope`] reads those parts
+//! off each request.
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +15,6 @@ use idem_core::gateway::{InFlightPolicy, KeyPolicy, PathCase, PathPattern};
 use crate::identity::IdentityResolver;
 use crate::jwt::JwtVerifier;
 use crate::problem::ErrorShape;
-pub use crate::scope::ScopePart;
 
 /// The upstream timeout of a route that sets neither it nor its lease.
 pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
@@ -100,6 +102,77 @@ impl RoutePolicy {
     }
 }
 
+/// One part of the request that separates one caller's keys from another's, as written
+/// (`header:NAME`, `cookie:NAME`, `jwt:CLAIM`, `identity`); read off a request by [`crate::scope`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScopePart {
+    /// The value of a request header (absent counts as empty).
+    Header(http::HeaderName),
+    /// The value of one cookie of the `Cookie` header.
+    Cookie(String),
+    /// A claim of the bearer JWT in `Authorization`, once the token verifies.
+    Jwt(String),
+    /// The caller the app names ([`crate::identity`]).
+    Identity,
+}
+
+/// Why a scope part as written is refused; each names the text as given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadScopePart {
+    /// Not `header:`, `cookie:`, `jwt:` or `identity`.
+    #[error("{0:?}: expected \"header:NAME\", \"cookie:NAME\", \"jwt:CLAIM\" or \"identity\"")]
+    Kind(String),
+    #[error("{text:?}: {name:?} is not a header name")]
+    HeaderName { text: String, name: String },
+    #[error("{text:?}: {name:?} is not a cookie name (letters, digits and !#$%&'*+-.^_`|~)")]
+    CookieName { text: String, name: String },
+    #[error("{0:?}: name a claim, such as \"jwt:sub\"")]
+    Claim(String),
+}
+
+impl ScopePart {
+    /// Parses `header:NAME`, `cookie:NAME`, `jwt:CLAIM` or `identity`.
+    pub fn parse(text: &str) -> Result<Self, BadScopePart> {
+        if text.trim() == "identity" {
+            return Ok(ScopePart::Identity);
+        }
+        let Some((kind, name)) = text.split_once(':') else { return Err(BadScopePart::Kind(text.to_owned())) };
+        let name = name.trim();
+        let named = || (text.to_owned(), name.to_owned());
+        match kind.trim() {
+            "header" => http::HeaderName::from_bytes(name.as_bytes()).map(ScopePart::Header).map_err(|_| {
+                let (text, name) = named();
+                BadScopePart::HeaderName { text, name }
+            }),
+            "cookie" if is_cookie_name(name) => Ok(ScopePart::Cookie(name.to_owned())),
+            "cookie" => {
+                let (text, name) = named();
+                Err(BadScopePart::CookieName { text, name })
+            }
+            "jwt" if !name.is_empty() && !name.chars().any(char::is_control) => Ok(ScopePart::Jwt(name.to_owned())),
+            "jwt" => Err(BadScopePart::Claim(text.to_owned())),
+            _ => Err(BadScopePart::Kind(text.to_owned())),
+        }
+    }
+}
+
+/// As written in a config file: `header:authorization`, `cookie:session`, `jwt:sub`.
+impl fmt::Display for ScopePart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ScopePart::Header(name) => write!(f, "header:{name}"),
+            ScopePart::Cookie(name) => write!(f, "cookie:{name}"),
+            ScopePart::Jwt(claim) => write!(f, "jwt:{claim}"),
+            ScopePart::Identity => write!(f, "identity"),
+        }
+    }
+}
+
+/// An RFC 6265 cookie name: an HTTP token.
+fn is_cookie_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct Routes(pub Vec<Arc<RoutePolicy>>);
 
@@ -131,6 +204,20 @@ mod tests {
         assert!(routes.find(&Method::POST, "/x").is_none());
         for spelling in ["/orders/", "//orders", "/x/../orders", "/%6Frders"] {
             assert_eq!(routes.find(&Method::POST, spelling).map(|r| r.path.as_str()), Some("/orders"), "{spelling}");
+        }
+    }
+
+    #[test]
+    fn parts_parse_and_print_as_written() {
+        for text in ["header:x-tenant", "cookie:.AspNetCore.Cookies", "jwt:sub", "jwt:tenant_id", "identity"] {
+            assert_eq!(ScopePart::parse(text).map(|p| p.to_string()).as_deref(), Ok(text));
+        }
+        assert_eq!(
+            ScopePart::parse("header:X-Tenant"),
+            Ok(ScopePart::Header(http::HeaderName::from_static("x-tenant")))
+        );
+        for bad in ["cookie:", "cookie:a b", "cookie:a=b", "jwt:", "header:bad name", "query:x", "sub", "identity:x"] {
+            assert!(ScopePart::parse(bad).is_err(), "{bad}");
         }
     }
 

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use http::{HeaderValue, Response, StatusCode, header};
 use serde_json::json;
 
-use crate::template::Template;
+use crate::template::{Filling, Template};
 use crate::{GatewayBody, full};
 
 /// Every problem the gateway answers.
@@ -186,7 +186,11 @@ impl ErrorShape {
                 let body = json!({"error": {"type": problem.stripe_type(), "code": problem.kind(), "message": detail}});
                 (body.to_string(), "application/json")
             }
-            Self::Template(template) => (template.render(problem, detail), "application/json"),
+            Self::Template(template) => {
+                let type_uri = problem.type_uri();
+                let (kind, title, status) = (problem.kind(), problem.title(), problem.status().as_u16());
+                (template.render(&Filling { type_uri: &type_uri, kind, title, detail, status }), "application/json")
+            }
         }
     }
 

@@ -21,87 +21,20 @@
 //! token whose `sub` is `""`, an app that names nobody) is no caller: `scope-missing` too.
 //! `scope = []` says that a route has no callers to tell apart: then nothing is asked for.
 
-use std::fmt;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{HeaderMap, Request, header};
 use idem_metrics::gateway::Outcome;
 
+use crate::GatewayBody;
 use crate::jwt::{JwtFailure, JwtVerifier};
 use crate::policy::RoutePolicy;
 use crate::problem::Problem;
-use crate::{GatewayBody, engine::count};
+use crate::state::count;
 
-/// One part of the request that separates one caller's keys from another's.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ScopePart {
-    /// The value of a request header (absent counts as empty).
-    Header(http::HeaderName),
-    /// The value of one cookie of the `Cookie` header.
-    Cookie(String),
-    /// A claim of the bearer JWT in `Authorization`, once the token verifies.
-    Jwt(String),
-    /// The caller the app names ([`crate::identity`]).
-    Identity,
-}
-
-/// Why a scope part as written is refused; each names the text as given.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BadScopePart {
-    /// Not `header:`, `cookie:`, `jwt:` or `identity`.
-    #[error("{0:?}: expected \"header:NAME\", \"cookie:NAME\", \"jwt:CLAIM\" or \"identity\"")]
-    Kind(String),
-    #[error("{text:?}: {name:?} is not a header name")]
-    HeaderName { text: String, name: String },
-    #[error("{text:?}: {name:?} is not a cookie name (letters, digits and !#$%&'*+-.^_`|~)")]
-    CookieName { text: String, name: String },
-    #[error("{0:?}: name a claim, such as \"jwt:sub\"")]
-    Claim(String),
-}
-
-impl ScopePart {
-    /// Parses `header:NAME`, `cookie:NAME`, `jwt:CLAIM` or `identity`.
-    pub fn parse(text: &str) -> Result<Self, BadScopePart> {
-        if text.trim() == "identity" {
-            return Ok(ScopePart::Identity);
-        }
-        let Some((kind, name)) = text.split_once(':') else { return Err(BadScopePart::Kind(text.to_owned())) };
-        let name = name.trim();
-        let named = || (text.to_owned(), name.to_owned());
-        match kind.trim() {
-            "header" => http::HeaderName::from_bytes(name.as_bytes()).map(ScopePart::Header).map_err(|_| {
-                let (text, name) = named();
-                BadScopePart::HeaderName { text, name }
-            }),
-            "cookie" if is_cookie_name(name) => Ok(ScopePart::Cookie(name.to_owned())),
-            "cookie" => {
-                let (text, name) = named();
-                Err(BadScopePart::CookieName { text, name })
-            }
-            "jwt" if !name.is_empty() && !name.chars().any(char::is_control) => Ok(ScopePart::Jwt(name.to_owned())),
-            "jwt" => Err(BadScopePart::Claim(text.to_owned())),
-            _ => Err(BadScopePart::Kind(text.to_owned())),
-        }
-    }
-}
-
-/// As written in a config file: `header:authorization`, `cookie:session`, `jwt:sub`.
-impl fmt::Display for ScopePart {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ScopePart::Header(name) => write!(f, "header:{name}"),
-            ScopePart::Cookie(name) => write!(f, "cookie:{name}"),
-            ScopePart::Jwt(claim) => write!(f, "jwt:{claim}"),
-            ScopePart::Identity => write!(f, "identity"),
-        }
-    }
-}
-
-/// An RFC 6265 cookie name: an HTTP token.
-fn is_cookie_name(name: &str) -> bool {
-    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-}
+// The parts as written are the route's policy; this module reads them off a request.
+pub use crate::policy::{BadScopePart, ScopePart};
 
 /// Why a keyed request has no scope to file its key under.
 pub(crate) enum ScopeRefusal {
@@ -131,14 +64,14 @@ impl ScopeRefusal {
             }
             ScopeRefusal::Token(JwtFailure::KeysUnavailable) => {
                 count(route, Outcome::JwksUnavailable);
-                JwtFailure::KeysUnavailable.count(route);
+                JwtFailure::KeysUnavailable.count(&route.path);
                 let detail = "the keys that verify bearer tokens (the JWKS) could not be fetched; nothing was \
                               forwarded, retry shortly";
                 Problem::JwksUnavailable.retry_after(detail, crate::jwt::RETRY_AFTER_FAILURE.as_secs())
             }
             ScopeRefusal::Token(failure) => {
                 count(route, Outcome::InvalidToken);
-                failure.count(route);
+                failure.count(&route.path);
                 let mut response = Problem::InvalidToken.answer(&format!(
                     "the bearer token did not verify ({}); nothing was forwarded",
                     failure.describe()
@@ -312,20 +245,6 @@ mod tests {
             map.append(http::HeaderName::from_bytes(name.as_bytes()).expect("name"), value.parse().expect("value"));
         }
         map
-    }
-
-    #[test]
-    fn parts_parse_and_print_as_written() {
-        for text in ["header:x-tenant", "cookie:.AspNetCore.Cookies", "jwt:sub", "jwt:tenant_id", "identity"] {
-            assert_eq!(ScopePart::parse(text).map(|p| p.to_string()).as_deref(), Ok(text));
-        }
-        assert_eq!(
-            ScopePart::parse("header:X-Tenant"),
-            Ok(ScopePart::Header(http::HeaderName::from_static("x-tenant")))
-        );
-        for bad in ["cookie:", "cookie:a b", "cookie:a=b", "jwt:", "header:bad name", "query:x", "sub", "identity:x"] {
-            assert!(ScopePart::parse(bad).is_err(), "{bad}");
-        }
     }
 
     #[test]

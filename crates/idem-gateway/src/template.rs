@@ -9,8 +9,9 @@
 //! (`"status": {{status}}` is `"status": 409`). `{{` always opens a placeholder. The document is
 //! checked once, when it is parsed (at config load): it names no other placeholder, and is JSON
 //! with them filled in, whatever they hold. Rendering then cannot fail.
-
-use crate::problem::Problem;
+//!
+//! A template knows its placeholders, not idem's answers: [`crate::problem`] fills them in
+//! ([`Filling`]) for each answer it writes in this shape.
 
 /// Why a template cannot be used; the message leaves out where it came from.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -21,6 +22,21 @@ pub enum TemplateError {
     Unopened,
     #[error("names the placeholder {{{{{name}}}}}, which is not one of {list}", name = .0, list = placeholders())]
     Unknown(String),
+}
+
+/// What the placeholders are filled with: one of idem's answers, in words.
+#[derive(Debug, Clone, Copy)]
+pub struct Filling<'a> {
+    /// `{{type}}`: `urn:idem:problem:<kind>`.
+    pub type_uri: &'a str,
+    /// `{{kind}}`: `request-in-flight`.
+    pub kind: &'a str,
+    /// `{{title}}`: the status's reason, `Conflict`.
+    pub title: &'a str,
+    /// `{{detail}}`: what happened and what the client may do.
+    pub detail: &'a str,
+    /// `{{status}}`: `409`.
+    pub status: u16,
 }
 
 /// A parsed `errors_template`.
@@ -61,19 +77,26 @@ const FIELDS: [(&str, Field); 5] = [
 /// The longest text between `{{` and `}}` taken for a placeholder's name.
 const LONGEST_NAME: usize = 32;
 
+/// What a template is checked with when it is parsed. Whatever a text holds is escaped: if this
+/// makes JSON, every answer does.
+const SAMPLE: Filling<'static> = {
+    let text = "\"quoted\" \\ and\na line";
+    Filling { type_uri: text, kind: text, title: text, detail: text, status: 409 }
+};
+
 impl Field {
     fn named(name: &str) -> Result<Self, TemplateError> {
         let found = FIELDS.iter().find(|(known, _)| *known == name.trim());
         found.map(|(_, field)| *field).ok_or_else(|| TemplateError::Unknown(name.to_owned()))
     }
 
-    fn text(self, problem: Problem, detail: &str) -> String {
+    fn text(self, filling: &Filling) -> String {
         match self {
-            Self::Type => problem.type_uri(),
-            Self::Kind => problem.kind().to_owned(),
-            Self::Title => problem.title().to_owned(),
-            Self::Detail => detail.to_owned(),
-            Self::Status => problem.status().as_u16().to_string(),
+            Self::Type => filling.type_uri.to_owned(),
+            Self::Kind => filling.kind.to_owned(),
+            Self::Title => filling.title.to_owned(),
+            Self::Detail => filling.detail.to_owned(),
+            Self::Status => filling.status.to_string(),
         }
     }
 }
@@ -113,8 +136,7 @@ impl Template {
         }
         parts.push(Part::Literal(text[start..].to_owned()));
         let template = Self { name: origin.into(), parts };
-        // Whatever a detail holds is escaped: if this sample makes JSON, every answer does.
-        let sample = template.render(Problem::Held, "\"quoted\" \\ and\na line");
+        let sample = template.render(&SAMPLE);
         serde_json::from_str::<serde_json::Value>(&sample).map_err(|e| TemplateError::NotJson(e.to_string()))?;
         Ok(template)
     }
@@ -124,16 +146,16 @@ impl Template {
         &self.name
     }
 
-    /// The document for `problem` with `detail`.
-    pub fn render(&self, problem: Problem, detail: &str) -> String {
+    /// The document with its placeholders filled in.
+    pub fn render(&self, filling: &Filling) -> String {
         let mut out = String::new();
         for part in &self.parts {
             match part {
                 Part::Literal(text) => out.push_str(text),
-                Part::Value(Field::Status) => out.push_str(&problem.status().as_u16().to_string()),
-                Part::Value(field) => out.push_str(&quoted(&field.text(problem, detail))),
+                Part::Value(Field::Status) => out.push_str(&filling.status.to_string()),
+                Part::Value(field) => out.push_str(&quoted(&field.text(filling))),
                 Part::Text(field) => {
-                    let quoted = quoted(&field.text(problem, detail));
+                    let quoted = quoted(&field.text(filling));
                     // Without its quotes: it goes inside the template's string.
                     out.push_str(&quoted[1..quoted.len() - 1]);
                 }
@@ -154,9 +176,18 @@ mod tests {
 
     use super::*;
 
-    fn render(text: &str, problem: Problem, detail: &str) -> Value {
+    /// A 409 or a 504, as `crate::problem` fills them in.
+    fn answer(status: u16, detail: &str) -> Filling<'_> {
+        let (type_uri, kind, title) = match status {
+            409 => ("urn:idem:problem:request-in-flight", "request-in-flight", "Conflict"),
+            _ => ("urn:idem:problem:upstream-timeout", "upstream-timeout", "Gateway Timeout"),
+        };
+        Filling { type_uri, kind, title, detail, status }
+    }
+
+    fn render(text: &str, filling: Filling) -> Value {
         let template = Template::parse("t.json", text).expect("a template");
-        serde_json::from_str(&template.render(problem, detail)).expect("JSON")
+        serde_json::from_str(&template.render(&filling)).expect("JSON")
     }
 
     #[test]
@@ -172,19 +203,21 @@ mod tests {
             "line": "409 Conflict",
             "see": ["urn:idem:problem:request-in-flight"],
         }});
-        assert_eq!(render(text, Problem::Held, detail), expected);
+        assert_eq!(render(text, answer(409, detail)), expected);
     }
 
     #[test]
     fn an_escaped_quote_does_not_end_the_string() {
         let text = r#"{"said": "\"{{status}}\" \\", "n": [{{status}}], "k": "{{kind}}"}"#;
         let expected = json!({"said": "\"504\" \\", "n": [504], "k": "upstream-timeout"});
-        assert_eq!(render(text, Problem::UpstreamTimeout, ""), expected);
+        assert_eq!(render(text, answer(504, "")), expected);
     }
 
     #[test]
     fn a_template_without_placeholders_is_the_same_for_every_answer() {
-        assert_eq!(render(r#"{"error": "busy"}"#, Problem::KeyReused, "x"), json!({"error": "busy"}));
+        for filling in [answer(409, "x"), answer(504, "y")] {
+            assert_eq!(render(r#"{"error": "busy"}"#, filling), json!({"error": "busy"}));
+        }
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! unavailable, or its answer was lost after the write was sent), or a release that failed. Giving
 //! such a response up would run the key again once its lease ends; instead each is kept in memory,
 //! in a task of its own, and stored as soon as the store answers again, so that a retry gets it
-//! replayed (contract §10).
+//! replayed (docs/reference/api.md#gateway, "When the store fails as the upstream answers";
+//! docs/faults.md#what-gives-a-key-up).
 //!
 //! Who holds the key meanwhile: this node, under the lease it took. The task tries to store the
 //! response (or release the key) at once and then every 50 ms, backing off to 250 ms — no
@@ -34,21 +35,18 @@
 //! `abandoned`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use idem_core::ClaimId;
 use idem_core::gateway::Fingerprint;
 use idem_core::request::{LeaseToken, RequestState};
 use idem_metrics::gateway::UnstoredEnd;
-use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 
-use crate::engine::Engine;
 use crate::policy::RoutePolicy;
+use crate::state::{Engine, MAX_UNSTORED_TASKS};
 
-/// Tasks at most; far more than memory allows of responses (each at least a few hundred bytes).
-const MAX_TASKS: usize = 1 << 20;
 const FIRST_WAIT: Duration = Duration::from_millis(50);
 const LONGEST_WAIT: Duration = Duration::from_millis(250);
 /// How long past the lease's end (as this node knows it) the task still tries: as long as the
@@ -74,34 +72,6 @@ pub(crate) struct Pending {
     pub settle: Settle,
     /// This node still runs the key while the response waits for the store.
     pub _hold: Arc<crate::holding::Hold>,
-}
-
-/// The responses kept now: their bytes against the bound, and the tasks drain waits for.
-pub(crate) struct Unstored {
-    bytes: AtomicUsize,
-    limit: usize,
-    tasks: Arc<Semaphore>,
-    abandon: watch::Sender<bool>,
-}
-
-impl Unstored {
-    pub fn new(limit: usize) -> Self {
-        Self {
-            bytes: AtomicUsize::new(0),
-            limit,
-            tasks: Arc::new(Semaphore::new(MAX_TASKS)),
-            abandon: watch::Sender::new(false),
-        }
-    }
-
-    /// Takes `bytes` of the bound, if there is room.
-    fn reserve(&self, bytes: usize) -> bool {
-        self.bytes
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                used.checked_add(bytes).filter(|n| *n <= self.limit)
-            })
-            .is_ok()
-    }
 }
 
 fn count(route: &RoutePolicy, outcome: UnstoredEnd) {
@@ -224,19 +194,19 @@ impl Engine {
     /// Shutting down: waits up to `grace` for kept responses to be stored, then abandons the rest
     /// (their keys held until their leases end). Answers how many were abandoned.
     pub(crate) async fn drain_unstored(&self, grace: Duration) -> usize {
-        let all = Arc::clone(&self.unstored.tasks).acquire_many_owned(MAX_TASKS as u32);
+        let all = Arc::clone(&self.unstored.tasks).acquire_many_owned(MAX_UNSTORED_TASKS as u32);
         if tokio::time::timeout(grace, all).await.is_ok() {
             return 0;
         }
-        let left = MAX_TASKS - self.unstored.tasks.available_permits();
+        let left = MAX_UNSTORED_TASKS - self.unstored.tasks.available_permits();
         self.unstored.abandon.send_replace(true);
-        let all = Arc::clone(&self.unstored.tasks).acquire_many_owned(MAX_TASKS as u32);
+        let all = Arc::clone(&self.unstored.tasks).acquire_many_owned(MAX_UNSTORED_TASKS as u32);
         let _ = tokio::time::timeout(Duration::from_secs(1), all).await;
         left
     }
 
     /// Responses kept now for the store.
     pub fn unstored_responses(&self) -> usize {
-        MAX_TASKS - self.unstored.tasks.available_permits()
+        MAX_UNSTORED_TASKS - self.unstored.tasks.available_permits()
     }
 }

@@ -1,5 +1,5 @@
-//! Connections to PostgreSQL, and what a fault does to them (contract §10; docs/storage.md's
-//! "PostgreSQL with failover").
+//! Connections to PostgreSQL, and what a fault does to them (docs/faults.md's "The rules" and
+//! "Fault by fault"; docs/storage.md's "PostgreSQL with failover").
 //!
 //! - **Connecting** tries the URL's hosts, the one that last accepted writes first, then the others
 //!   in the URL's order. Each host gets `connect_timeout` for the whole of it (TCP, startup,

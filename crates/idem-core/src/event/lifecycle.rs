@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use crate::Timestamp;
-use crate::event::receipt::{AttemptRecord, Job, JobKind, ReceiptStatus};
+use crate::event::receipt::{AttemptRecord, Job, JobKind, ReceiptStatus, ResultWebhookState};
 use crate::event::retry::next_delay;
 
 /// What a source's config says about delivering its events.
@@ -44,37 +44,6 @@ impl DeliveryPolicy {
             JobKind::Delivery => &self.backoff,
             JobKind::Result => &self.result_backoff,
         }
-    }
-}
-
-/// The result webhook's state on a receipt; serialized as [`ResultWebhookState::as_str`] says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ResultWebhookState {
-    /// Queued, not attempted yet.
-    Pending,
-    /// An attempt failed; another is scheduled.
-    Retrying,
-    /// The result webhook answered 2xx.
-    Delivered,
-    /// Every attempt failed; the receipt keeps its own status.
-    Failed,
-}
-
-impl ResultWebhookState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "pending",
-            Self::Retrying => "retrying",
-            Self::Delivered => "delivered",
-            Self::Failed => "failed",
-        }
-    }
-
-    pub const ALL: [Self; 4] = [Self::Pending, Self::Retrying, Self::Delivered, Self::Failed];
-
-    pub fn parse(text: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|s| s.as_str() == text)
     }
 }
 

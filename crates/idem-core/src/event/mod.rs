@@ -8,12 +8,11 @@ pub mod signature;
 pub mod source;
 
 pub use lifecycle::{
-    Change, DeliveryPolicy, Discard, JobNext, Replay, ResultWebhookState, Transition, after_attempt, discard, replay,
-    retention_may_delete,
+    Change, DeliveryPolicy, Discard, JobNext, Replay, Transition, after_attempt, discard, replay, retention_may_delete,
 };
 pub use receipt::{
     Accept, AttemptRecord, Job, JobKind, NewEvent, QueueStats, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus,
-    ReplayBatch, ResultState,
+    ReplayBatch, ResultState, ResultWebhookState,
 };
 pub use retry::next_delay;
 pub use signature::{SignatureError, SigningSecret, SigningSecrets, sign, verify};

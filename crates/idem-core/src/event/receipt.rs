@@ -5,7 +5,6 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::event::lifecycle::ResultWebhookState;
 use crate::request::LeaseToken;
 use crate::{Invalid, Timestamp};
 
@@ -175,6 +174,37 @@ pub struct AttemptRecord {
     pub error: Option<String>,
     /// The first 1 KiB of the handler's answer.
     pub response: Option<String>,
+}
+
+/// The result webhook's state on a receipt; serialized as [`ResultWebhookState::as_str`] says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResultWebhookState {
+    /// Queued, not attempted yet.
+    Pending,
+    /// An attempt failed; another is scheduled.
+    Retrying,
+    /// The result webhook answered 2xx.
+    Delivered,
+    /// Every attempt failed; the receipt keeps its own status.
+    Failed,
+}
+
+impl ResultWebhookState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Retrying => "retrying",
+            Self::Delivered => "delivered",
+            Self::Failed => "failed",
+        }
+    }
+
+    pub const ALL: [Self; 4] = [Self::Pending, Self::Retrying, Self::Delivered, Self::Failed];
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.as_str() == text)
+    }
 }
 
 /// The result webhook's state on a receipt.

@@ -16,12 +16,11 @@ pub mod ring;
 
 use std::sync::Arc;
 
+use idem_core::gateway::PathPattern;
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 
 pub use jwks::{BoxError, JwksFuture, JwksSource, MAX_AGE, RETRY_AFTER_FAILURE, UNKNOWN_KID_REFRESH};
-
-use crate::policy::RoutePolicy;
 
 /// The claims of a token that verified.
 pub type Claims = serde_json::Map<String, serde_json::Value>;
@@ -245,8 +244,9 @@ impl JwtFailure {
         }
     }
 
-    pub(crate) fn count(self, route: &RoutePolicy) {
-        idem_metrics::gateway::jwt_failure(route.path.shared(), self);
+    /// Counts this failure on the route whose path is `route`.
+    pub(crate) fn count(self, route: &PathPattern) {
+        idem_metrics::gateway::jwt_failure(route.shared(), self);
     }
 }
 
