@@ -439,12 +439,12 @@ pub struct PageParams {
     /// 1 to 1000; default 100.
     #[param(nullable = false, minimum = 1, maximum = 1000)]
     pub limit: Option<usize>,
-    /// The `next` of the previous page.
+    /// The `next` of the previous page (`parts_…`); any other text is `400`.
     #[param(
         nullable = false,
-        min_length = 2,
-        max_length = 21_867,
-        pattern = "^(?:[A-Za-z0-9_-]{4})*(?:[A-Za-z0-9_-]{2,3})?$"
+        min_length = 8,
+        max_length = 21_873,
+        pattern = "^parts_(?:[A-Za-z0-9_-]{4})*(?:[A-Za-z0-9_-]{2,3})?$"
     )]
     pub after: Option<String>,
 }
@@ -452,9 +452,14 @@ pub struct PageParams {
 /// The longest cursor, decoded: 16 parts of 1 KiB, each with its separator.
 pub const MAX_CURSOR_BYTES: usize = Parts::MAX_PARTS * (Parts::MAX_PART_BYTES + 1);
 
-/// A page's cursor: the parts of its last claim, encoded, in unpadded base64url. Read back with
-/// any trailing bits, so that every text of the document's pattern (no length of 4n + 1) is a
-/// position in parts order.
+/// What every cursor begins with, so that a text that is no cursor (`after=garbage`, a receipt's
+/// cursor) is told so (`400`) rather than read as a position and answered with an empty page.
+pub const CURSOR_TAG: &str = "parts_";
+
+/// A page's cursor, after [`CURSOR_TAG`]: the parts of its last claim, encoded, in unpadded
+/// base64url. Read back with any trailing bits, so that every text of the document's pattern (no
+/// length of 4n + 1 after the tag) is a position in parts order: the pattern says exactly which
+/// texts are cursors.
 const CURSOR: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
     &base64::alphabet::URL_SAFE,
     base64::engine::GeneralPurposeConfig::new()
@@ -484,7 +489,7 @@ fn list_query(raw: Option<&str>, listing: bool) -> Result<ListQuery, Invalid> {
                 limit = Some(n.ok_or_else(|| Invalid::new("limit", format!("must be 1 to {MAX_PAGE}")))?);
             }
             "after" if listing => {
-                let bytes = CURSOR.decode(value.as_bytes()).ok();
+                let bytes = value.strip_prefix(CURSOR_TAG).and_then(|v| CURSOR.decode(v.as_bytes()).ok());
                 let bytes = bytes.filter(|b| !b.is_empty() && b.len() <= MAX_CURSOR_BYTES);
                 after = Some(bytes.ok_or_else(|| Invalid::new("after", "is not a cursor from this API"))?);
             }
@@ -541,7 +546,7 @@ pub async fn list(
     let more = found.len() > q.limit;
     found.truncate(q.limit);
     count_lookup(&path.ns, Lookup::List, found.len());
-    let next = more.then(|| found.last().map(|r| CURSOR.encode(r.parts.encode()))).flatten();
+    let next = more.then(|| found.last().map(|r| format!("{CURSOR_TAG}{}", CURSOR.encode(r.parts.encode())))).flatten();
     Ok(Json(ClaimPage { items: found.into_iter().map(Record::from).collect(), next }))
 }
 

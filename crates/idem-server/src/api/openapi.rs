@@ -298,7 +298,14 @@ mod tests {
             assert_eq!(prefix["items"]["maxLength"], Parts::MAX_PART_BYTES, "{method}");
         }
         let after = &doc["paths"]["/v1/claims/{ns}"]["get"]["parameters"][3]["schema"];
-        assert_eq!(after["maxLength"], (claim::MAX_CURSOR_BYTES * 4).div_ceil(3), "unpadded base64url");
+        let tag = claim::CURSOR_TAG;
+        assert_eq!(
+            after["maxLength"],
+            tag.len() + (claim::MAX_CURSOR_BYTES * 4).div_ceil(3),
+            "tag, unpadded base64url"
+        );
+        assert_eq!(after["minLength"], tag.len() + 2, "the tag and one byte");
+        assert!(after["pattern"].as_str().is_some_and(|p| p.starts_with(&format!("^{tag}("))), "{after}");
         assert_eq!(at("ClaimByKey", "ttl_seconds")["maximum"], claim::MAX_TTL_SECONDS);
         assert_eq!(at("BatchRequest", "items")["maxItems"], claim::MAX_ITEMS);
         assert_eq!(at("LookupRequest", "items")["maxItems"], claim::MAX_ITEMS);

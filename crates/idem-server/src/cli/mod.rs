@@ -1,9 +1,10 @@
 //! The command line: `idem serve` and `idem config check` ([`serve`]), `idem import` ([`import`]),
 //! `idem migrate`, `idem health` ([`health`]), and the client verbs `idem claims …` /
 //! `idem operations …` / `idem receipts …` ([`verbs`]) that talk to a running server through
-//! [`client`].
+//! [`client`]. `data_dir` refuses, in words, a data dir `idem serve` may not write.
 
 pub mod client;
+mod data_dir;
 pub mod health;
 pub mod import;
 pub mod secret;
@@ -307,6 +308,7 @@ pub enum ClaimsCommand {
     /// Delete a claim (exit 1 when absent), or with --prefix every claim whose parts begin so.
     Delete {
         namespace: String,
+        /// The claim id; or give --key / --part, or --prefix to delete every claim under a prefix.
         id: Option<String>,
         #[command(flatten)]
         key: KeyArgs,

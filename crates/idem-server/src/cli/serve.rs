@@ -96,6 +96,7 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), Failure> {
         tracing::warn!("{warning}");
     }
     config.check_exposure(args.insecure_no_auth).map_err(Failure::usage)?;
+    super::data_dir::check(&config)?;
     if let Err(warning) = config.check_transport() {
         tracing::warn!("{warning}");
     }

@@ -16,13 +16,22 @@ fn key_parts(key: KeyArgs) -> Result<Option<Parts>, Failure> {
     parts.map(Some).map_err(|e| Failure::usage(format!("invalid key: {e}")))
 }
 
-fn claim_id(id: Option<String>, key: KeyArgs) -> Result<ClaimId, Failure> {
+/// The record an id or the key flags name; `neither`: what to say when given none of them.
+fn claim_id(id: Option<String>, key: KeyArgs, neither: &str) -> Result<ClaimId, Failure> {
     match (id, key_parts(key)?) {
         (Some(id), None) => ClaimId::parse(&id).map_err(|e| Failure::usage(e.to_string())),
         (None, Some(parts)) => Ok(parts.id()),
-        _ => Err(Failure::usage("give either an id or --key/--part")),
+        (Some(_), Some(_)) => Err(Failure::usage("give either an id or --key/--part, not both")),
+        (None, None) => Err(Failure::usage(neither)),
     }
 }
+
+/// What `get` and `operations` say when given no record.
+const GIVE_ONE: &str = "give either an id or --key/--part";
+
+/// What `idem claims delete NS` says when given no claim: the prefix form too.
+const GIVE_DELETE: &str = "give the claim to delete: its id, or --key KEY, or --part PART (repeated, in order); \
+                           or --prefix PART (repeated, in order) to delete every live claim whose parts begin so";
 
 fn check_namespace(ns: &str) -> Result<(), Failure> {
     Namespace::new(ns).map(drop).map_err(|e| Failure::usage(e.to_string()))
@@ -42,7 +51,7 @@ pub(super) async fn claims(command: ClaimsCommand) -> Result<(), Failure> {
         }
         ClaimsCommand::Get { namespace, id, key, client } => {
             check_namespace(&namespace)?;
-            let id = claim_id(id, key)?;
+            let id = claim_id(id, key, GIVE_ONE)?;
             send(&connect(&client)?, Method::GET, &format!("/v1/claims/{namespace}/{id}"), None).await?
         }
         ClaimsCommand::Delete { namespace, prefix, client, .. } if !prefix.is_empty() => {
@@ -51,7 +60,7 @@ pub(super) async fn claims(command: ClaimsCommand) -> Result<(), Failure> {
         }
         ClaimsCommand::Delete { namespace, id, key, client, .. } => {
             check_namespace(&namespace)?;
-            let id = claim_id(id, key)?;
+            let id = claim_id(id, key, GIVE_DELETE)?;
             send(&connect(&client)?, Method::DELETE, &format!("/v1/claims/{namespace}/{id}"), None).await?
         }
         ClaimsCommand::List { namespace, prefix, limit, client } => {
@@ -119,7 +128,7 @@ pub(super) async fn operations(command: OperationsCommand) -> Result<(), Failure
         OperationsCommand::Delete { namespace, id, key, client } => (Method::DELETE, namespace, id, key, client),
     };
     check_namespace(&namespace)?;
-    let id = claim_id(id, key)?;
+    let id = claim_id(id, key, GIVE_ONE)?;
     let reply = send(&connect(&client)?, method, &format!("/v1/operations/{namespace}/{id}"), None).await?;
     if !reply.body.is_empty() {
         println!("{}", serde_json::to_string_pretty(&reply.json()).unwrap_or_default());

@@ -148,10 +148,12 @@ fn unknown_field(message: &str) -> Option<&str> {
     message.strip_prefix("unknown field `")?.split('`').next()
 }
 
-/// `unknown field `max_attempt`, expected one of `name`, …`, with "did you mean `max_attempts`?"
-/// when one of the expected names is close to it.
+/// `unknown field `max_attempt`, expected one of `name`, …` (or `unknown variant …` for a value
+/// such as `format = "jsno"`), with "did you mean `max_attempts`?" when one of the expected names
+/// is close to it (a swap of two neighbouring letters counts as one edit).
 fn with_suggestion(message: &str) -> String {
-    let Some(unknown) = unknown_field(message) else { return message.to_owned() };
+    let variant = message.strip_prefix("unknown variant `").and_then(|rest| rest.split('`').next());
+    let Some(unknown) = unknown_field(message).or(variant) else { return message.to_owned() };
     let Some((_, expected)) = message.split_once("expected") else { return message.to_owned() };
     let names = expected.split('`').skip(1).step_by(2);
     let close = names
@@ -255,6 +257,21 @@ mod tests {
             found[..5].iter().all(|e| !e.contains("missing field `signing_secret`")),
             "a wrong value is not also missing"
         );
+    }
+
+    #[test]
+    fn a_mistyped_key_or_value_is_told_the_name_it_is_close_to() {
+        let found = errors(
+            "[gateway]\nlisten = \"127.0.0.1:8080\"\nupstream = \"http://127.0.0.1:3000\"\n\
+             [[gateway.routes]]\npath = \"/charges\"\nscpoe = [\"header:X\"]\n[log]\nformat = \"jsno\"\n",
+        );
+        assert!(
+            found[0].contains("`gateway.routes[0].scpoe`") && found[0].ends_with("Did you mean `scope`?"),
+            "{found:#?}"
+        );
+        assert!(found[1].contains("`log.format`") && found[1].ends_with("Did you mean `json`?"), "{found:#?}");
+        let far = errors("[log]\nzzzzzz = 1\n");
+        assert!(!far[0].contains("Did you mean"), "nothing close, nothing said: {far:#?}");
     }
 
     #[test]

@@ -65,20 +65,25 @@ fn not_config(name: &str, first: &str) -> String {
     )
 }
 
-/// Levenshtein distance, for typo hints between short names.
+/// Edit distance counting a swap of two neighbouring letters as one edit (optimal string
+/// alignment), for typo hints between short names: `scpoe` is one edit from `scope`.
 pub(super) fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut previous = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let substituted = previous + usize::from(ca != *cb);
-            previous = row[j + 1];
-            row[j + 1] = substituted.min(row[j] + 1).min(row[j + 1] + 1);
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    // Three rows: the one before the previous (for swaps), the previous, the current.
+    let mut before: Vec<usize> = Vec::new();
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for i in 1..=a.len() {
+        let mut row = vec![i; b.len() + 1];
+        for j in 1..=b.len() {
+            let substituted = previous[j - 1] + usize::from(a[i - 1] != b[j - 1]);
+            row[j] = substituted.min(previous[j] + 1).min(row[j - 1] + 1);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                row[j] = row[j].min(before[j - 2] + 1);
+            }
         }
+        before = std::mem::replace(&mut previous, row);
     }
-    row[b.len()]
+    previous[b.len()]
 }
 
 /// An env value is read as a TOML value when it is one (`500`, `true`, `["a","b"]`), else as a
@@ -109,6 +114,10 @@ mod tests {
     #[test]
     fn typos_are_close_and_others_are_not() {
         assert_eq!(edit_distance("listn", "listen"), 1);
+        assert_eq!(edit_distance("scpoe", "scope"), 1, "a swap of neighbours is one edit");
+        assert_eq!(edit_distance("", "log"), 3);
+        assert_eq!(edit_distance("ttl", ""), 3);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
         assert_eq!(edit_distance("signing_secret", "sources"), edit_distance("sources", "signing_secret"));
         assert!(not_config("IDEM_LOGS", "logs").contains("Did you mean IDEM_LOG?"));
         assert!(!not_config("IDEM_SIGNING_SECRET", "signing_secret").contains("Did you mean"));

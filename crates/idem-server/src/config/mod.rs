@@ -2,7 +2,8 @@
 //! environment variables (`__` for nesting), then command-line flags. Every value is parsed into
 //! the type the code uses as it is read (durations, URLs, secrets, event-id rules, route
 //! policies), and checked once, at load: an unknown key or a bad value is an error that names it
-//! (every one at once: [`collect`]), and nothing downstream can fail on config. Which `IDEM_`
+//! (every one at once: [`collect`]; a file that is not valid TOML is read past its bad lines:
+//! [`syntax`]), and nothing downstream can fail on config. Which `IDEM_`
 //! variables are config is [`env`]'s rule. Secrets never appear in `Debug` or in
 //! `idem config check`. Loading has no side effects.
 
@@ -15,6 +16,7 @@ mod identity;
 mod jwt;
 mod locate;
 mod source;
+mod syntax;
 mod value;
 
 use std::collections::BTreeMap;
@@ -380,21 +382,15 @@ impl Config {
             env: env.clone(),
             overrides: overrides.clone(),
         })));
-        let text = match file {
-            Some(path) => Some(
-                std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?,
-            ),
-            None => None,
-        };
-        let mut tree = match (file, &text) {
-            (Some(path), Some(text)) => parse_file(path, text)?,
-            _ => toml::Table::new(),
+        let FileLayer { mut tree, text, mistakes: mut errors, skipped } = match file {
+            Some(path) => read_file(path)?,
+            None => FileLayer::default(),
         };
         let mut warnings = env::apply(&mut tree, env)?;
         apply_overrides(&mut tree, overrides)?;
         warnings.extend(old_store_name(&tree));
         let read = collect::read(tree, plain);
-        let mut errors = read.errors;
+        errors.extend(read.errors.into_iter().filter(|e| !left_out(e, &skipped)));
         if let Some(config) = &read.config {
             // Values that stood in for missing ones, or moved, are not the file's: not judged.
             let sure = |e: &ConfigError| match e {
@@ -403,8 +399,8 @@ impl Config {
             };
             errors.extend(config.validate(errors.is_empty()).into_iter().filter(sure));
         }
-        if let (Some(path), Some(text)) = (file, &text) {
-            errors = errors.into_iter().map(|e| e.placed(path, text)).collect();
+        if let Some(path) = file {
+            errors = errors.into_iter().map(|e| e.placed(path, &text)).collect();
         }
         match (ConfigError::gather(errors), read.config) {
             (None, Some(config)) => {
@@ -521,7 +517,9 @@ impl Config {
         }
         Err(format!(
             "refusing to listen on {} with no [auth] tokens: anyone who can reach it could claim and delete keys. \
-             Set [auth] tokens, listen on a loopback address, or pass --insecure-no-auth",
+             Set [auth] tokens in the config file or the environment variable IDEM_AUTH__TOKENS='[\"…\"]' (a \
+             list of admin tokens; `idem token new` makes one), listen on a loopback address, or pass \
+             --insecure-no-auth",
             self.listen
         ))
     }
@@ -573,19 +571,34 @@ fn plain(message: &str) -> String {
     .fold(message.to_owned(), |m, (rust, plain)| m.replace(rust, plain))
 }
 
-fn parse_file(path: &Path, text: &str) -> Result<toml::Table, ConfigError> {
-    text.parse::<toml::Table>()
-        .map_err(|e| ConfigError::Syntax { path: path.to_owned(), message: syntax_message(text, &e) })
+/// The config file's layer: its tree, read past its syntax mistakes ([`syntax`]), and the text as
+/// read (where each key's place is looked up).
+#[derive(Default)]
+struct FileLayer {
+    tree: toml::Table,
+    text: String,
+    /// Its syntax mistakes, each one error.
+    mistakes: Vec<ConfigError>,
+    /// Keys of the lines left out for a syntax mistake.
+    skipped: Vec<String>,
 }
 
-/// Where the TOML is wrong and what is wrong, without quoting the line: it may hold a token.
-fn syntax_message(text: &str, error: &toml::de::Error) -> String {
-    let what = error.message().trim_end();
-    let Some(span) = error.span() else { return what.to_owned() };
-    let before = &text[..span.start.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    format!("line {line}, column {column}: {what}")
+/// Reads the file; an error when it cannot be read, or not past a syntax mistake.
+fn read_file(path: &Path) -> Result<FileLayer, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+    let read = syntax::read(&text);
+    let syntax_error = |message| ConfigError::Syntax { path: path.to_owned(), message };
+    let mistakes: Vec<ConfigError> = read.mistakes.into_iter().map(syntax_error).collect();
+    match read.tree {
+        Some(tree) => Ok(FileLayer { tree, text: read.text, mistakes, skipped: read.skipped }),
+        None => Err(ConfigError::gather(mistakes).expect("a file that does not read has a syntax mistake")),
+    }
+}
+
+/// A field missing only because its line was left out for a syntax mistake: already told.
+fn left_out(error: &ConfigError, skipped: &[String]) -> bool {
+    let ConfigError::Key { message, .. } = error else { return false };
+    skipped.iter().any(|key| message.starts_with(&format!("missing field `{key}`")))
 }
 
 fn apply_overrides(tree: &mut toml::Table, o: &Overrides) -> Result<(), ConfigError> {

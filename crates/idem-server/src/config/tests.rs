@@ -13,11 +13,36 @@ fn load(toml: &str, env: &[(&str, &str)], o: &Overrides) -> Result<Config, Confi
 }
 
 #[test]
-fn a_toml_mistake_says_where_without_quoting_the_line() {
+fn a_toml_mistake_says_where_without_quoting_a_secrets_line() {
     let text = "[[auth.token]]\nname = \"partner\"\ntoken = \"s3cret-never-shown\nsha256 = 1\n";
     let e = load(text, &[], &Overrides::default()).expect_err("unterminated string").to_string();
     assert!(e.contains("idem.toml is not valid TOML: line 3, column"), "{e}");
-    assert!(!e.contains("s3cret"), "{e}");
+    assert!(!e.contains("s3cret") && e.contains("`token` holds a secret)\n    3 | token = …\n"), "{e}");
+}
+
+#[test]
+fn a_syntax_mistake_is_shown_in_words_and_hides_no_other_mistake() {
+    let text = "[log]\nlevel = info\n[limits]\nmax_body_byte = 5\n";
+    let e = load(text, &[], &Overrides::default()).expect_err("two mistakes").to_string();
+    assert!(e.starts_with("2 mistakes in the config:\n"), "{e}");
+    for part in [
+        "idem.toml is not valid TOML: line 2, column 9: a bare word where a value is expected: \
+         strings need quotes: level = \"info\"",
+        "\n    2 | level = info\n      |         ^\n",
+        "checked with line 2 left out",
+        "`limits.max_body_byte` (idem.toml line 4, column 1): unknown field",
+        "Did you mean `max_body_bytes`?",
+    ] {
+        assert!(e.contains(part), "{part} in:\n{e}");
+    }
+    assert!(!e.contains("invalid float"), "not the parser's words: {e}");
+    let alone = load("[log]\nlevel = info\n", &[], &Overrides::default()).expect_err("still a mistake").to_string();
+    assert!(alone.starts_with("config file ") && alone.contains("line 2, column 9"), "{alone}");
+    let source = "[[sources]]\nname = \"p\"\nhandler_url = http://127.0.0.1:9/h\nevent_id = \"/id\"\n\
+                  signing_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n";
+    let e = load(source, &[], &Overrides::default()).expect_err("a bare URL").to_string();
+    assert!(e.contains("handler_url = \"http://127.0.0.1:9/h\""), "{e}");
+    assert!(!e.contains("missing field"), "a key left out for its syntax is not missing too: {e}");
 }
 
 #[test]
@@ -275,6 +300,10 @@ fn mistakes_are_explained_in_plain_words() {
     );
     let public = load("listen = \"0.0.0.0:7070\"\n", &[], &Overrides::default()).expect("load");
     assert!(public.check_exposure(false).is_err_and(|e| e.contains("--insecure-no-auth")));
+    assert!(
+        public.check_exposure(false).is_err_and(|e| e.contains("[auth] tokens") && e.contains("IDEM_AUTH__TOKENS")),
+        "the file's key and the environment variable the container docs use"
+    );
     assert!(public.check_exposure(true).is_ok());
 }
 

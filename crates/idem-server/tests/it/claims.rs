@@ -303,3 +303,39 @@ async fn a_prefix_is_listed_page_by_page_and_deleted() {
     let again = s.post("/v1/claims/survey", json!({"parts": ["scenario-1", "user-03", "node-1"]}), 201).await;
     assert_eq!(again["claimed"], true, "a deleted answer can be given again");
 }
+
+/// A cursor that this API did not give (`after=garbage`, one cut short of its tag, a receipt's) is
+/// `400` naming the parameter, not an empty page that reads as "no more claims"; every text of the
+/// documented pattern is still a position.
+#[tokio::test]
+async fn a_cursor_not_from_this_api_is_refused_naming_it() {
+    let s = TestServer::start().await;
+    let items: Vec<_> = (0..3).map(|u| json!({"parts": ["scenario-1", format!("user-{u}")]})).collect();
+    s.post("/v1/claims/survey/batch", json!({"items": items}), 200).await;
+    let first = s.expect(Method::GET, "/v1/claims/survey?prefix=scenario-1&limit=1", None, 200).await;
+    let next = first["next"].as_str().expect("a next page").to_owned();
+    assert!(next.starts_with("parts_"), "{next}");
+    let untagged = next.trim_start_matches("parts_");
+    let receipt = "rcpt_0123456789abcdef0123456789abcdef0123";
+    for bad in ["garbage", untagged, receipt, "parts_", "parts_a", "parts_%2A%2A"] {
+        let path = format!("/v1/claims/survey?prefix=scenario-1&after={bad}");
+        let reply = s.client.send(Method::GET, &path, None).await.expect("list");
+        let problem = crate::support::assert_problem(&reply, 400, bad);
+        assert_eq!(problem["type"], "urn:idem:problem:invalid-request", "{bad}: {problem}");
+        assert_eq!(problem["field"], "after", "{bad}: {problem}");
+        assert!(problem["detail"].as_str().is_some_and(|d| d.contains("not a cursor from this API")), "{problem}");
+    }
+    let rest = s.expect(Method::GET, &format!("/v1/claims/survey?prefix=scenario-1&after={next}"), None, 200).await;
+    assert_eq!(rest["items"].as_array().map(Vec::len), Some(2), "a cursor it gave still pages: {rest}");
+    let anywhere = s.expect(Method::GET, "/v1/claims/survey?prefix=scenario-1&after=parts_garbage", None, 200).await;
+    assert_eq!(anywhere["items"], json!([]), "a text of the pattern is a position (past every claim here)");
+    let reply = s.client.send(Method::GET, "/v1/receipts?cursor=garbage", None).await.expect("receipts");
+    let problem = crate::support::assert_problem(&reply, 400, "a receipts cursor");
+    assert_eq!(
+        (problem["type"].as_str(), problem["field"].as_str()),
+        (Some("urn:idem:problem:invalid-request"), Some("cursor"))
+    );
+    let all = s.expect(Method::GET, "/v1/claims/survey?prefix=scenario-1", None, 200).await;
+    assert_eq!(all["items"].as_array().map(Vec::len), Some(3), "nothing changed");
+    s.stop().await;
+}

@@ -87,6 +87,50 @@ fn config_check_refuses_what_serve_would_and_names_the_field() {
     assert_eq!(check("listen = \"localhost:7171\"\n").0, 0, "localhost works");
 }
 
+/// A new team's first config: an unquoted string and a mistyped key. The syntax mistake is told in
+/// words with its line, and does not hide the other mistake.
+#[test]
+fn config_check_explains_a_syntax_mistake_and_still_checks_the_rest() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("idem.toml");
+    let gateway = "[gateway]\nlisten = \"127.0.0.1:8080\"\nupstream = \"http://127.0.0.1:3000\"\n";
+    let text =
+        format!("[log]\nlevel = info\n\n{gateway}[[gateway.routes]]\npath = \"/charges\"\nscpoe = [\"header:X\"]\n");
+    std::fs::write(&file, text).expect("write");
+    let (code, stdout, stderr) = run(&["config", "check", "--config", file.to_str().expect("utf-8")], &[]);
+    assert_eq!(code, 2, "a config mistake: {stderr}");
+    assert!(stdout.is_empty(), "no config printed: {stdout}");
+    for part in [
+        "idem: 2 mistakes in the config:",
+        "is not valid TOML: line 2, column 9: a bare word where a value is expected: strings need quotes: level = \"info\"",
+        "    2 | level = info\n",
+        "The rest of the file was checked with line 2 left out.",
+        "`gateway.routes[0].scpoe` (idem.toml line 9, column 1)",
+        "Did you mean `scope`?",
+    ] {
+        assert!(stderr.contains(part), "{part:?} in:\n{stderr}");
+    }
+    std::fs::write(&file, "[log\nlevel = \"info\"\n").expect("write");
+    let (code, _, stderr) = run(&["config", "check", "--config", file.to_str().expect("utf-8")], &[]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("line 1, column") && stderr.contains("was not checked"), "{stderr}");
+}
+
+/// `idem claims delete NS` with nothing to delete says every way to name what: one claim, or a
+/// prefix. A usage mistake (exit 2), found before any server is asked.
+#[test]
+fn claims_delete_without_a_claim_names_the_prefix_form() {
+    let (code, _, stderr) = run(&["claims", "delete", "survey", "--server", "http://127.0.0.1:9"], &[]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--key") && stderr.contains("--prefix PART"), "{stderr}");
+    let (code, stdout, _) = run(&["claims", "delete", "--help"], &[]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("--prefix"), "{stdout}");
+    let (code, _, stderr) = run(&["claims", "get", "survey", "--server", "http://127.0.0.1:9"], &[]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("give either an id or --key/--part") && !stderr.contains("--prefix"), "{stderr}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_put_get_delete() {
     let s = TestServer::start().await;

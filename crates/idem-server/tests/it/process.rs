@@ -8,7 +8,7 @@ use http::Method;
 use idem_server::cli::client::ApiClient;
 use serde_json::json;
 
-use crate::support::binary::{Idem, free_port, run};
+use crate::support::binary::{BIN, Idem, free_port, run};
 
 /// Writers claim unique keys as fast as they can; idem is killed with SIGKILL mid-stream. After a
 /// restart on the same data dir, every key that was answered 201 is there.
@@ -171,6 +171,59 @@ fn a_public_address_without_tokens_is_refused() {
     assert_eq!(code, 2);
     assert!(stderr.contains("refusing to listen on 0.0.0.0:0 with no [auth] tokens"), "{stderr}");
     assert!(stderr.contains("--insecure-no-auth"), "says how to proceed: {stderr}");
+    assert!(stderr.contains("IDEM_AUTH__TOKENS"), "and the variable a container sets: {stderr}");
+}
+
+/// A data dir idem may not write (a volume left to root, idem running as another user) is refused
+/// at start, naming the user idem runs as and the fixes. As root, idem runs as `nobody` through
+/// `setpriv` (util-linux), and also meets a directory given to it whose `idem.db` was not; as
+/// anyone else, a directory of mode 0555.
+#[test]
+fn a_data_dir_idem_may_not_write_is_refused_naming_the_user_and_the_fixes() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("temp dir");
+    // Another user may reach the data dir (but not write it).
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).expect("data dir");
+    let data_dir = data.to_str().expect("utf-8 path");
+    let root = rustix::process::geteuid().is_root();
+    if root && std::process::Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("skipped: root, and no setpriv to run idem as another user");
+        return;
+    }
+    let serve = || {
+        let args = ["serve", "--listen", "127.0.0.1:0", "--data-dir", data_dir];
+        let output = match root {
+            true => std::process::Command::new("setpriv")
+                .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN])
+                .args(args)
+                .output(),
+            false => std::process::Command::new(BIN).args(args).output(),
+        };
+        let output = output.expect("run idem");
+        (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
+    };
+    if !root {
+        std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o555)).expect("chmod");
+    }
+    let (code, stderr) = serve();
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains(&format!("cannot use data dir {data_dir}: Permission denied")), "{stderr}");
+    let uid = if root { "65534".to_owned() } else { rustix::process::geteuid().as_raw().to_string() };
+    for part in [format!("idem runs as uid {uid}"), format!("`chown -R {uid}:"), ":U`".into(), "fsGroup".into()] {
+        assert!(stderr.contains(&part), "{part} in: {stderr}");
+    }
+    assert!(!stderr.contains("idem listening"), "{stderr}");
+    if root {
+        // `chown` without `-R`: the directory is idem's, the file left in it by root is not.
+        std::os::unix::fs::chown(&data, Some(65534), Some(65534)).expect("chown");
+        std::fs::write(data.join("idem.db"), "").expect("a file of root's");
+        let (code, stderr) = serve();
+        assert_eq!(code, Some(1), "{stderr}");
+        let db = format!("cannot use data dir {data_dir}: {data_dir}/idem.db: Permission denied");
+        assert!(stderr.contains(&db) && stderr.contains("`chown -R 65534:65534"), "{stderr}");
+    }
 }
 
 #[test]
