@@ -1,6 +1,7 @@
 //! Before the store answers: `idem serve` on a PostgreSQL that is not up yet (a database started
 //! after idem, as compose and Kubernetes start them, or one restarting) does not exit, which would
-//! make a crash loop of it. The API listener answers at once: `/healthz` `200` (the process is up),
+//! make a crash loop of it. When the first try to open the store cannot reach the database, the API
+//! listener is bound and answers: `/healthz` `200` (the process is up),
 //! `/readyz` and everything else `503` `store-unavailable` with `Retry-After`, while idem tries the
 //! database again (every second, then up to every five); once the store opens, idem starts in full
 //! on the same sockets. Without a TLS certificate that loads, or with a URL that does not parse,

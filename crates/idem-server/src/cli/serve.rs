@@ -100,15 +100,32 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), Failure> {
     if let Err(warning) = config.check_transport() {
         tracing::warn!("{warning}");
     }
-    let listeners = Listeners::bind(&config).await.map_err(|e| Failure::runtime(e.to_string()))?;
-    // A database not up yet is waited for, answering health checks meanwhile (crate::starting).
-    let opening = crate::starting::retrying(async || try_open_store(&config).await);
-    let opened = tokio::select! {
-        opened = crate::starting::serve_until(&config, &listeners, opening) => opened,
-        () = shutdown_signal() => return Ok(()),
+    // The store first, so that whoever finds the port open finds idem whole; a database not up
+    // yet is waited for, answering health checks meanwhile (crate::starting).
+    let first = match try_open_store(&config).await {
+        Err(Attempt::Fail(failure)) => return Err(failure),
+        other => other,
     };
-    let (store, clock) = opened.map_err(|e| Failure::runtime(e.to_string()))??;
+    let listeners = Listeners::bind(&config).await.map_err(|e| Failure::runtime(e.to_string()))?;
+    let (store, clock) = match first {
+        Ok(opened) => opened,
+        Err(_) => match wait_for_store(&config, &listeners).await? {
+            Some(opened) => opened,
+            None => return Ok(()),
+        },
+    };
     crate::run(config, store, clock, listeners, shutdown_signal()).await.map_err(|e| Failure::runtime(e.to_string()))
+}
+
+/// Tries the store until it opens, answering health checks on `listeners` meanwhile; `None`: told
+/// to stop first.
+async fn wait_for_store(config: &Config, listeners: &Listeners) -> Result<Option<(Stores, Arc<dyn Clock>)>, Failure> {
+    let opening = crate::starting::retrying(async || try_open_store(config).await);
+    let opened = tokio::select! {
+        opened = crate::starting::serve_until(config, listeners, opening) => opened,
+        () = shutdown_signal() => return Ok(None),
+    };
+    opened.map_err(|e| Failure::runtime(e.to_string()))?.map(Some)
 }
 
 /// Resolves on SIGINT or SIGTERM.
