@@ -1,5 +1,5 @@
 //! Group commit for single claims: concurrent claims wait in a queue, and a dispatcher sends
-//! whatever has gathered as one pipelined transaction per namespace, so that many requests share a
+//! whatever has gathered as one statement per namespace (claim.rs), so that many requests share a
 //! round trip and a commit. A batch that already holds many claims goes straight to the database.
 //!
 //! Time limits: a claim waits at most `call_timeout` for its answer. One whose time has passed
