@@ -136,6 +136,27 @@ def reset():
     return cluster_counters(), table_counters()
 
 
+def wal_lsn():
+    return sql(CONTROL, "SELECT pg_current_wal_insert_lsn()")[0][0]
+
+
+WALDUMP = os.environ.get("PGCOST_WALDUMP", "").split()
+
+
+def wal_by_record(start, end):
+    """pg_waldump's statistics between two LSNs: [(record type, count, bytes incl. full-page
+    images)], the largest first (the nodes' background included: it is counted, not taken off)."""
+    if not WALDUMP:
+        return []
+    out = subprocess.run(WALDUMP + ["--stats=record", "-s", start, "-e", end], capture_output=True, text=True).stdout
+    found = []
+    for line in out.splitlines():
+        m = re.match(r"^(\S+/\S+(?: \S+)?)\s+(\d+)\s+\(\s*[\d.]+\)\s+\d+\s+\(\s*[\d.]+\)\s+\d+\s+\(\s*[\d.]+\)\s+(\d+)", line)
+        if m:
+            found.append((m.group(1), int(m.group(2)), int(m.group(3))))
+    return sorted(found, key=lambda f: -f[2])
+
+
 COUNTS = ["statements", "txn_control", "commits", "rollbacks", "wal_bytes", "wal_records", "wal_fpi",
           "fsyncs", "wal_writes", "rows", "ins", "upd", "del", "hot"]
 # What the nodes do per second with nothing asked of them (delivery polling, gauges, the clock's
@@ -151,12 +172,14 @@ def measure(label, ops, work, per_second=False):
     sql(IDEMDB, "VACUUM (ANALYZE)")  # each kind from a vacuumed, analyzed database (autovacuum is off)
     settle(1.2)
     before, tables_before = reset()
+    lsn_before = wal_lsn() if WALDUMP else None
     started = time.monotonic()
     work()
     elapsed = time.monotonic() - started
     settle(SETTLE)
     after = cluster_counters()
     window = time.monotonic() - started
+    records = wal_by_record(lsn_before, wal_lsn()) if WALDUMP else []
     stmts = statements()
     tables_after = table_counters()
     d = {k: after[k] - before[k] for k in after}
@@ -178,7 +201,7 @@ def measure(label, ops, work, per_second=False):
         for k in COUNTS:
             r[k] -= BACKGROUND.get(k, 0) * window
         top = [(q, c, c - BACKGROUND.get(("q", q), 0) * window, n, w) for q, c, n, w in stmts]
-    r.update({"label": label, "ops": ops, "seconds": elapsed, "window": window,
+    r.update({"records": records, "label": label, "ops": ops, "seconds": elapsed, "window": window,
               "top": sorted(top, key=lambda s: (-s[2], s[0]))})
     print(f"  {label}: {ops:.0f} in {elapsed:.1f} s (counted over {window:.1f} s)", file=sys.stderr, flush=True)
     return r
@@ -439,6 +462,11 @@ def print_table(rows, verbose):
               f"{fmt(r['wal_writes'] / ops)}; rows inserted {fmt(r['ins'] / ops)}, updated {fmt(r['upd'] / ops)} "
               f"(HOT {r['hot']:.0f}), deleted {fmt(r['del'] / ops)}")
         print()
+        if r["records"]:
+            print("WAL by record type (pg_waldump; per operation): " + ", ".join(
+                f"{name} {fmt(count / ops)} × = {fmt(size / ops, 0)} B" for name, count, size in r["records"][:8]
+                if size / ops >= 1))
+            print()
         top = [t for t in r["top"][:10] if t[2] / ops >= 0.0005]
         if not top:
             print("No statements beyond the idle background.")

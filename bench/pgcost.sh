@@ -8,9 +8,9 @@
 #
 # N operations of each kind (default 20000) over CLIENTS kept-alive connections (default 32).
 # NODES=2 starts a second idem node, and gateway replays are also sent to the node that did not
-# execute them. VERBOSE=1 adds each kind's top statements from pg_stat_statements. ONLY=claim,batch
-# runs some kinds only (idle, claim, batch, gateway, operation, events, floor). IDEM=path runs that
-# binary instead of building this tree's; KEEP=1 keeps the nodes' logs; PGCOST_SETTLE=11 is how
+# execute them. VERBOSE=1 adds each kind's top statements from pg_stat_statements and its WAL by
+# record type (pg_waldump --stats=record). ONLY=claim,batch runs some kinds only (idle, claim,
+# batch, gateway, operation, events, floor). IDEM=path runs that binary instead of building this tree's; KEEP=1 keeps the nodes' logs; PGCOST_SETTLE=11 is how
 # long each kind waits for PostgreSQL's counters (docs/performance.md says why 11 s).
 #
 # The cluster (`pg_createcluster 15 pgcost_<pid>` on a free port in 5480–5499; the machine's own
@@ -119,7 +119,8 @@ $CLIENTS clients, $NODES node(s); $(date -u +'%F %H:%M UTC'); commit $COMMIT; $(
 echo "counting, $N operations per kind, on cluster 15/$CLUSTER (port $PGPORT)" >&2
 PGCOST_PSQL="$PSQL" PGCOST_CONTROL=postgres PGCOST_IDEMDB=idem PGCOST_ROLE=idem \
 PGCOST_N="$N" PGCOST_CLIENTS="$CLIENTS" PGCOST_API="${API[*]}" PGCOST_GATEWAY="${GW[*]}" \
-PGCOST_HANDLER="$HANDLER" PGCOST_PGBENCH=1 PGCOST_TMP="$TMP" PGCOST_HEADER="$HEADER" \
+PGCOST_HANDLER="$HANDLER" PGCOST_PGBENCH=1 \
+PGCOST_WALDUMP="${VERBOSE:+runuser -u postgres -- /usr/lib/postgresql/15/bin/pg_waldump -p /var/lib/postgresql/15/$CLUSTER/pg_wal}" PGCOST_TMP="$TMP" PGCOST_HEADER="$HEADER" \
 PGCOST_IDEM_DSN="host=127.0.0.1 port=$PGPORT user=idem dbname=idem" PGPASSWORD="$PW" \
   python3 bench/pgcost.py run
 echo

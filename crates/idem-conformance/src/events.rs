@@ -306,6 +306,46 @@ pub async fn race_of_100_intakes_of_one_event_accepts_once<S: EventStore + ?Size
     assert_eq!(h.store.lease_jobs(1000, LEASE, &[]).await.expect("lease").len(), 1, "one job queued");
 }
 
+/// One receipt in each status, among many completed ones: each status's filter lists and counts
+/// exactly its own (PostgreSQL finds each status a different way: `event.rs`'s `filter_sql`).
+pub async fn each_status_filter_finds_exactly_its_receipts<S: EventStore + ?Sized>(h: &Harness<S>) {
+    accept_many(h, "partner", 30).await;
+    finish_all(h, ReceiptStatus::Completed).await;
+    let dead = dead_letters(h, "partner", 2).await;
+    assert_eq!(h.store.discard_receipt(&dead[0]).await.expect("discard"), Some(ReceiptStatus::Dead));
+    let retrying = accepted(h, event("partner", "retrying", "{}")).await;
+    let job = lease_one(h).await;
+    let later = Some(h.clock.now().plus(Duration::from_secs(60)));
+    assert!(
+        h.store.finish_job(&job, delivered(attempt(1, 500), ReceiptStatus::Retrying, later)).await.expect("finish")
+    );
+    let processing = accepted(h, event("partner", "processing", "{}")).await;
+    assert_eq!(lease_one(h).await.receipt_id, processing);
+    let waiting = accepted(h, event("partner", "waiting", "{}")).await;
+    let expected = [
+        (ReceiptStatus::Accepted, vec![waiting]),
+        (ReceiptStatus::Processing, vec![processing]),
+        (ReceiptStatus::Retrying, vec![retrying]),
+        (ReceiptStatus::Dead, vec![dead[1].clone()]),
+        (ReceiptStatus::Discarded, vec![dead[0].clone()]),
+    ];
+    for (status, ids) in expected {
+        let filter = ReceiptFilter { status: Some(status), limit: 100, ..Default::default() };
+        let listed: Vec<ReceiptId> =
+            h.store.list_receipts(&filter).await.expect("list").into_iter().map(|r| r.id).collect();
+        assert_eq!(listed, ids, "{status:?}");
+        assert_eq!(h.store.count_matching(&filter).await.expect("count"), 1, "{status:?}");
+    }
+    let completed = ReceiptFilter { status: Some(ReceiptStatus::Completed), limit: 100, ..Default::default() };
+    assert_eq!(h.store.list_receipts(&completed).await.expect("list").len(), 30);
+    assert_eq!(h.store.count_matching(&completed).await.expect("count"), 30);
+    let replayed = ReceiptFilter { status: Some(ReceiptStatus::Dead), limit: 100, ..Default::default() };
+    assert_eq!(h.store.replay_matching(&replayed).await.expect("replay").replayed, 1);
+    assert_eq!(h.store.count_matching(&replayed).await.expect("count"), 0, "replayed: no longer dead");
+    let accepted = ReceiptFilter { status: Some(ReceiptStatus::Accepted), limit: 100, ..Default::default() };
+    assert_eq!(h.store.count_matching(&accepted).await.expect("count"), 2, "and waiting for delivery");
+}
+
 pub async fn receipts_are_counted_by_source_and_status<S: EventStore + ?Sized>(h: &Harness<S>) {
     accepted(h, event("a", "e1", "{}")).await;
     accepted(h, event("a", "e2", "{}")).await;

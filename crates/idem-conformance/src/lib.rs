@@ -148,6 +148,7 @@ macro_rules! event_suite {
             receipts_list_newest_first_with_filters_and_cursor,
             race_of_100_intakes_of_one_event_accepts_once,
             receipts_are_counted_by_source_and_status,
+            each_status_filter_finds_exactly_its_receipts,
             a_receipt_holds_its_event,
             a_resend_with_its_keys_reordered_is_a_duplicate,
             a_dead_letter_is_discarded_and_can_still_be_replayed,

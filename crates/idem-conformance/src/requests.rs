@@ -18,6 +18,7 @@ fn request(key: &str, fingerprint: u8) -> NewRequest {
         id: crate::id(&["gateway", key]),
         fingerprint: [fingerprint; 32],
         lease: LEASE,
+        keep: TTL,
         held: Vec::new(),
         client: None,
     }
@@ -173,12 +174,16 @@ pub async fn race_of_200_begins_has_one_holder<S: RequestStore + ?Sized>(h: &Har
     assert_eq!(started, 1, "exactly one of 200 concurrent begins holds the key");
 }
 
+/// The keys are begun with the TTL they are completed with as their `keep`, as the gateway and
+/// the operations API do.
 pub async fn sweeper_deletes_finished_requests<S: RequestStore + ?Sized>(h: &Harness<S>) {
-    let done = request("done", 1);
+    let ttl = Duration::from_secs(10);
+    let done = NewRequest { keep: ttl, ..request("done", 1) };
     let token = start(h, &done).await;
-    let completed = h.store.complete_request(&done.id, token, &response("x"), Duration::from_secs(10)).await;
+    let completed = h.store.complete_request(&done.id, token, &response("x"), ttl).await;
     assert!(completed.expect("complete").is_some());
-    start(h, &request("held", 1)).await;
+    h.clock.advance(LEASE);
+    start(h, &NewRequest { keep: ttl, ..request("held", 1) }).await;
     h.clock.advance(Duration::from_secs(10));
     assert_eq!(h.store.sweep_requests(100).await.expect("sweep"), 1, "only the expired record goes");
     h.clock.advance(LEASE);

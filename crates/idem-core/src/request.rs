@@ -74,6 +74,11 @@ pub struct NewRequest {
     pub id: ClaimId,
     pub fingerprint: Fingerprint,
     pub lease: Duration,
+    /// How long the result is meant to be kept once completed (the gateway route's or the
+    /// operation's TTL). Only a hint for the store's sweep (PostgreSQL plans when to look at the
+    /// row again from it, so that completing it changes no indexed column): the TTL given at
+    /// completion decides how long the key is kept.
+    pub keep: Duration,
     /// Kept with the key while it is held, and replaced by the result on completion (the
     /// operations API keeps the result's TTL here; the gateway keeps nothing).
     pub held: Vec<u8>,

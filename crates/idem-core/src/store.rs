@@ -125,6 +125,8 @@ pub trait RequestStore: Send + Sync + 'static {
 
     /// Deletes up to `limit` keys that hold nothing any more: results past their TTL, and leases
     /// that ended [`crate::request::ENDED_LEASE_KEPT`] ago or longer ([`crate::request::kept_until`]).
+    /// A store may leave a row until its begin's lease and `keep` have also passed (PostgreSQL
+    /// does: it finds rows by that time): a row past its time reads as absent either way.
     async fn sweep_requests(&self, limit: usize) -> Result<usize, StoreError>;
 }
 

@@ -141,6 +141,7 @@ impl Engine {
                 id: identity.id,
                 fingerprint: identity.fingerprint,
                 lease: route.lease,
+                keep: route.ttl,
                 held: Vec::new(),
                 client,
             };

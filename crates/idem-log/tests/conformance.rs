@@ -36,7 +36,14 @@ idem_conformance::claim_suite!(claims);
 idem_conformance::request_suite!(requests);
 
 fn request(key: &str, lease: Duration) -> NewRequest {
-    NewRequest { id: idem_conformance::id(&[key]), fingerprint: [1; 32], lease, held: b"held".to_vec(), client: None }
+    NewRequest {
+        id: idem_conformance::id(&[key]),
+        fingerprint: [1; 32],
+        lease,
+        keep: lease,
+        held: b"held".to_vec(),
+        client: None,
+    }
 }
 
 #[tokio::test]

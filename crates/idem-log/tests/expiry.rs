@@ -75,6 +75,7 @@ async fn an_ended_lease_in_a_compacted_segment_frees_its_key() {
         id: idem_conformance::id(&[key]),
         fingerprint: [3; 32],
         lease: Duration::from_secs(5),
+        keep: Duration::from_secs(5),
         held: vec![b'h'; 400],
         client: None,
     };

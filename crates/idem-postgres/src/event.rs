@@ -30,6 +30,13 @@ fn status_column(status: ReceiptStatus) -> &'static str {
     status.as_str()
 }
 
+/// The `receipts.parked` column: the status while a receipt waits for an operator (a dead
+/// letter, or one discarded), else null. Only it is indexed (schema.rs, migration 5): the
+/// status's other changes, two per event, leave every index as it was.
+fn parked(status: ReceiptStatus) -> Option<&'static str> {
+    matches!(status, ReceiptStatus::Dead | ReceiptStatus::Discarded).then(|| status_column(status))
+}
+
 fn status_of(text: &str) -> Result<ReceiptStatus, StoreError> {
     ReceiptStatus::parse(text).ok_or_else(|| internal("unknown receipt status"))
 }
@@ -230,8 +237,8 @@ const REMOVE: Sql = Sql::cached(
     &[Type::INT8, Type::BYTEA, Type::INT8],
 );
 const RECEIPT_STATUS: Sql = Sql::cached(
-    "UPDATE receipts SET status = $2, updated_at = $3, next_attempt_at = $4 WHERE id = $1",
-    &[Type::TEXT, Type::TEXT, Type::INT8, Type::INT8],
+    "UPDATE receipts SET status = $2, updated_at = $3, next_attempt_at = $4, parked = $5 WHERE id = $1",
+    &[Type::TEXT, Type::TEXT, Type::INT8, Type::INT8, Type::TEXT],
 );
 
 /// The rest of a transition, once its job's change was made: the receipt's.
@@ -240,7 +247,9 @@ async fn persist(tx: &Tx<'_>, job: &Job, t: &Transition, now: Timestamp) -> Resu
     match &t.change {
         Change::Receipt { status, result_job } => {
             record_attempt(tx, rid, &t.attempt).await?;
-            tx.execute(&RECEIPT_STATUS, &[&rid, &status_column(*status), &now.millis(), &t.next_attempt_at()]).await?;
+            let params: [&(dyn ToSql + Sync); 5] =
+                [&rid, &status_column(*status), &now.millis(), &t.next_attempt_at(), &parked(*status)];
+            tx.execute(&RECEIPT_STATUS, &params).await?;
             if let Some(body) = result_job {
                 enqueue(tx, rid, RESULT, now, Some(body)).await?;
                 set_result(tx, rid, ResultWebhookState::Pending, 0, None, None).await?;
@@ -322,7 +331,8 @@ pub async fn replay(client: &mut Object, id: &ReceiptId, now: Timestamp) -> Resu
 /// job due now.
 async fn restart(tx: &Tx<'_>, id: &str, now: Timestamp) -> Result<(), tokio_postgres::Error> {
     const RESTART: Sql = Sql::cached(
-        "UPDATE receipts SET status = $3, round = round + 1, updated_at = $2, result_status = NULL WHERE id = $1",
+        "UPDATE receipts SET status = $3, round = round + 1, updated_at = $2, result_status = NULL, parked = NULL
+         WHERE id = $1",
         &[Type::TEXT, Type::INT8, Type::TEXT],
     );
     tx.execute(&RESTART, &[&id, &now.millis(), &status_column(ReceiptStatus::Accepted)]).await?;
@@ -342,7 +352,7 @@ pub async fn replay_matching(
         return Err(internal("a bulk replay needs an ended status"));
     };
     const RESTART_ALL: Sql = Sql::cached(
-        "UPDATE receipts SET status = $3, round = round + 1, updated_at = $2, result_status = NULL
+        "UPDATE receipts SET status = $3, round = round + 1, updated_at = $2, result_status = NULL, parked = NULL
          WHERE id = ANY($1) AND status = $4 RETURNING id",
         &[Type::TEXT_ARRAY, Type::INT8, Type::TEXT, Type::TEXT],
     );
@@ -373,7 +383,7 @@ pub async fn replay_matching(
 }
 
 const DISCARD: Sql = Sql::cached(
-    "UPDATE receipts SET status = $2, updated_at = $3 WHERE id = $1",
+    "UPDATE receipts SET status = $2, parked = $2, updated_at = $3 WHERE id = $1",
     &[Type::TEXT, Type::TEXT, Type::INT8],
 );
 
@@ -396,7 +406,7 @@ pub async fn discard(client: &mut Object, id: &ReceiptId, now: Timestamp) -> Res
 }
 
 /// Retention: deletes handled receipts last updated before `before`, with their attempts. Only
-/// receipts created before it qualify (a range of the status index); one whose result webhook is
+/// receipts created before it qualify (a range of the primary key, oldest first); one whose result webhook is
 /// still queued is kept for now; rows another node is deleting are skipped.
 pub async fn delete_ended(client: &mut Object, before: Timestamp, limit: usize) -> Result<usize, StoreError> {
     let statuses: Vec<&str> = ReceiptStatus::ALL
@@ -428,11 +438,17 @@ fn as_params(values: &[String]) -> Vec<&(dyn ToSql + Sync)> {
     values.iter().map(|v| v as &(dyn ToSql + Sync)).collect()
 }
 
+/// Every source that has receipts, one probe of the (source, event id) key each (a loose index
+/// scan), so that a search by event id alone needs no index of its own (schema.rs, migration 5).
+const SOURCES: &str = "WITH RECURSIVE s (source) AS (
+        SELECT min(source) FROM receipts
+        UNION ALL SELECT (SELECT min(source) FROM receipts WHERE receipts.source > s.source) FROM s WHERE s.source IS NOT NULL)
+    SELECT source FROM s WHERE source IS NOT NULL";
+
 /// The WHERE clause of `filter` with only the conditions it sets, so that the planner picks the
 /// index that fits; its parameters, and their types (all text).
 fn filter_sql(filter: &ReceiptFilter) -> (String, Vec<String>, Vec<Type>) {
-    let mut terms = Vec::new();
-    let mut values = Vec::new();
+    let (mut terms, mut values, mut in_flight, mut add_any_source) = (Vec::new(), Vec::new(), false, false);
     let mut add = |term: &str, value: String| {
         values.push(value);
         terms.push(format!("{term} ${}", values.len()));
@@ -441,16 +457,36 @@ fn filter_sql(filter: &ReceiptFilter) -> (String, Vec<String>, Vec<Type>) {
         add("source =", source.clone());
     }
     if let Some(status) = filter.status {
-        add("status =", status_column(status).to_owned());
+        match parked(status) {
+            // The dead letters: a range of their own index.
+            Some(parked) => add("parked =", parked.to_owned()),
+            // Completed: most receipts are, so the newest are found at once walking the primary key.
+            None if status == ReceiptStatus::Completed => add("status =", status_column(status).to_owned()),
+            // In flight: each has its delivery job, and the jobs are few beside the receipts.
+            None => {
+                add("status =", status_column(status).to_owned());
+                in_flight = true;
+            }
+        }
     }
     if let Some(event_id) = &filter.event_id {
         add("event_id =", event_id.clone());
+        if filter.source.is_none() {
+            // Each source's range of the (source, event id) key: the sources are few.
+            add_any_source = true;
+        }
     }
     if let Some(before) = &filter.before {
         add("id <", before.as_str().to_owned());
     }
     if let Some(from) = &filter.from {
         add("id >=", from.as_str().to_owned());
+    }
+    if add_any_source {
+        terms.push(format!("source IN ({SOURCES})"));
+    }
+    if in_flight {
+        terms.push(format!("id IN (SELECT receipt_id FROM jobs WHERE kind = {DELIVERY})"));
     }
     let clause = if terms.is_empty() { String::new() } else { format!("WHERE {}", terms.join(" AND ")) };
     let types = vec![Type::TEXT; values.len()];

@@ -368,19 +368,32 @@ impl ClaimStore for PgStore {
 impl RequestStore for PgStore {
     /// As claims' sweep: rows another transaction holds are skipped, not waited for. A lease that
     /// ran out is kept ENDED_LEASE_KEPT longer, while its holder may still complete it.
+    ///
+    /// The sweep finds rows by `sweep_at` (request.rs's `BEGIN` sets it), not by `until`, which
+    /// every completion and extension changes: an index on it would make each of them write a
+    /// new index entry. A row found due is deleted if its time is up; one that is not (a lease
+    /// extended past its planned end, a result kept longer than planned) is given a later
+    /// `sweep_at` (its `until`, plus ENDED_LEASE_KEPT while it is held), once.
     async fn sweep_requests(&self, limit: usize) -> Result<usize, StoreError> {
         let now = self.now();
         let (kept_after, now) = (request::kept_after(now), now.millis());
+        let kept = idem_core::request::ENDED_LEASE_KEPT.as_millis() as i64;
         with_conn!(self.db, true, |client| {
             // Picked once, at most `limit` (event.rs's `LEASE` says why).
             const SWEEP: Sql = Sql::once(
-                "WITH picked AS MATERIALIZED (SELECT id FROM requests WHERE until <= $1
-                     AND (state = 1 OR until <= $3) ORDER BY until LIMIT $2 FOR UPDATE SKIP LOCKED)
-                 DELETE FROM requests USING picked WHERE requests.id = picked.id",
-                &[Type::INT8, Type::INT8, Type::INT8],
+                "WITH picked AS MATERIALIZED (SELECT id, state, until FROM requests WHERE sweep_at <= $1
+                     ORDER BY sweep_at LIMIT $2 FOR UPDATE SKIP LOCKED),
+                 gone AS (DELETE FROM requests USING picked WHERE requests.id = picked.id
+                     AND picked.until <= $1 AND (picked.state = 1 OR picked.until <= $3) RETURNING 1),
+                 later AS (UPDATE requests SET sweep_at = picked.until + CASE WHEN picked.state = 0 THEN $4::bigint ELSE 0 END
+                     FROM picked WHERE requests.id = picked.id
+                     AND NOT (picked.until <= $1 AND (picked.state = 1 OR picked.until <= $3)))
+                 SELECT count(*) FROM gone",
+                &[Type::INT8, Type::INT8, Type::INT8, Type::INT8],
             );
-            let deleted = client.execute(&SWEEP, &[&now, &(limit as i64), &kept_after]).await.map_err(commit_error)?;
-            Ok(deleted as usize)
+            let row =
+                client.query_one(&SWEEP, &[&now, &(limit as i64), &kept_after, &kept]).await.map_err(commit_error)?;
+            Ok(row.get::<_, i64>(0) as usize)
         })
     }
 

@@ -28,22 +28,27 @@ const READ: Sql = Sql::cached(
 /// column is the new fencing number when the key was taken, else null. A key found live (held or
 /// completed: a replay, a duplicate) is answered by the read alone: the insert is not tried, so it
 /// draws no fencing number, takes no row lock and writes no WAL.
+///
+/// `sweep_at` (`$8`) is when the sweep first looks at the row: the lease's end plus the TTL the
+/// result is meant to be kept, by which time a result completed within its lease has expired. It
+/// is the only indexed column besides the key, and nothing but a take or the sweep changes it, so
+/// a completion, an extension or a release of a live lease is a HOT update (schema.rs, migration 5).
 const BEGIN: Sql = Sql::cached(
     "WITH old AS (
          SELECT fingerprint, state, until, response, token, client_token, fence FROM requests WHERE id = $1),
      taken AS (
-         INSERT INTO requests (id, fingerprint, state, token, until, response, client_token, fence)
-         SELECT $1, $2, 0, $3, $4, $6, $7, nextval('request_fences')
+         INSERT INTO requests (id, fingerprint, state, token, until, response, client_token, fence, sweep_at)
+         SELECT $1, $2, 0, $3, $4, $6, $7, nextval('request_fences'), $8
          WHERE NOT EXISTS (SELECT 1 FROM old WHERE old.until > $5)
          ON CONFLICT (id) DO UPDATE SET fingerprint = excluded.fingerprint, state = 0, token = excluded.token,
              until = excluded.until, response = excluded.response, client_token = excluded.client_token,
-             fence = excluded.fence
+             fence = excluded.fence, sweep_at = excluded.sweep_at
          WHERE requests.until <= $5
          RETURNING fence)
      SELECT (SELECT fence FROM taken), old.fingerprint, old.state, old.until, old.response, old.token,
          old.client_token, old.fence
      FROM (SELECT 1) AS one LEFT JOIN old ON true",
-    &[Type::BYTEA, Type::BYTEA, Type::BYTEA, Type::INT8, Type::INT8, Type::BYTEA, Type::BYTEA],
+    &[Type::BYTEA, Type::BYTEA, Type::BYTEA, Type::INT8, Type::INT8, Type::BYTEA, Type::BYTEA, Type::INT8],
 );
 /// Completion, extension and release need the row to be the token's lease, live or ended but still
 /// kept (`until > $kept_after`, that is now minus ENDED_LEASE_KEPT): a lease that ran out with no
@@ -134,7 +139,8 @@ async fn try_begin(
     let token = LeaseToken::generate();
     let lease_until = now.plus(request.lease);
     let client_token = request.client.map(|t| t.0.to_vec());
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+    let sweep_at = lease_until.plus(request.keep);
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
         &id,
         &&request.fingerprint[..],
         &&token.0[..],
@@ -142,6 +148,7 @@ async fn try_begin(
         &now.millis(),
         &request.held,
         &client_token,
+        &sweep_at.millis(),
     ];
     let row = client.query_one(&BEGIN, &params).await?;
     let before = match row.get::<_, Option<i16>>(2).map(|_| found_at(&request.id, &row, 1)).transpose() {

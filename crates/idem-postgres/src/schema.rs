@@ -85,6 +85,27 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE claims ADD COLUMN client_token bytea;
      ALTER TABLE requests ADD COLUMN client_token bytea, ADD COLUMN fence bigint NOT NULL DEFAULT 0;
      CREATE SEQUENCE request_fences;",
+    // 5: updates that change no indexed column, so PostgreSQL can make them HOT (a new row
+    // version on the same page, no new index entries; the fill factor leaves room on each page):
+    // - a held key's completion, extension and release change `until`, so the sweep finds rows by
+    //   `sweep_at` instead, set when a key is taken (lib.rs's `sweep_requests`); rows from before
+    //   start at 0, so that the first sweep gives each its own;
+    // - a receipt's status changes twice per event, so it is no longer indexed: `parked` holds it
+    //   only while a receipt waits for an operator (dead, discarded), for the dead-letter listings;
+    //   receipts in flight are found through their delivery jobs (event.rs's `filter_sql`);
+    // - a search by event id alone probes the (source, event id) key once per source instead of
+    //   an index of its own (one fewer index entry per event).
+    "ALTER TABLE requests ADD COLUMN sweep_at bigint NOT NULL DEFAULT 0;
+     DROP INDEX requests_by_until;
+     CREATE INDEX requests_by_sweep ON requests (sweep_at);
+     ALTER TABLE requests SET (fillfactor = 80);
+     ALTER TABLE receipts ADD COLUMN parked text;
+     UPDATE receipts SET parked = status WHERE status IN ('dead', 'discarded');
+     DROP INDEX receipts_by_status;
+     DROP INDEX receipts_by_event_id;
+     CREATE INDEX receipts_parked ON receipts (parked, id) WHERE parked IS NOT NULL;
+     ALTER TABLE receipts SET (fillfactor = 80);
+     ALTER TABLE jobs SET (fillfactor = 80);",
 ];
 
 /// An arbitrary constant naming idem's migration lock (the same as older versions' session lock,

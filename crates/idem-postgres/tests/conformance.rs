@@ -273,6 +273,7 @@ async fn a_duplicate_is_a_read() {
         id: idem_conformance::id(&["gateway", "k"]),
         fingerprint: [7; 32],
         lease: std::time::Duration::from_secs(30),
+        keep: std::time::Duration::from_secs(30),
         held: Vec::new(),
         client: None,
     };

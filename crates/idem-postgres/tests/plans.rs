@@ -140,6 +140,7 @@ async fn the_requests_sweep_deletes_at_most_its_limit_with_nested_loops_only() {
             id: idem_conformance::id(&["gateway", key]),
             fingerprint: [1; 32],
             lease: Duration::from_secs(60),
+            keep: ttl,
             held: Vec::new(),
             client: None,
         };
@@ -148,8 +149,48 @@ async fn the_requests_sweep_deletes_at_most_its_limit_with_nested_loops_only() {
         };
         assert!(h.store.complete_request(&request.id, token, b"done", ttl).await.expect("complete").is_some());
     }
-    h.clock.advance(ttl);
+    h.clock.advance(Duration::from_secs(60) + ttl); // the sweep looks at a row once its lease and TTL have passed
     assert_eq!(h.store.sweep_requests(2).await.expect("sweep"), 2, "a sweep is bounded by its limit");
     assert_eq!(h.store.sweep_requests(2).await.expect("sweep"), 2);
     assert_eq!(h.store.sweep_requests(2).await.expect("sweep"), 1);
+}
+
+/// A result kept longer than its begin planned (a TTL past `keep`) and a lease extended past its
+/// plan: the sweep finds each at the planned time, keeps it, and deletes it once its time is up.
+#[tokio::test]
+async fn the_requests_sweep_keeps_a_row_whose_time_moved_past_its_plan() {
+    let Some((h, _)) = postgres(NESTED_LOOPS_ONLY).await else { return };
+    let (lease, keep) = (Duration::from_secs(60), Duration::from_secs(10));
+    let request = |key: &str| NewRequest {
+        id: idem_conformance::id(&["gateway", key]),
+        fingerprint: [1; 32],
+        lease,
+        keep,
+        held: Vec::new(),
+        client: None,
+    };
+    let begin = |r: NewRequest| {
+        let store = h.store.clone();
+        async move {
+            match store.begin_request(r).await.expect("begin") {
+                Begin::Started { token, .. } => token,
+                other => panic!("free, got {other:?}"),
+            }
+        }
+    };
+    let kept = request("kept longer");
+    let token = begin(kept.clone()).await;
+    let ttl = Duration::from_secs(3600);
+    assert!(h.store.complete_request(&kept.id, token, b"done", ttl).await.expect("complete").is_some());
+    let extended = request("extended");
+    let token = begin(extended.clone()).await;
+    assert!(h.store.extend_request(&extended.id, token, Duration::from_secs(600)).await.expect("extend").is_some());
+    h.clock.advance(lease + keep);
+    assert_eq!(h.store.sweep_requests(10).await.expect("sweep"), 0, "both are found, and kept");
+    assert!(h.store.peek_request(&kept.id).await.expect("peek").is_some(), "its result is still there");
+    h.clock.advance(ttl);
+    assert_eq!(h.store.sweep_requests(10).await.expect("sweep"), 1, "the result, once its TTL has passed");
+    h.clock.advance(idem_core::request::ENDED_LEASE_KEPT);
+    assert_eq!(h.store.sweep_requests(10).await.expect("sweep"), 1, "the lease, once it ended and was kept");
+    assert_eq!(h.store.sweep_requests(10).await.expect("sweep"), 0);
 }

@@ -251,6 +251,7 @@ pub async fn run(store: &LogStore, op: &Op) -> Result<(Answer, Option<(LeaseToke
                 id: request_id(key),
                 fingerprint: *fingerprint,
                 lease: *lease,
+                keep: *lease,
                 held: held.clone(),
                 client: client_token(client),
             };

@@ -293,6 +293,7 @@ pub async fn begin(
             id: key,
             fingerprint: op.fingerprint,
             lease: op.lease,
+            keep: op.ttl,
             held: operation::encode_held(op.ttl),
             client: op.client,
         };

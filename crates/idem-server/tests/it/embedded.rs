@@ -102,6 +102,7 @@ async fn an_older_data_dir_keeps_its_claims_and_results_in_the_log() {
         id: id(&["order-1"]),
         fingerprint: [3; 32],
         lease: Duration::from_secs(30),
+        keep: Duration::from_secs(30),
         held: vec![],
         client: None,
     };
