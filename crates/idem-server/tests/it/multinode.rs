@@ -187,10 +187,21 @@ async fn operations_across_three_nodes() {
         .map(|i| {
             let client = c.api(i % 3);
             tokio::spawn(async move {
-                let body = json!({"key": "charge-1", "request": {"amount": 5}});
-                let reply =
-                    client.send(Method::POST, "/v1/operations/payments/begin", Some(&body)).await.expect("begin");
-                (reply.status.as_u16(), reply.json())
+                let client_token = format!("begin-{i:04}-of-the-race");
+                let body = json!({"key": "charge-1", "request": {"amount": 5}, "client_token": client_token});
+                // As the clients do: a 503 (the store not answering within the node's deadline, as
+                // on a machine loaded far past its cores) is asked again with the same client
+                // token, so a begin whose outcome was unknown learns that it won.
+                for _ in 0..10 {
+                    let reply =
+                        client.send(Method::POST, "/v1/operations/payments/begin", Some(&body)).await.expect("begin");
+                    if reply.status != 503 {
+                        return (reply.status.as_u16(), reply.json());
+                    }
+                    eprintln!("a begin was answered 503, asked again: {}", reply.json());
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                panic!("ten 503s in a row")
             })
         })
         .collect();
