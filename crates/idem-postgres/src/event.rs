@@ -30,9 +30,9 @@ fn status_column(status: ReceiptStatus) -> &'static str {
     status.as_str()
 }
 
-/// The `receipts.parked` column: the status while a receipt waits for an operator (a dead
-/// letter, or one discarded), else null. Only it is indexed (schema.rs, migration 5): the
-/// status's other changes, two per event, leave every index as it was.
+/// The `receipts.parked` column, which PostgreSQL generates from the status: the status while a
+/// receipt waits for an operator (a dead letter, or one discarded), else null. Only it is indexed
+/// (schema.rs, migration 5): the status's other changes, two per event, leave every index as it was.
 fn parked(status: ReceiptStatus) -> Option<&'static str> {
     matches!(status, ReceiptStatus::Dead | ReceiptStatus::Discarded).then(|| status_column(status))
 }
@@ -237,8 +237,8 @@ const REMOVE: Sql = Sql::cached(
     &[Type::INT8, Type::BYTEA, Type::INT8],
 );
 const RECEIPT_STATUS: Sql = Sql::cached(
-    "UPDATE receipts SET status = $2, updated_at = $3, next_attempt_at = $4, parked = $5 WHERE id = $1",
-    &[Type::TEXT, Type::TEXT, Type::INT8, Type::INT8, Type::TEXT],
+    "UPDATE receipts SET status = $2, updated_at = $3, next_attempt_at = $4 WHERE id = $1",
+    &[Type::TEXT, Type::TEXT, Type::INT8, Type::INT8],
 );
 
 /// The rest of a transition, once its job's change was made: the receipt's.
@@ -247,9 +247,7 @@ async fn persist(tx: &Tx<'_>, job: &Job, t: &Transition, now: Timestamp) -> Resu
     match &t.change {
         Change::Receipt { status, result_job } => {
             record_attempt(tx, rid, &t.attempt).await?;
-            let params: [&(dyn ToSql + Sync); 5] =
-                [&rid, &status_column(*status), &now.millis(), &t.next_attempt_at(), &parked(*status)];
-            tx.execute(&RECEIPT_STATUS, &params).await?;
+            tx.execute(&RECEIPT_STATUS, &[&rid, &status_column(*status), &now.millis(), &t.next_attempt_at()]).await?;
             if let Some(body) = result_job {
                 enqueue(tx, rid, RESULT, now, Some(body)).await?;
                 set_result(tx, rid, ResultWebhookState::Pending, 0, None, None).await?;
@@ -331,8 +329,7 @@ pub async fn replay(client: &mut Object, id: &ReceiptId, now: Timestamp) -> Resu
 /// job due now.
 async fn restart(tx: &Tx<'_>, id: &str, now: Timestamp) -> Result<(), tokio_postgres::Error> {
     const RESTART: Sql = Sql::cached(
-        "UPDATE receipts SET status = $3, round = round + 1, updated_at = $2, result_status = NULL, parked = NULL
-         WHERE id = $1",
+        "UPDATE receipts SET status = $3, round = round + 1, updated_at = $2, result_status = NULL WHERE id = $1",
         &[Type::TEXT, Type::INT8, Type::TEXT],
     );
     tx.execute(&RESTART, &[&id, &now.millis(), &status_column(ReceiptStatus::Accepted)]).await?;
@@ -352,7 +349,7 @@ pub async fn replay_matching(
         return Err(internal("a bulk replay needs an ended status"));
     };
     const RESTART_ALL: Sql = Sql::cached(
-        "UPDATE receipts SET status = $3, round = round + 1, updated_at = $2, result_status = NULL, parked = NULL
+        "UPDATE receipts SET status = $3, round = round + 1, updated_at = $2, result_status = NULL
          WHERE id = ANY($1) AND status = $4 RETURNING id",
         &[Type::TEXT_ARRAY, Type::INT8, Type::TEXT, Type::TEXT],
     );
@@ -383,7 +380,7 @@ pub async fn replay_matching(
 }
 
 const DISCARD: Sql = Sql::cached(
-    "UPDATE receipts SET status = $2, parked = $2, updated_at = $3 WHERE id = $1",
+    "UPDATE receipts SET status = $2, updated_at = $3 WHERE id = $1",
     &[Type::TEXT, Type::TEXT, Type::INT8],
 );
 

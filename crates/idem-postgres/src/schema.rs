@@ -91,7 +91,9 @@ const MIGRATIONS: &[&str] = &[
     //   `sweep_at` instead, set when a key is taken (lib.rs's `sweep_requests`); rows from before
     //   start at 0, so that the first sweep gives each its own;
     // - a receipt's status changes twice per event, so it is no longer indexed: `parked` holds it
-    //   only while a receipt waits for an operator (dead, discarded), for the dead-letter listings;
+    //   only while a receipt waits for an operator (dead, discarded), for the dead-letter listings
+    //   (generated from the status, so that nodes of an older version keep it too; null to null
+    //   is no change, and the update stays HOT);
     //   receipts in flight are found through their delivery jobs (event.rs's `filter_sql`);
     // - a search by event id alone probes the (source, event id) key once per source instead of
     //   an index of its own (one fewer index entry per event).
@@ -99,8 +101,8 @@ const MIGRATIONS: &[&str] = &[
      DROP INDEX requests_by_until;
      CREATE INDEX requests_by_sweep ON requests (sweep_at);
      ALTER TABLE requests SET (fillfactor = 80);
-     ALTER TABLE receipts ADD COLUMN parked text;
-     UPDATE receipts SET parked = status WHERE status IN ('dead', 'discarded');
+     ALTER TABLE receipts ADD COLUMN parked text
+         GENERATED ALWAYS AS (CASE WHEN status IN ('dead', 'discarded') THEN status END) STORED;
      DROP INDEX receipts_by_status;
      DROP INDEX receipts_by_event_id;
      CREATE INDEX receipts_parked ON receipts (parked, id) WHERE parked IS NOT NULL;
