@@ -462,10 +462,10 @@ def print_table(rows, verbose):
               f"{fmt(r['wal_writes'] / ops)}; rows inserted {fmt(r['ins'] / ops)}, updated {fmt(r['upd'] / ops)} "
               f"(HOT {r['hot']:.0f}), deleted {fmt(r['del'] / ops)}")
         print()
-        if r["records"]:
+        records = [(name, count, size) for name, count, size in r["records"][:8] if size / ops >= 1]
+        if records:
             print("WAL by record type (pg_waldump; per operation): " + ", ".join(
-                f"{name} {fmt(count / ops)} × = {fmt(size / ops, 0)} B" for name, count, size in r["records"][:8]
-                if size / ops >= 1))
+                f"{name} {fmt(count / ops)} × = {fmt(size / ops, 0)} B" for name, count, size in records))
             print()
         top = [t for t in r["top"][:10] if t[2] / ops >= 0.0005]
         if not top:
