@@ -6,12 +6,12 @@
 //! OS page cache, usually) when a caller needs it; the full id on disk is always compared, so two
 //! keys whose tags collide are told apart (the second goes to a small overflow map).
 //!
-//! Prefix lookups use a second map from a tag of (namespace, proper prefix) to the tags of the
-//! claims under that prefix; a claim of `n` parts is a member of its `n - 1` proper prefixes.
-//! Claims without expiry are only counted there (a count answers "is any live?"), except under
-//! their first part, where every claim is listed, so that a prefix's claims can be listed and
-//! deleted (a prefix of any length reads its first part's members and keeps those under it): one
-//! tag more per claim of several parts.
+//! Prefix lookups use two more maps keyed by a tag of (namespace, proper prefix); a claim of `n`
+//! parts is a member of its `n - 1` proper prefixes. Claims without expiry are only counted (a
+//! count answers "is any live?", and costs a 24-byte slot), except under their first part, where
+//! every claim is also listed, so that a prefix's claims can be listed and deleted (a prefix of
+//! any length reads its first part's members and keeps those under it): one tag more per claim of
+//! several parts. Claims with an expiry are listed under each of their prefixes.
 //!
 //! Both are split into shards, each behind its own lock, so that readers on every core proceed
 //! while the writer applies a group, and the sweeper walks one shard at a time.
@@ -205,12 +205,32 @@ impl Members {
     }
 }
 
-/// The claims under one proper prefix: those without expiry only counted (they stay until
-/// deleted, so a count answers "is any live?"), those with one listed by tag; under a first part,
-/// those without expiry listed too (`listed`), for listing a prefix's claims.
+/// A prefix's 128-bit tag as two words, so that a map slot keyed by it is 8-byte aligned (a
+/// `u128` key pads each slot to a multiple of 16 bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PrefixKey(u64, u64);
+
+impl PrefixKey {
+    fn of(tag: u128) -> Self {
+        Self(tag as u64, (tag >> 64) as u64)
+    }
+}
+
+impl std::hash::Hash for PrefixKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // Both halves are already mixed (prefix_tag): the low one hashes the slot.
+        state.write_u64(self.0);
+    }
+}
+
+type PrefixMap<V> = HashMap<PrefixKey, V, BuildHasherDefault<TagHasher>>;
+
+/// The claims listed under one proper prefix: those with an expiry, and under a first part those
+/// without one too (`listed`), for listing a prefix's claims. Claims without expiry under a deeper
+/// prefix are only counted, in a map of their own ([`Shard::forever`]): most prefixes of most
+/// stores are only that, and a count costs a 24-byte slot where a listing costs a boxed set.
 #[derive(Debug, Default)]
-struct Prefix {
-    forever: u32,
+struct Listed {
     expiring: Option<Members>,
     listed: Option<Members>,
 }
@@ -227,9 +247,61 @@ pub enum PrefixAnswer {
 #[derive(Default)]
 struct Shard {
     claims: TagMap<ClaimEntry>,
-    prefixes: HashMap<u128, Prefix, BuildHasherDefault<TagHasher>>,
+    /// The claims without expiry under each proper prefix, counted (a count answers "is any live?").
+    forever: PrefixMap<u32>,
+    /// The members listed under a prefix, for the prefixes that list any.
+    listed: PrefixMap<Box<Listed>>,
     // A fixed hasher (ids are already random), so that what a sweep picks is the same every run.
     requests: HashMap<ClaimId, RequestEntry, BuildHasherDefault<TagHasher>>,
+}
+
+impl Shard {
+    /// Moves claim `member` under `prefix` from what it was (`before`: absent, or with or without
+    /// expiry, `Some(true)` being without) to what it is. Under a first part every claim is listed;
+    /// under a deeper prefix those without expiry are only counted.
+    fn move_member(&mut self, prefix: PrefixKey, first: bool, member: u64, before: Option<bool>, after: Option<bool>) {
+        match before {
+            Some(true) => {
+                if let Some(count) = self.forever.get_mut(&prefix) {
+                    *count -= 1;
+                    if *count == 0 {
+                        self.forever.remove(&prefix);
+                    }
+                }
+                if first {
+                    self.unlist(prefix, member, |l| &mut l.listed);
+                }
+            }
+            Some(false) => self.unlist(prefix, member, |l| &mut l.expiring),
+            None => {}
+        }
+        match after {
+            Some(true) => {
+                *self.forever.entry(prefix).or_default() += 1;
+                if first {
+                    let listed = self.listed.entry(prefix).or_default();
+                    listed.listed.get_or_insert_with(|| Members::Few(Vec::new())).insert(member);
+                }
+            }
+            Some(false) => {
+                let listed = self.listed.entry(prefix).or_default();
+                listed.expiring.get_or_insert_with(|| Members::Few(Vec::new())).insert(member);
+            }
+            None => {}
+        }
+    }
+
+    /// Takes `member` out of one of `prefix`'s lists; a listing left with nothing goes.
+    fn unlist(&mut self, prefix: PrefixKey, member: u64, list: impl Fn(&mut Listed) -> &mut Option<Members>) {
+        let Some(listed) = self.listed.get_mut(&prefix) else { return };
+        let members = list(listed);
+        if members.as_mut().is_some_and(|m| m.remove(member)) {
+            *members = None;
+        }
+        if listed.expiring.is_none() && listed.listed.is_none() {
+            self.listed.remove(&prefix);
+        }
+    }
 }
 
 /// A claim whose tag collided with another key's; found by its full key.
@@ -335,32 +407,14 @@ impl Index {
         }
         let member = claim_tag(ns, id);
         for (depth, prefix) in proper_prefix_tags(ns, parts).into_iter().enumerate() {
-            let first = depth == 0;
             let mut shard = self.shards[prefix_shard(prefix)].write().unwrap_or_else(|e| e.into_inner());
-            let entry = shard.prefixes.entry(prefix).or_default();
-            match before {
-                Some(e) if forever(&e) => {
-                    entry.forever = entry.forever.saturating_sub(1);
-                    if first && entry.listed.as_mut().is_some_and(|m| m.remove(member)) {
-                        entry.listed = None;
-                    }
-                }
-                Some(_) if entry.expiring.as_mut().is_some_and(|m| m.remove(member)) => entry.expiring = None,
-                _ => {}
-            }
-            match after {
-                Some(e) if forever(&e) => {
-                    entry.forever += 1;
-                    if first {
-                        entry.listed.get_or_insert_with(|| Members::Few(Vec::new())).insert(member);
-                    }
-                }
-                Some(_) => entry.expiring.get_or_insert_with(|| Members::Few(Vec::new())).insert(member),
-                None => {}
-            }
-            if entry.forever == 0 && entry.expiring.is_none() && entry.listed.is_none() {
-                shard.prefixes.remove(&prefix);
-            }
+            shard.move_member(
+                PrefixKey::of(prefix),
+                depth == 0,
+                member,
+                before.map(|e| forever(&e)),
+                after.map(|e| forever(&e)),
+            );
         }
     }
 
@@ -369,7 +423,7 @@ impl Index {
     pub fn under_first_part(&self, prefix: u128, now: i64) -> Vec<ClaimEntry> {
         let home = prefix_shard(prefix);
         let shard = self.shards[home].read().unwrap_or_else(|e| e.into_inner());
-        let Some(found) = shard.prefixes.get(&prefix) else { return Vec::new() };
+        let Some(found) = shard.listed.get(&PrefixKey::of(prefix)) else { return Vec::new() };
         let members = found.expiring.iter().chain(found.listed.iter()).flat_map(|m| m.iter());
         members
             .filter_map(|member| {
@@ -389,10 +443,11 @@ impl Index {
     pub fn prefix(&self, prefix: u128, now: i64, want: usize) -> PrefixAnswer {
         let home = prefix_shard(prefix);
         let shard = self.shards[home].read().unwrap_or_else(|e| e.into_inner());
-        let Some(found) = shard.prefixes.get(&prefix) else { return PrefixAnswer::Candidates(Vec::new()) };
-        if found.forever > 0 {
+        let key = PrefixKey::of(prefix);
+        if shard.forever.contains_key(&key) {
             return PrefixAnswer::Yes;
         }
+        let Some(found) = shard.listed.get(&key) else { return PrefixAnswer::Candidates(Vec::new()) };
         let mut out = Vec::new();
         for member in found.expiring.iter().flat_map(|m| m.iter()) {
             let entry = if shard_of(member) == home {
@@ -550,7 +605,9 @@ mod tests {
             index.update_claim(Slot::Main, "n", id, b"p\0x\0", Some(entry), None);
         }
         assert_eq!(candidates(index.prefix(prefix, 0, 1)), Some(0), "an emptied prefix is gone");
-        assert!(index.shards.iter().all(|s| s.read().map(|s| s.prefixes.is_empty()).unwrap_or(false)));
+        assert!(
+            index.shards.iter().all(|s| s.read().map(|s| s.forever.is_empty() && s.listed.is_empty()).unwrap_or(false))
+        );
     }
 
     #[test]
@@ -568,6 +625,8 @@ mod tests {
         index.update_claim(Slot::Main, "n", &ClaimId([1; 32]), b"s1\0u1\0n1\0", Some(forever), None);
         index.update_claim(Slot::Main, "n", &ClaimId([2; 32]), b"s1\0u2\0", Some(expiring), None);
         assert!(index.under_first_part(first, T).is_empty());
-        assert!(index.shards.iter().all(|s| s.read().map(|s| s.prefixes.is_empty()).unwrap_or(false)));
+        assert!(
+            index.shards.iter().all(|s| s.read().map(|s| s.forever.is_empty() && s.listed.is_empty()).unwrap_or(false))
+        );
     }
 }
