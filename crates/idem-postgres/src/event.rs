@@ -261,12 +261,15 @@ async fn persist(tx: &Tx<'_>, job: &Job, t: &Transition, now: Timestamp) -> Resu
     Ok(())
 }
 
+/// An attempt's record, once: only the holder of the job's lease records it, and each lease of a
+/// job is a new attempt number or a new round, so the row is new but for a transition recorded
+/// twice, which keeps the first. Not `ON CONFLICT`: that writes a speculative insertion and its
+/// confirmation (48 bytes of WAL per event); two transactions inserting the same row at once
+/// meet the primary key, and the one rolled back finds the row when it runs again.
 const ATTEMPT: Sql = Sql::cached(
     "INSERT INTO attempts (receipt_id, round, n, started_at, duration_ms, status_code, error, response)
-     SELECT $1, round, $2, $3, $4, $5, $6, $7 FROM receipts WHERE id = $1
-     ON CONFLICT (receipt_id, round, n) DO UPDATE SET started_at = excluded.started_at,
-         duration_ms = excluded.duration_ms, status_code = excluded.status_code, error = excluded.error,
-         response = excluded.response",
+     SELECT $1, r.round, $2, $3, $4, $5, $6, $7 FROM receipts r WHERE r.id = $1
+     AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.receipt_id = $1 AND a.round = r.round AND a.n = $2)",
     &[Type::TEXT, Type::INT4, Type::INT8, Type::INT8, Type::INT4, Type::TEXT, Type::TEXT],
 );
 
