@@ -194,11 +194,12 @@ impl Shared {
         &self,
         ns: &Namespace,
         items: &[NewClaim],
+        ids: &[ClaimId],
     ) -> Result<Option<Vec<ClaimOutcome>>, StoreError> {
         let now = self.clock.now().millis();
         let mut out = Vec::with_capacity(items.len());
-        for item in items {
-            match self.live_claim(ns.as_str(), &item.parts.id(), now)? {
+        for (item, id) in items.iter().zip(ids) {
+            match self.live_claim(ns.as_str(), id, now)? {
                 Some(rec) => {
                     let claimed = idem_core::ClientToken::same(rec.client.map(idem_core::ClientToken), item.client);
                     out.push(ClaimOutcome { claimed, record: claim_record(ns, &rec)? });

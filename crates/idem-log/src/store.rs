@@ -153,11 +153,12 @@ impl ClaimStore for LogStore {
     async fn claim(&self, ns: &Namespace, items: Vec<NewClaim>) -> Result<Vec<ClaimOutcome>, StoreError> {
         // Keys all claimed already are answered from what is durable, without the writer: nothing
         // but the writer removes a live claim, so the answer is the one it would give now.
-        if let Some(existing) = self.shared.all_claimed(ns, &items)? {
+        let ids: Vec<ClaimId> = items.iter().map(|item| item.parts.id()).collect();
+        if let Some(existing) = self.shared.all_claimed(ns, &items, &ids)? {
             return Ok(existing);
         }
         let ns = ns.clone();
-        self.send(|reply| Command::Claim { ns, items, reply }).await
+        self.send(|reply| Command::Claim { ns, items, ids, reply }).await
     }
 
     async fn lookup(&self, ns: &Namespace, ids: &[ClaimId]) -> Result<Vec<Option<ClaimRecord>>, StoreError> {

@@ -173,9 +173,10 @@ impl<'a> Group<'a> {
             (pending(reply, result), error)
         }
         match command {
-            Command::Claim { ns, items, reply } => {
+            Command::Claim { ns, items, ids, reply } => {
                 let shared_ns: Rc<str> = Rc::from(ns.as_str());
-                let result = items.into_iter().map(|item| self.claim(&ns, &shared_ns, item)).collect();
+                let result =
+                    ids.into_iter().zip(items).map(|(id, item)| self.claim(&ns, &shared_ns, id, item)).collect();
                 ran(reply, result)
             }
             Command::Delete { ns, id, reply } => ran(reply, self.delete(&Rc::from(ns.as_str()), &id)),
@@ -260,9 +261,14 @@ impl<'a> Group<'a> {
         self.collided.get_mut(&key).ok_or_else(|| StoreError::Internal("claim overlay lost a key".into()))
     }
 
-    fn claim(&mut self, ns: &Namespace, shared_ns: &Rc<str>, item: NewClaim) -> Result<ClaimOutcome, StoreError> {
+    fn claim(
+        &mut self,
+        ns: &Namespace,
+        shared_ns: &Rc<str>,
+        id: ClaimId,
+        item: NewClaim,
+    ) -> Result<ClaimOutcome, StoreError> {
         let now = self.now;
-        let id = item.parts.id();
         let touched = self.touch_claim(shared_ns, &id)?;
         if let Some(current) = touched.current.as_ref().filter(|c| c.entry.is_live(now)) {
             let claimed = ClientToken::same(current.client.map(ClientToken), item.client);
