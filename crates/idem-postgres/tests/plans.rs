@@ -194,3 +194,84 @@ async fn the_requests_sweep_keeps_a_row_whose_time_moved_past_its_plan() {
     assert_eq!(h.store.sweep_requests(10).await.expect("sweep"), 1, "the lease, once it ended and was kept");
     assert_eq!(h.store.sweep_requests(10).await.expect("sweep"), 0);
 }
+
+/// The updates idem makes change no indexed column and find room on their page (schema.rs,
+/// migration 5), so PostgreSQL writes them as HOT updates, with no new index entry: a gateway
+/// key's completion, and a receipt's two status changes and its job's lease. Read from
+/// PostgreSQL's statistics once the store's connections have closed (a backend reports its counts
+/// as it ends).
+#[tokio::test]
+async fn completions_and_status_changes_are_hot_updates() {
+    let Some((h, admin)) = postgres("").await else { return };
+    for i in 0..200 {
+        let request = NewRequest {
+            id: idem_conformance::id(&["gateway", &format!("key-{i}")]),
+            fingerprint: [1; 32],
+            lease: Duration::from_secs(60),
+            keep: Duration::from_secs(3600),
+            held: Vec::new(),
+            client: None,
+        };
+        let Begin::Started { token, .. } = h.store.begin_request(request.clone()).await.expect("begin") else {
+            panic!("key-{i} was free")
+        };
+        assert!(
+            h.store
+                .complete_request(&request.id, token, b"done", Duration::from_secs(3600))
+                .await
+                .expect("complete")
+                .is_some()
+        );
+    }
+    events::accept_many(&h, "partner", 100).await;
+    // Ten at a time, each delivered before the next lease, as a worker keeping up does. (A lease
+    // of many receipts that share pages, as after an outage, finds room for only some of their new
+    // versions: the old ones are not dead until it commits. Leasing these 100 at once made 150 of
+    // the receipts' 200 updates HOT.)
+    let mut finished = 0;
+    loop {
+        let jobs = h.store.lease_jobs(10, Duration::from_secs(150), &[]).await.expect("lease");
+        if jobs.is_empty() {
+            break;
+        }
+        for job in &jobs {
+            let attempt = idem_core::event::AttemptRecord {
+                round: 1,
+                n: 1,
+                started_at: START,
+                duration_ms: 1,
+                status_code: Some(200),
+                error: None,
+                response: None,
+            };
+            let change = idem_core::event::Change::Receipt {
+                status: idem_core::event::ReceiptStatus::Completed,
+                result_job: None,
+            };
+            let done = idem_core::event::Transition { attempt, job: idem_core::event::JobNext::Remove, change };
+            assert!(h.store.finish_job(job, done).await.expect("finish"));
+            finished += 1;
+        }
+    }
+    assert_eq!(finished, 100);
+    idem_core::StoreLifecycle::close(h.store.as_ref()).await;
+    let schema: String = admin.query_one("SELECT current_schema()", &[]).await.expect("schema").get(0);
+    let counts = "SELECT relname::text, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE schemaname = $1";
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let wanted = [("requests", 200), ("receipts", 200), ("jobs", 100)];
+    let reported = loop {
+        let rows = admin.query(counts, &[&schema]).await.expect("statistics");
+        let of = |table: &str| {
+            rows.iter().find(|r| r.get::<_, String>(0) == table).map(|r| (r.get::<_, i64>(1), r.get::<_, i64>(2)))
+        };
+        let found: Vec<_> = wanted.iter().map(|(table, n)| (*table, *n, of(table).unwrap_or((0, 0)))).collect();
+        if found.iter().all(|(_, n, (updated, _))| updated >= n) || std::time::Instant::now() > deadline {
+            break found;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    for (table, n, (updated, hot)) in reported {
+        assert!(updated >= n, "{table}: {updated} updates reported, {n} made");
+        assert!(hot * 10 >= updated * 9, "{table}: {hot} of {updated} updates HOT");
+    }
+}
