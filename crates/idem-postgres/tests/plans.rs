@@ -65,6 +65,22 @@ async fn postgres(settings: &str) -> Option<(Harness<PgStore>, tokio_postgres::C
     Some((harness, admin))
 }
 
+/// A first attempt that the handler answered 200: the receipt completed, its job removed.
+fn delivered() -> idem_core::event::Transition {
+    let attempt = idem_core::event::AttemptRecord {
+        round: 1,
+        n: 1,
+        started_at: START,
+        duration_ms: 1,
+        status_code: Some(200),
+        error: None,
+        response: None,
+    };
+    let change =
+        idem_core::event::Change::Receipt { status: idem_core::event::ReceiptStatus::Completed, result_job: None };
+    idem_core::event::Transition { attempt, job: idem_core::event::JobNext::Remove, change }
+}
+
 /// The queue as autovacuum leaves it once it drains: 100 jobs delivered and deleted, then the
 /// empty table analyzed (its pages counted, none of its rows live), so that the planner reckons
 /// with one row whatever is queued since.
@@ -73,24 +89,7 @@ async fn drained_and_analyzed(h: &Harness<PgStore>, admin: &tokio_postgres::Clie
     let jobs = h.store.lease_jobs(1000, Duration::from_secs(150), &[]).await.expect("lease");
     assert_eq!(jobs.len(), 100, "every job leased");
     for job in &jobs {
-        let attempt = idem_core::event::AttemptRecord {
-            round: 1,
-            n: 1,
-            started_at: START,
-            duration_ms: 1,
-            status_code: Some(200),
-            error: None,
-            response: None,
-        };
-        let done = idem_core::event::Transition {
-            attempt,
-            job: idem_core::event::JobNext::Remove,
-            change: idem_core::event::Change::Receipt {
-                status: idem_core::event::ReceiptStatus::Completed,
-                result_job: None,
-            },
-        };
-        assert!(h.store.finish_job(job, done).await.expect("finish"));
+        assert!(h.store.finish_job(job, delivered()).await.expect("finish"));
     }
     admin.batch_execute("ANALYZE jobs").await.expect("analyze");
     let row = admin.query_one("SELECT relpages, reltuples FROM pg_class WHERE oid = 'jobs'::regclass", &[]).await;
@@ -235,21 +234,7 @@ async fn completions_and_status_changes_are_hot_updates() {
             break;
         }
         for job in &jobs {
-            let attempt = idem_core::event::AttemptRecord {
-                round: 1,
-                n: 1,
-                started_at: START,
-                duration_ms: 1,
-                status_code: Some(200),
-                error: None,
-                response: None,
-            };
-            let change = idem_core::event::Change::Receipt {
-                status: idem_core::event::ReceiptStatus::Completed,
-                result_job: None,
-            };
-            let done = idem_core::event::Transition { attempt, job: idem_core::event::JobNext::Remove, change };
-            assert!(h.store.finish_job(job, done).await.expect("finish"));
+            assert!(h.store.finish_job(job, delivered()).await.expect("finish"));
             finished += 1;
         }
     }
