@@ -194,69 +194,51 @@ async fn the_requests_sweep_keeps_a_row_whose_time_moved_past_its_plan() {
     assert_eq!(h.store.sweep_requests(10).await.expect("sweep"), 0);
 }
 
-/// The updates idem makes change no indexed column and find room on their page (schema.rs,
-/// migration 5), so PostgreSQL writes them as HOT updates, with no new index entry: a gateway
-/// key's completion, and a receipt's two status changes and its job's lease. Read from
-/// PostgreSQL's statistics once the store's connections have closed (a backend reports its counts
-/// as it ends).
+/// The updates idem makes change no indexed column, and their tables leave room on each page
+/// (schema.rs, migration 5), so that PostgreSQL can write them as HOT updates, with no new index
+/// entry: a gateway key's or operation's completion, extension and release; a receipt's status
+/// changes and its result webhook's state; a job's lease. Read from the catalog: no index names
+/// one of those columns, as a key, an `INCLUDE`, an expression or a predicate. (Whether a given
+/// update then is HOT also depends on what else the cluster runs: an open transaction anywhere
+/// keeps old row versions from being pruned, and their page full. `bench/pgcost.sh` counts 95–100 %
+/// alone; counted while other tests ran on the same cluster, 112 of 200 receipt updates were.)
 #[tokio::test]
-async fn completions_and_status_changes_are_hot_updates() {
-    let Some((h, admin)) = postgres("").await else { return };
-    for i in 0..200 {
-        let request = NewRequest {
-            id: idem_conformance::id(&["gateway", &format!("key-{i}")]),
-            fingerprint: [1; 32],
-            lease: Duration::from_secs(60),
-            keep: Duration::from_secs(3600),
-            held: Vec::new(),
-            client: None,
-        };
-        let Begin::Started { token, .. } = h.store.begin_request(request.clone()).await.expect("begin") else {
-            panic!("key-{i} was free")
-        };
-        assert!(
-            h.store
-                .complete_request(&request.id, token, b"done", Duration::from_secs(3600))
-                .await
-                .expect("complete")
-                .is_some()
-        );
-    }
-    events::accept_many(&h, "partner", 100).await;
-    // Ten at a time, each delivered before the next lease, as a worker keeping up does. (A lease
-    // of many receipts that share pages, as after an outage, finds room for only some of their new
-    // versions: the old ones are not dead until it commits. Leasing these 100 at once made 150 of
-    // the receipts' 200 updates HOT.)
-    let mut finished = 0;
-    loop {
-        let jobs = h.store.lease_jobs(10, Duration::from_secs(150), &[]).await.expect("lease");
-        if jobs.is_empty() {
-            break;
+async fn the_columns_idem_updates_are_in_no_index() {
+    let Some((_h, admin)) = postgres("").await else { return };
+    let updated: [(&str, &[&str]); 3] = [
+        ("requests", &["state", "token", "until", "response"]),
+        (
+            "receipts",
+            &[
+                "status",
+                "updated_at",
+                "next_attempt_at",
+                "result_status",
+                "result_attempts",
+                "result_status_code",
+                "result_error",
+            ],
+        ),
+        ("jobs", &["lease_until", "token"]),
+    ];
+    let indexes = "SELECT c.relname::text, pg_get_indexdef(i.indexrelid) FROM pg_index i
+                   JOIN pg_class c ON c.oid = i.indrelid WHERE c.relnamespace = current_schema()::regnamespace";
+    let rows = admin.query(indexes, &[]).await.expect("indexes");
+    for (table, columns) in updated {
+        let definitions: Vec<String> =
+            rows.iter().filter(|r| r.get::<_, String>(0) == table).map(|r| r.get::<_, String>(1)).collect();
+        assert!(!definitions.is_empty(), "{table} has its indexes");
+        for definition in &definitions {
+            let words: Vec<&str> = definition.split(|c: char| !(c.is_alphanumeric() || c == '_')).collect();
+            for column in columns {
+                assert!(
+                    !words.contains(column),
+                    "{table}: an update sets {column}, which an index names: {definition}"
+                );
+            }
         }
-        for job in &jobs {
-            assert!(h.store.finish_job(job, delivered()).await.expect("finish"));
-            finished += 1;
-        }
-    }
-    assert_eq!(finished, 100);
-    idem_core::StoreLifecycle::close(h.store.as_ref()).await;
-    let schema: String = admin.query_one("SELECT current_schema()", &[]).await.expect("schema").get(0);
-    let counts = "SELECT relname::text, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE schemaname = $1";
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
-    let wanted = [("requests", 200), ("receipts", 200), ("jobs", 100)];
-    let reported = loop {
-        let rows = admin.query(counts, &[&schema]).await.expect("statistics");
-        let of = |table: &str| {
-            rows.iter().find(|r| r.get::<_, String>(0) == table).map(|r| (r.get::<_, i64>(1), r.get::<_, i64>(2)))
-        };
-        let found: Vec<_> = wanted.iter().map(|(table, n)| (*table, *n, of(table).unwrap_or((0, 0)))).collect();
-        if found.iter().all(|(_, n, (updated, _))| updated >= n) || std::time::Instant::now() > deadline {
-            break found;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    for (table, n, (updated, hot)) in reported {
-        assert!(updated >= n, "{table}: {updated} updates reported, {n} made");
-        assert!(hot * 10 >= updated * 9, "{table}: {hot} of {updated} updates HOT");
+        let options = "SELECT coalesce(reloptions::text, '') FROM pg_class WHERE oid = $1::text::regclass";
+        let options: String = admin.query_one(options, &[&table]).await.expect("options").get(0);
+        assert!(options.contains("fillfactor=80"), "{table} leaves room on each page: {options}");
     }
 }
