@@ -381,13 +381,12 @@ impl RequestStore for PgStore {
         with_conn!(self.db, true, |client| {
             // Picked once, at most `limit` (event.rs's `LEASE` says why).
             const SWEEP: Sql = Sql::once(
-                "WITH picked AS MATERIALIZED (SELECT id, state, until FROM requests WHERE sweep_at <= $1
-                     ORDER BY sweep_at LIMIT $2 FOR UPDATE SKIP LOCKED),
-                 gone AS (DELETE FROM requests USING picked WHERE requests.id = picked.id
-                     AND picked.until <= $1 AND (picked.state = 1 OR picked.until <= $3) RETURNING 1),
+                "WITH picked AS MATERIALIZED (SELECT id, state, until,
+                         until <= $1 AND (state = 1 OR until <= $3) AS ended
+                     FROM requests WHERE sweep_at <= $1 ORDER BY sweep_at LIMIT $2 FOR UPDATE SKIP LOCKED),
+                 gone AS (DELETE FROM requests USING picked WHERE requests.id = picked.id AND picked.ended RETURNING 1),
                  later AS (UPDATE requests SET sweep_at = picked.until + CASE WHEN picked.state = 0 THEN $4::bigint ELSE 0 END
-                     FROM picked WHERE requests.id = picked.id
-                     AND NOT (picked.until <= $1 AND (picked.state = 1 OR picked.until <= $3)))
+                     FROM picked WHERE requests.id = picked.id AND NOT picked.ended)
                  SELECT count(*) FROM gone",
                 &[Type::INT8, Type::INT8, Type::INT8, Type::INT8],
             );
