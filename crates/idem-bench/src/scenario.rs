@@ -180,6 +180,44 @@ async fn postgres_batch_anchor(ctx: &Context) -> Result<Measured, String> {
     Ok(measured)
 }
 
+/// The same multi-row insert into a table of idem's `claims` shape (crates/idem-postgres's schema:
+/// its columns, its primary key and its two indexes), with the rows a batch of one-part keys
+/// without expiry stores: a 32-byte id, the encoded parts, the creation time. What PostgreSQL
+/// itself must do for idem's batch, beside which idem's own share shows (#44).
+async fn postgres_batch_anchor_claims_shape(ctx: &Context) -> Result<Measured, String> {
+    let columns = "(ns text NOT NULL, id bytea NOT NULL, parts bytea NOT NULL, data text, created_at bigint NOT NULL,
+                    expires_at bigint, client_token bytea, PRIMARY KEY (ns, id))";
+    let setup = "CREATE INDEX ON {table} (ns, parts) INCLUDE (expires_at);
+                 CREATE INDEX ON {table} (expires_at) WHERE expires_at IS NOT NULL;";
+    let sql = "INSERT INTO {table} (ns, id, parts, created_at)
+               SELECT 'bench', a.id, a.parts, $3 FROM unnest($1::bytea[], $2::bytea[]) AS a(id, parts)
+               ON CONFLICT DO NOTHING";
+    let table = PgTable::create_as(&ctx.database_url, ctx.plan.connections, columns, setup, sql).await?;
+    let shared = Arc::clone(&table);
+    let name = "postgres INSERT … ON CONFLICT DO NOTHING, 500 keys per statement, claims' shape";
+    let measured = load::run(name, 500, ctx.plan, move |c, n| {
+        let table = Arc::clone(&shared);
+        async move {
+            let (client, statement) = &table.clients[c];
+            let (mut ids, mut parts) = (Vec::with_capacity(500), Vec::with_capacity(500));
+            for i in 0..500u64 {
+                let seed = mix((c as u64) << 40 ^ n << 9 ^ i);
+                let id: Vec<u8> = (0..4u64).flat_map(|k| mix(seed ^ k).to_le_bytes()).collect();
+                ids.push(id);
+                // A one-part key as idem encodes it (`Parts::encode`: each part, then a zero byte).
+                let mut encoded = format!("b-{c}-{n}-{i}").into_bytes();
+                encoded.push(0);
+                parts.push(encoded);
+            }
+            let created_at = 1_800_000_000_000i64;
+            client.execute(statement, &[&ids, &parts, &created_at]).await.map(drop).map_err(pg_error)
+        }
+    })
+    .await;
+    table.drop_table().await;
+    Ok(measured)
+}
+
 /// A 500-item batch of unique keys.
 fn batch_body(run: &str, c: usize, n: u64) -> String {
     let items: Vec<String> = (0..500).map(|i| format!("{{\"key\":\"{run}-{c}-{n}-{i}\"}}")).collect();
@@ -214,6 +252,10 @@ pub async fn claims_batch(ctx: &Context) -> Result<Table, String> {
     match postgres_batch_anchor(ctx).await {
         Ok(m) => anchors.push(m),
         Err(e) => skipped.push(format!("postgres multi-row INSERT … ON CONFLICT: {e}")),
+    }
+    match postgres_batch_anchor_claims_shape(ctx).await {
+        Ok(m) => anchors.push(m),
+        Err(e) => skipped.push(format!("postgres multi-row INSERT … ON CONFLICT, claims' shape: {e}")),
     }
     anchors.push(http_ceiling(ctx, 500, |c, n| batch_body("ceiling", c, n)).await?);
     Ok(Table::new("claims-batch", vec![row], anchors).skipped(skipped).memory(memory))

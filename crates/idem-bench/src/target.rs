@@ -350,6 +350,25 @@ pub struct PgTable {
 
 impl PgTable {
     pub async fn create(url: &str, connections: usize, setup: &str, sql: &str) -> Result<Arc<Self>, String> {
+        Self::create_as(
+            url,
+            connections,
+            "(id text PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT now())",
+            setup,
+            sql,
+        )
+        .await
+    }
+
+    /// A table of the given columns (`(…)`, as after `CREATE TABLE name`), then `setup`, with `sql`
+    /// prepared on each connection (`{table}` in either stands for the table's name).
+    pub async fn create_as(
+        url: &str,
+        connections: usize,
+        columns: &str,
+        setup: &str,
+        sql: &str,
+    ) -> Result<Arc<Self>, String> {
         let name = unique_name("idem_bench");
         let mut clients = Vec::new();
         for _ in 0..connections {
@@ -359,10 +378,7 @@ impl PgTable {
         }
         let first = clients.first().ok_or("no connections")?;
         first
-            .batch_execute(&format!(
-                "CREATE TABLE {name} (id text PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT now()); {}",
-                setup.replace("{table}", &name)
-            ))
+            .batch_execute(&format!("CREATE TABLE {name} {columns}; {}", setup.replace("{table}", &name)))
             .await
             .map_err(pg_error)?;
         let sql = sql.replace("{table}", &name);

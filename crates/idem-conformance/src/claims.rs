@@ -141,6 +141,47 @@ pub async fn expired_claim_can_be_claimed_again<S: ClaimStore + ?Sized>(h: &Harn
     assert_eq!(again[0].record.created_at, crate::START.plus(TEN_SECONDS));
 }
 
+/// A batch of a new key, a live one and an expired one: the new key and the expired one are taken
+/// (the expired one with the batch's data and times), the live one is answered as it is. Then 100
+/// concurrent batches of one expired key (each with a new key of its own): exactly one takes it
+/// over, and every batch sees that one's data. (PostgreSQL inserts a batch first and takes over
+/// the keys it could not insert afterwards: claim.rs's `CLAIM_SET`.)
+pub async fn a_batch_takes_over_expired_keys_once<S: ClaimStore + ?Sized>(h: &Harness<S>) {
+    let n = ns("batch-ttl");
+    let first = vec![new_claim(&["live"], Some("1"), None), new_claim(&["expiring"], Some("1"), Some(TEN_SECONDS))];
+    assert!(h.store.claim(&n, first).await.expect("claim").iter().all(|o| o.claimed));
+    h.clock.advance(TEN_SECONDS);
+    let batch = ["new", "live", "expiring"].map(|k| new_claim(&[k], Some("2"), None)).to_vec();
+    let out = h.store.claim(&n, batch).await.expect("claim");
+    let seen: Vec<(bool, Option<&str>)> =
+        out.iter().map(|o| (o.claimed, o.record.data.as_deref().map(|d| d.get()))).collect();
+    assert_eq!(seen, [(true, Some("2")), (false, Some("1")), (true, Some("2"))]);
+    assert_eq!((out[2].record.created_at, out[2].record.expires_at), (crate::START.plus(TEN_SECONDS), None));
+
+    let contested = vec![new_claim(&["contested"], Some("0"), Some(TEN_SECONDS))];
+    h.store.claim(&n, contested).await.expect("claim");
+    h.clock.advance(TEN_SECONDS);
+    let tasks: Vec<_> = (0..100)
+        .map(|i| {
+            let (store, n) = (Arc::clone(&h.store), n.clone());
+            tokio::spawn(async move {
+                let (data, own) = (format!("{}", i + 1), format!("own-{i}"));
+                let batch = vec![new_claim(&[&own], None, None), new_claim(&["contested"], Some(&data), None)];
+                store.claim(&n, batch).await
+            })
+        })
+        .collect();
+    let (mut winners, mut seen) = (0, std::collections::HashSet::new());
+    for task in tasks {
+        let out = task.await.expect("task").expect("claim");
+        assert!(out[0].claimed, "each batch's own key is new");
+        winners += usize::from(out[1].claimed);
+        seen.insert(out[1].record.data.as_deref().map(|d| d.get().to_owned()));
+    }
+    assert_eq!(winners, 1, "one of 100 batches takes the expired key over");
+    assert_eq!(seen.len(), 1, "every batch sees the winner's data: {seen:?}");
+}
+
 pub async fn sweeper_deletes_only_expired_in_bounded_batches<S: ClaimStore + ?Sized>(h: &Harness<S>) {
     let n = ns("sweep");
     let expiring = (0..5).map(|i| new_claim(&[&format!("old-{i}")], None, Some(TEN_SECONDS))).collect();

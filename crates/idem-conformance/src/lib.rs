@@ -98,6 +98,7 @@ macro_rules! claim_suite {
             prefix_matches_whole_parts_only,
             expiry_is_exact_for_every_operation,
             expired_claim_can_be_claimed_again,
+            a_batch_takes_over_expired_keys_once,
             sweeper_deletes_only_expired_in_bounded_batches,
             delete_removes_and_reports_absence,
             race_of_500_has_exactly_one_winner,

@@ -47,31 +47,43 @@ const EXISTING: Sql = Sql::cached(
     &[Type::TEXT, Type::BYTEA, Type::BYTEA],
 );
 
-/// A batch in one statement, as CLAIM is for one key: each key found live is answered by the read
-/// alone, the others are inserted or taken over in id order (the order every batch and a delete by
-/// prefix lock in). The keys are distinct. A key another transaction committed meanwhile answers
-/// no row, and is settled on its own. Columns as CLAIM's, then the key's id.
+/// A batch in one statement: the keys are inserted first, in id order (the order every batch and
+/// a delete by prefix lock in), `ON CONFLICT DO NOTHING`, which finds an existing key in the index
+/// without locking its row or writing anything; only the keys not inserted are read (`found`), and
+/// of those the expired ones are locked in id order and taken over. A batch of new keys thus costs
+/// PostgreSQL one index probe per key, as a plain multi-row insert does (reading every key first
+/// cost a second probe each: about half the statement's time), and a key found live is still
+/// answered by a read alone. The keys are distinct. A key another transaction committed meanwhile
+/// answers no row (the reads see the statement's snapshot), and is settled on its own. Columns as
+/// CLAIM's, then the key's id.
 const CLAIM_SET: Sql = Sql::cached(
     "WITH asked AS (
         SELECT * FROM unnest($2::bytea[], $3::bytea[], $4::text[], $5::int8[], $6::int8[], $7::bytea[])
             AS a(id, parts, data, created_at, expires_at, client_token)),
-    live AS (
-        SELECT c.parts, c.data, c.created_at, c.expires_at, coalesce(c.client_token = a.client_token, false),
-            c.client_token, c.id
-        FROM asked a JOIN claims c ON c.ns = $1 AND c.id = a.id
-        WHERE c.expires_at IS NULL OR c.expires_at > $8),
     ins AS (
         INSERT INTO claims (ns, id, parts, data, created_at, expires_at, client_token)
-        SELECT $1, a.id, a.parts, a.data, a.created_at, a.expires_at, a.client_token FROM asked a
-        WHERE NOT EXISTS (SELECT 1 FROM live WHERE live.id = a.id)
-        ORDER BY a.id
-        ON CONFLICT (ns, id) DO UPDATE SET parts = excluded.parts, data = excluded.data,
-            created_at = excluded.created_at, expires_at = excluded.expires_at, client_token = excluded.client_token
-        WHERE claims.expires_at IS NOT NULL AND claims.expires_at <= $8
-        RETURNING parts, data, created_at, expires_at, true, client_token, id)
+        SELECT $1, a.id, a.parts, a.data, a.created_at, a.expires_at, a.client_token FROM asked a ORDER BY a.id
+        ON CONFLICT (ns, id) DO NOTHING
+        RETURNING parts, data, created_at, expires_at, true AS claimed, client_token, id),
+    found AS MATERIALIZED (
+        SELECT c.parts, c.data, c.created_at, c.expires_at, coalesce(c.client_token = a.client_token, false) AS claimed,
+            c.client_token, c.id
+        FROM asked a JOIN claims c ON c.ns = $1 AND c.id = a.id
+        WHERE NOT EXISTS (SELECT 1 FROM ins WHERE ins.id = a.id)),
+    expired AS MATERIALIZED (
+        SELECT c.id FROM claims c WHERE c.ns = $1 AND c.id IN (SELECT id FROM found WHERE expires_at <= $8)
+        ORDER BY c.id FOR UPDATE),
+    taken AS (
+        UPDATE claims c SET parts = a.parts, data = a.data, created_at = a.created_at, expires_at = a.expires_at,
+            client_token = a.client_token
+        FROM expired e JOIN asked a ON a.id = e.id
+        WHERE c.ns = $1 AND c.id = e.id AND c.expires_at IS NOT NULL AND c.expires_at <= $8
+        RETURNING c.parts, c.data, c.created_at, c.expires_at, true, c.client_token, c.id)
     SELECT * FROM ins
     UNION ALL
-    SELECT * FROM live",
+    SELECT * FROM found WHERE expires_at IS NULL OR expires_at > $8
+    UNION ALL
+    SELECT * FROM taken",
     &[
         Type::TEXT,
         Type::BYTEA_ARRAY,

@@ -1,6 +1,10 @@
 //! Events in PostgreSQL: intake dedup by the (source, event id) unique constraint with the receipt
 //! and its first job in one transaction; a job queue that several nodes lease from with
 //! `FOR UPDATE SKIP LOCKED`; attempts, result jobs and replays as in the embedded store.
+//!
+//! Written for few writes per event (schema.rs, migrations 5 and 6): a lease changes only its
+//! jobs (a receipt is `processing` while its delivery job has been leased: `status!`), and an
+//! attempt is kept in its receipt's row until the next one (the update that sets the status).
 
 use std::time::Duration;
 
@@ -39,6 +43,26 @@ fn parked(status: ReceiptStatus) -> Option<&'static str> {
 
 fn status_of(text: &str) -> Result<ReceiptStatus, StoreError> {
     ReceiptStatus::parse(text).ok_or_else(|| internal("unknown receipt status"))
+}
+
+/// A receipt's status as readers see it, from the receipt `r`: the stored one, but `processing` for
+/// a receipt waiting for delivery (`accepted`, `retrying`) whose delivery job has been leased,
+/// since a lease writes only the job (`leased_at`; a retry clears it). Found by the jobs' key,
+/// which starts with the receipt. The names are `ReceiptStatus::as_str`'s (a test checks).
+/// (A macro, so that statements can be `concat!`ed from it.)
+macro_rules! status {
+    () => {
+        "CASE WHEN r.status IN ('accepted', 'retrying') AND EXISTS (SELECT 1 FROM jobs j
+            WHERE j.receipt_id = r.id AND j.kind = 0 AND j.leased_at IS NOT NULL) THEN 'processing' ELSE r.status END"
+    };
+}
+
+/// When a receipt's status last changed: a lease's start for one `processing` by [`status!`].
+macro_rules! updated_at {
+    () => {
+        "greatest(r.updated_at, (SELECT max(j.leased_at) FROM jobs j
+            WHERE j.receipt_id = r.id AND j.kind = 0 AND r.status IN ('accepted', 'retrying')))"
+    };
 }
 
 /// The `receipts.result_status` column likewise (`ResultWebhookState::as_str`).
@@ -81,7 +105,7 @@ const INTAKE: Sql = Sql::cached(
     &[Type::TEXT, Type::TEXT, Type::TEXT, Type::BYTEA, Type::BYTEA, Type::TEXT, Type::INT8, Type::TEXT, Type::INT2],
 );
 const BY_EVENT_ID: Sql = Sql::cached(
-    "SELECT id, payload_hash, status FROM receipts WHERE source = $1 AND event_id = $2",
+    concat!("SELECT id, payload_hash, ", status!(), " FROM receipts r WHERE source = $1 AND event_id = $2"),
     &[Type::TEXT, Type::TEXT],
 );
 
@@ -128,24 +152,20 @@ pub async fn accept(client: &mut Object, e: &NewEvent, now: Timestamp) -> Result
 /// this statement already changed and locks the next ones: a lease of 10 took 55 of 100 due jobs
 /// (tests/plans.rs), and a worker left 2,870 of a burst of 3,000 leased and unattempted (#42).
 ///
-/// One statement leases the jobs, marks their deliveries' receipts `processing` and reads what
-/// each job needs. Receipts are locked newest first, in the order a bulk replay locks them: in any
-/// other order a lease and a replay of the same receipts can each hold what the other waits for.
+/// One statement leases the jobs and reads what each needs. It writes only the jobs: their
+/// deliveries' receipts read as `processing` from then on (`status!`), without a write of their
+/// own (a row lock and a new row version each, about 160 bytes of WAL per event).
 const LEASE: Sql = Sql::cached(
     "WITH picked AS MATERIALIZED (
-        SELECT id FROM jobs WHERE due_at <= $3 AND (lease_until IS NULL OR lease_until <= $3)
-        AND NOT (source = ANY($5)) ORDER BY due_at LIMIT $4 FOR UPDATE SKIP LOCKED),
+        SELECT receipt_id, id FROM jobs WHERE due_at <= $3 AND (lease_until IS NULL OR lease_until <= $3)
+        AND NOT (source = ANY($5)) ORDER BY due_at LIMIT $4 FOR NO KEY UPDATE SKIP LOCKED),
     leased AS (
-        UPDATE jobs SET lease_until = $1, token = $2 FROM picked WHERE jobs.id = picked.id
-        RETURNING jobs.id, jobs.receipt_id, jobs.kind, jobs.attempt, jobs.body),
-    locked AS MATERIALIZED (
-        SELECT id FROM receipts WHERE id IN (SELECT receipt_id FROM leased WHERE kind = $6)
-        ORDER BY id DESC FOR NO KEY UPDATE),
-    processing AS (
-        UPDATE receipts SET status = $7, updated_at = $3 FROM locked WHERE receipts.id = locked.id)
+        UPDATE jobs SET lease_until = $1, token = $2, leased_at = $3 FROM picked
+        WHERE jobs.receipt_id = picked.receipt_id AND jobs.id = picked.id
+        RETURNING jobs.id, jobs.receipt_id, jobs.kind, jobs.attempt, jobs.body)
     SELECT l.id, l.receipt_id, l.kind, l.attempt, l.body, r.source, r.event_id, r.body, r.content_type, r.round
     FROM leased l LEFT JOIN receipts r ON r.id = l.receipt_id",
-    &[Type::INT8, Type::BYTEA, Type::INT8, Type::INT8, Type::TEXT_ARRAY, Type::INT2, Type::TEXT],
+    &[Type::INT8, Type::BYTEA, Type::INT8, Type::INT8, Type::TEXT_ARRAY],
 );
 
 pub async fn lease(
@@ -156,9 +176,8 @@ pub async fn lease(
     now: Timestamp,
 ) -> Result<Vec<Job>, StoreError> {
     let token = LeaseToken::generate();
-    let processing = status_column(ReceiptStatus::Processing);
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] =
-        [&now.plus(lease).millis(), &&token.0[..], &now.millis(), &(limit as i64), &busy, &DELIVERY, &processing];
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+        [&now.plus(lease).millis(), &&token.0[..], &now.millis(), &(limit as i64), &busy];
     let mut tries = 0;
     loop {
         match client.query(&LEASE, &params).await {
@@ -199,25 +218,26 @@ fn leased_job(row: &Row, token: LeaseToken) -> Result<Job, StoreError> {
 /// out. One statement for them all.
 pub async fn release(client: &Object, jobs: &[Job]) -> Result<usize, StoreError> {
     let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
+    let receipts: Vec<&str> = jobs.iter().map(|j| j.receipt_id.as_str()).collect();
     let tokens: Vec<&[u8]> = jobs.iter().map(|j| &j.token.0[..]).collect();
     const RELEASE: Sql = Sql::cached(
         "UPDATE jobs SET lease_until = NULL, token = NULL
-         FROM unnest($1::bigint[], $2::bytea[]) AS held (id, token)
-         WHERE jobs.id = held.id AND jobs.token = held.token",
-        &[Type::INT8_ARRAY, Type::BYTEA_ARRAY],
+         FROM unnest($1::bigint[], $2::text[], $3::bytea[]) AS held (id, receipt_id, token)
+         WHERE jobs.receipt_id = held.receipt_id AND jobs.id = held.id AND jobs.token = held.token",
+        &[Type::INT8_ARRAY, Type::TEXT_ARRAY, Type::BYTEA_ARRAY],
     );
-    let released = client.execute(&RELEASE, &[&ids, &tokens]).await.map_err(commit_error)?;
+    let released = client.execute(&RELEASE, &[&ids, &receipts, &tokens]).await.map_err(commit_error)?;
     Ok(released as usize)
 }
 
 /// Persists an attempt's transition, if `job`'s lease still holds: the job's own change (due again
 /// later, or removed) is made only on the lease's token while it holds, and says whether it did.
 pub async fn finish(client: &mut Object, job: &Job, t: &Transition, now: Timestamp) -> Result<bool, StoreError> {
-    let (token, now_ms) = (&job.token.0[..], now.millis());
+    let (token, now_ms, rid) = (&job.token.0[..], now.millis(), job.receipt_id.as_str());
     retrying!(client, |tx| {
         let changed = match &t.job {
-            JobNext::RetryAt(at) => tx.execute(&RETRY_AT, &[&job.id, &at.millis(), &token, &now_ms]).await?,
-            JobNext::Remove => tx.execute(&REMOVE, &[&job.id, &token, &now_ms]).await?,
+            JobNext::RetryAt(at) => tx.execute(&RETRY_AT, &[&job.id, &at.millis(), &token, &now_ms, &rid]).await?,
+            JobNext::Remove => tx.execute(&REMOVE, &[&job.id, &token, &now_ms, &rid]).await?,
         };
         let held = changed == 1;
         if held {
@@ -227,18 +247,45 @@ pub async fn finish(client: &mut Object, job: &Job, t: &Transition, now: Timesta
     })
 }
 
+/// Due again later: the receipt reads as `retrying` again until the next lease (`status!`).
 const RETRY_AT: Sql = Sql::cached(
-    "UPDATE jobs SET attempt = attempt + 1, due_at = $2, lease_until = NULL, token = NULL
-     WHERE id = $1 AND token = $3 AND lease_until > $4",
-    &[Type::INT8, Type::INT8, Type::BYTEA, Type::INT8],
+    "UPDATE jobs SET attempt = attempt + 1, due_at = $2, lease_until = NULL, token = NULL, leased_at = NULL
+     WHERE receipt_id = $5 AND id = $1 AND token = $3 AND lease_until > $4",
+    &[Type::INT8, Type::INT8, Type::BYTEA, Type::INT8, Type::TEXT],
 );
 const REMOVE: Sql = Sql::cached(
-    "DELETE FROM jobs WHERE id = $1 AND token = $2 AND lease_until > $3",
-    &[Type::INT8, Type::BYTEA, Type::INT8],
+    "DELETE FROM jobs WHERE receipt_id = $4 AND id = $1 AND token = $2 AND lease_until > $3",
+    &[Type::INT8, Type::BYTEA, Type::INT8, Type::TEXT],
 );
-const RECEIPT_STATUS: Sql = Sql::cached(
-    "UPDATE receipts SET status = $2, updated_at = $3, next_attempt_at = $4 WHERE id = $1",
-    &[Type::TEXT, Type::TEXT, Type::INT8, Type::INT8],
+
+/// An attempt's transition of its receipt, one statement: the new status, and the attempt kept in
+/// the receipt's own row (`last_*`), which the same update writes (HOT: no indexed column changes;
+/// as a row of `attempts` it was a row and an index entry, about 280 bytes of WAL per event). The
+/// attempt kept before it, if any, moves to `attempts` (the insert reads the row as it was before
+/// the statement); each lease of a job is a new attempt number or a new round, and only the
+/// lease's holder gets here, so that row is new: `NOT EXISTS` rather than `ON CONFLICT`, which
+/// writes a speculative insertion and its confirmation.
+const RECEIPT_ATTEMPT: Sql = Sql::cached(
+    "WITH kept AS (
+        INSERT INTO attempts (receipt_id, round, n, started_at, duration_ms, status_code, error, response)
+        SELECT id, last_round, last_n, last_started_at, last_duration_ms, last_status_code, last_error, last_response
+        FROM receipts r WHERE id = $1 AND last_n IS NOT NULL
+        AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.receipt_id = $1 AND a.round = r.last_round AND a.n = r.last_n))
+    UPDATE receipts SET status = $2, updated_at = $3, next_attempt_at = $4, last_round = round, last_n = $5,
+        last_started_at = $6, last_duration_ms = $7, last_status_code = $8, last_error = $9, last_response = $10
+    WHERE id = $1",
+    &[
+        Type::TEXT,
+        Type::TEXT,
+        Type::INT8,
+        Type::INT8,
+        Type::INT4,
+        Type::INT8,
+        Type::INT8,
+        Type::INT4,
+        Type::TEXT,
+        Type::TEXT,
+    ],
 );
 
 /// The rest of a transition, once its job's change was made: the receipt's.
@@ -246,8 +293,20 @@ async fn persist(tx: &Tx<'_>, job: &Job, t: &Transition, now: Timestamp) -> Resu
     let rid = job.receipt_id.as_str();
     match &t.change {
         Change::Receipt { status, result_job } => {
-            record_attempt(tx, rid, &t.attempt).await?;
-            tx.execute(&RECEIPT_STATUS, &[&rid, &status_column(*status), &now.millis(), &t.next_attempt_at()]).await?;
+            let a = &t.attempt;
+            let params: [&(dyn ToSql + Sync); 10] = [
+                &rid,
+                &status_column(*status),
+                &now.millis(),
+                &t.next_attempt_at(),
+                &(a.n as i32),
+                &a.started_at.millis(),
+                &(a.duration_ms as i64),
+                &a.status_code.map(i32::from),
+                &a.error,
+                &a.response,
+            ];
+            tx.execute(&RECEIPT_ATTEMPT, &params).await?;
             if let Some(body) = result_job {
                 enqueue(tx, rid, RESULT, now, Some(body)).await?;
                 set_result(tx, rid, ResultWebhookState::Pending, 0, None, None).await?;
@@ -259,35 +318,6 @@ async fn persist(tx: &Tx<'_>, job: &Job, t: &Transition, now: Timestamp) -> Resu
         }
     }
     Ok(())
-}
-
-/// An attempt's record, once: only the holder of the job's lease records it, and each lease of a
-/// job is a new attempt number or a new round, so the row is new but for a transition recorded
-/// twice, which keeps the first. Not `ON CONFLICT`: that writes a speculative insertion and its
-/// confirmation (48 bytes of WAL per event); two transactions inserting the same row at once
-/// meet the primary key, and the one rolled back finds the row when it runs again.
-const ATTEMPT: Sql = Sql::cached(
-    "INSERT INTO attempts (receipt_id, round, n, started_at, duration_ms, status_code, error, response)
-     SELECT $1, r.round, $2, $3, $4, $5, $6, $7 FROM receipts r WHERE r.id = $1
-     AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.receipt_id = $1 AND a.round = r.round AND a.n = $2)",
-    &[Type::TEXT, Type::INT4, Type::INT8, Type::INT8, Type::INT4, Type::TEXT, Type::TEXT],
-);
-
-async fn record_attempt(tx: &Tx<'_>, rid: &str, a: &AttemptRecord) -> Result<(), tokio_postgres::Error> {
-    tx.execute(
-        &ATTEMPT,
-        &[
-            &rid,
-            &(a.n as i32),
-            &a.started_at.millis(),
-            &(a.duration_ms as i64),
-            &a.status_code.map(i32::from),
-            &a.error,
-            &a.response,
-        ],
-    )
-    .await
-    .map(drop)
 }
 
 const RESULT_STATE: Sql = Sql::cached(
@@ -310,7 +340,8 @@ async fn set_result(
 }
 
 /// A receipt's status, its row locked for a change.
-const LOCKED_STATUS: Sql = Sql::cached("SELECT status FROM receipts WHERE id = $1 FOR NO KEY UPDATE", &[Type::TEXT]);
+const LOCKED_STATUS: Sql =
+    Sql::cached(concat!("SELECT ", status!(), " FROM receipts r WHERE id = $1 FOR NO KEY UPDATE OF r"), &[Type::TEXT]);
 
 pub async fn replay(client: &mut Object, id: &ReceiptId, now: Timestamp) -> Result<Option<ReceiptStatus>, StoreError> {
     retrying!(client, |tx| {
@@ -340,9 +371,9 @@ async fn restart(tx: &Tx<'_>, id: &str, now: Timestamp) -> Result<(), tokio_post
 }
 
 /// One step of a bulk replay in one transaction. The matching rows are locked newest first (so two
-/// nodes replaying the same filter wait for each other rather than deadlock, and so does a lease
-/// of their delivery jobs, which locks in the same order) and their status is read again after the
-/// lock, so a receipt another node just replayed is not replayed twice.
+/// nodes replaying the same filter wait for each other rather than deadlock; a lease locks no
+/// receipt) and their status is read again after the lock, so a receipt another node just
+/// replayed is not replayed twice.
 pub async fn replay_matching(
     client: &mut Object,
     filter: &ReceiptFilter,
@@ -445,10 +476,18 @@ const SOURCES: &str = "WITH RECURSIVE s (source) AS (
         UNION ALL SELECT (SELECT min(source) FROM receipts WHERE receipts.source > s.source) FROM s WHERE s.source IS NOT NULL)
     SELECT source FROM s WHERE source IS NOT NULL";
 
+/// Receipts in flight, by their delivery job.
+enum InFlight {
+    /// Not leased since the receipt was accepted or its last attempt failed.
+    Waiting,
+    /// Leased: `processing`.
+    Leased,
+}
+
 /// The WHERE clause of `filter` with only the conditions it sets, so that the planner picks the
 /// index that fits; its parameters, and their types (all text).
 fn filter_sql(filter: &ReceiptFilter) -> (String, Vec<String>, Vec<Type>) {
-    let (mut terms, mut values, mut in_flight, mut add_any_source) = (Vec::new(), Vec::new(), false, false);
+    let (mut terms, mut values, mut in_flight, mut add_any_source) = (Vec::new(), Vec::new(), None, false);
     let mut add = |term: &str, value: String| {
         values.push(value);
         terms.push(format!("{term} ${}", values.len()));
@@ -462,10 +501,12 @@ fn filter_sql(filter: &ReceiptFilter) -> (String, Vec<String>, Vec<Type>) {
             Some(parked) => add("parked =", parked.to_owned()),
             // Completed: most receipts are, so the newest are found at once walking the primary key.
             None if status == ReceiptStatus::Completed => add("status =", status_column(status).to_owned()),
-            // In flight: each has its delivery job, and the jobs are few beside the receipts.
+            // In flight: each has its delivery job, and the jobs are few beside the receipts; one
+            // is `processing` once the job has been leased (`status!`).
+            None if status == ReceiptStatus::Processing => in_flight = Some(InFlight::Leased),
             None => {
                 add("status =", status_column(status).to_owned());
-                in_flight = true;
+                in_flight = Some(InFlight::Waiting);
             }
         }
     }
@@ -485,15 +526,33 @@ fn filter_sql(filter: &ReceiptFilter) -> (String, Vec<String>, Vec<Type>) {
     if add_any_source {
         terms.push(format!("source IN ({SOURCES})"));
     }
-    if in_flight {
-        terms.push(format!("id IN (SELECT receipt_id FROM jobs WHERE kind = {DELIVERY})"));
+    let jobs =
+        |leased: &str| format!("id IN (SELECT receipt_id FROM jobs WHERE kind = {DELIVERY} AND leased_at IS {leased})");
+    match in_flight {
+        None => {}
+        Some(InFlight::Waiting) => terms.push(jobs("NULL")),
+        // `processing` stored is what nodes before schema version 6 wrote at a lease.
+        Some(InFlight::Leased) => terms.push(format!(
+            "(status = '{}' OR (status IN ('{}', '{}') AND {}))",
+            status_column(ReceiptStatus::Processing),
+            status_column(ReceiptStatus::Accepted),
+            status_column(ReceiptStatus::Retrying),
+            jobs("NOT NULL")
+        )),
     }
     let clause = if terms.is_empty() { String::new() } else { format!("WHERE {}", terms.join(" AND ")) };
     let types = vec![Type::TEXT; values.len()];
     (clause, values, types)
 }
 
-const RECEIPT_COLUMNS: &str = "id, source, event_id, status, created_at, updated_at, round, result_status, result_attempts, result_status_code, result_error, next_attempt_at";
+/// A receipt's columns as [`to_receipt`] reads them, from `receipts r`.
+const RECEIPT_COLUMNS: &str = concat!(
+    "r.id, r.source, r.event_id, ",
+    status!(),
+    ", r.created_at, ",
+    updated_at!(),
+    ", r.round, r.result_status, r.result_attempts, r.result_status_code, r.result_error, r.next_attempt_at"
+);
 
 fn to_receipt(r: &Row) -> Result<Receipt, StoreError> {
     let status = status_of(&r.get::<_, String>(3))?;
@@ -519,11 +578,15 @@ fn to_receipt(r: &Row) -> Result<Receipt, StoreError> {
 }
 
 pub async fn get(client: &Object, id: &ReceiptId) -> Result<Option<Receipt>, StoreError> {
+    // The attempts before the latest, and the latest, kept in the receipt's row (RECEIPT_ATTEMPT).
     const ATTEMPTS: Sql = Sql::once(
-        "SELECT n, started_at, duration_ms, status_code, error, response, round FROM attempts WHERE receipt_id = $1 ORDER BY round, n",
+        "SELECT n, started_at, duration_ms, status_code, error, response, round FROM attempts WHERE receipt_id = $1
+         UNION ALL SELECT last_n, last_started_at, last_duration_ms, last_status_code, last_error, last_response, last_round
+         FROM receipts WHERE id = $1 AND last_n IS NOT NULL
+         ORDER BY 7, 1",
         &[Type::TEXT],
     );
-    let text = format!("SELECT {RECEIPT_COLUMNS}, body, content_type FROM receipts WHERE id = $1");
+    let text = format!("SELECT {RECEIPT_COLUMNS}, r.body, r.content_type FROM receipts r WHERE r.id = $1");
     let row = client.query_opt(&Sql::once(&text, &[Type::TEXT]), &[&id.as_str()]).await.map_err(store_error)?;
     let Some(row) = row else { return Ok(None) };
     let mut receipt = to_receipt(&row)?;
@@ -541,12 +604,15 @@ pub async fn get(client: &Object, id: &ReceiptId) -> Result<Option<Receipt>, Sto
             response: r.get(5),
         })
         .collect();
+    // Written by one statement that moves the kept attempt as it replaces it, an attempt is in one
+    // place or the other; should both ever hold it, it is listed once.
+    receipt.attempts.dedup_by_key(|a| (a.round, a.n));
     Ok(Some(receipt))
 }
 
 pub async fn list(client: &Object, filter: &ReceiptFilter) -> Result<Vec<Receipt>, StoreError> {
     let (clause, values, types) = filter_sql(filter);
-    let text = format!("SELECT {RECEIPT_COLUMNS} FROM receipts {clause} ORDER BY id DESC LIMIT {}", filter.limit);
+    let text = format!("SELECT {RECEIPT_COLUMNS} FROM receipts r {clause} ORDER BY id DESC LIMIT {}", filter.limit);
     let rows = client.query(&Sql::once(&text, &types), &as_params(&values)).await.map_err(store_error)?;
     rows.iter().map(to_receipt).collect()
 }
@@ -559,9 +625,27 @@ pub async fn count_matching(client: &Object, filter: &ReceiptFilter) -> Result<u
 }
 
 pub async fn count_receipts(client: &Object) -> Result<Vec<(String, ReceiptStatus, u64)>, StoreError> {
-    const COUNT: Sql = Sql::once("SELECT source, status, count(*) FROM receipts GROUP BY source, status", &[]);
+    const COUNT: Sql =
+        Sql::once(concat!("SELECT source, ", status!(), ", count(*) FROM receipts r GROUP BY 1, 2"), &[]);
     let rows = client.query(&COUNT, &[]).await.map_err(store_error)?;
     rows.iter()
         .map(|r| Ok((r.get::<_, String>(0), status_of(&r.get::<_, String>(1))?, r.get::<_, i64>(2) as u64)))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The statuses `status!` and `updated_at!` name in SQL are core's names for them.
+    #[test]
+    fn the_derived_status_names_cores_statuses() {
+        for status in [ReceiptStatus::Accepted, ReceiptStatus::Retrying, ReceiptStatus::Processing] {
+            let quoted = format!("'{}'", status_column(status));
+            assert!(status!().contains(&quoted), "{quoted} in status!");
+        }
+        for status in [ReceiptStatus::Accepted, ReceiptStatus::Retrying] {
+            assert!(updated_at!().contains(&format!("'{}'", status_column(status))));
+        }
+    }
 }

@@ -108,6 +108,19 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX receipts_parked ON receipts (parked, id) WHERE parked IS NOT NULL;
      ALTER TABLE receipts SET (fillfactor = 80);
      ALTER TABLE jobs SET (fillfactor = 80);",
+    // 6: fewer writes per event (event.rs):
+    // - a lease no longer updates the receipts it delivers: a receipt is `processing` while its
+    //   delivery job has been leased (`leased_at`, cleared when the job is due again for a retry),
+    //   so jobs are keyed by their receipt first, for that look-up; a job is still named by its id
+    //   too (older nodes, during a rolling upgrade, find it by the id alone, reading the queue);
+    // - a receipt keeps its latest attempt in its own row (`last_*`), written by the same update
+    //   that sets its status; the attempt before it moves to `attempts` then, so a first attempt
+    //   that settles the event adds no row. Both are new nullable columns: no table is rewritten.
+    "ALTER TABLE jobs ADD COLUMN leased_at bigint;
+     ALTER TABLE jobs DROP CONSTRAINT jobs_pkey, ADD PRIMARY KEY (receipt_id, id);
+     ALTER TABLE receipts ADD COLUMN last_round integer, ADD COLUMN last_n integer,
+         ADD COLUMN last_started_at bigint, ADD COLUMN last_duration_ms bigint,
+         ADD COLUMN last_status_code integer, ADD COLUMN last_error text, ADD COLUMN last_response text;",
 ];
 
 /// An arbitrary constant naming idem's migration lock (the same as older versions' session lock,

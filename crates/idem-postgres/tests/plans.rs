@@ -217,9 +217,16 @@ async fn the_columns_idem_updates_are_in_no_index() {
                 "result_attempts",
                 "result_status_code",
                 "result_error",
+                "last_round",
+                "last_n",
+                "last_started_at",
+                "last_duration_ms",
+                "last_status_code",
+                "last_error",
+                "last_response",
             ],
         ),
-        ("jobs", &["lease_until", "token"]),
+        ("jobs", &["lease_until", "token", "leased_at"]),
     ];
     let indexes = "SELECT c.relname::text, pg_get_indexdef(i.indexrelid) FROM pg_index i
                    JOIN pg_class c ON c.oid = i.indrelid WHERE c.relnamespace = current_schema()::regnamespace";
@@ -241,4 +248,32 @@ async fn the_columns_idem_updates_are_in_no_index() {
         let options: String = admin.query_one(options, &[&table]).await.expect("options").get(0);
         assert!(options.contains("fillfactor=80"), "{table} leaves room on each page: {options}");
     }
+}
+
+/// A receipt that a node of an older version (before schema version 6) leased: it wrote
+/// `processing` into the receipt and left the job's `leased_at` empty. It reads, lists and counts as
+/// `processing`, not as `accepted`, and a node of this version finishes its job.
+#[tokio::test]
+async fn a_receipt_an_older_node_leased_reads_as_processing() {
+    use idem_core::event::{ReceiptFilter, ReceiptStatus};
+    let Some((h, admin)) = postgres("").await else { return };
+    events::accept_many(&h, "partner", 1).await;
+    let job = h.store.lease_jobs(1, Duration::from_secs(30), &[]).await.expect("lease").pop().expect("one job");
+    admin
+        .batch_execute(&format!(
+            "UPDATE receipts SET status = 'processing' WHERE id = '{}'; UPDATE jobs SET leased_at = NULL",
+            job.receipt_id.as_str()
+        ))
+        .await
+        .expect("as an older node leaves it");
+    let receipt = h.store.get_receipt(&job.receipt_id).await.expect("get").expect("receipt");
+    assert_eq!(receipt.status, ReceiptStatus::Processing);
+    for (status, n) in [(ReceiptStatus::Processing, 1), (ReceiptStatus::Accepted, 0)] {
+        let filter = ReceiptFilter { status: Some(status), limit: 10, ..Default::default() };
+        assert_eq!(h.store.list_receipts(&filter).await.expect("list").len(), n, "{status:?}");
+        assert_eq!(h.store.count_matching(&filter).await.expect("count"), n as u64, "{status:?}");
+    }
+    assert!(h.store.finish_job(&job, delivered()).await.expect("finish"));
+    let receipt = h.store.get_receipt(&job.receipt_id).await.expect("get").expect("receipt");
+    assert_eq!((receipt.status, receipt.attempts.len()), (ReceiptStatus::Completed, 1));
 }
