@@ -15,6 +15,7 @@
 //! - [`telemetry`]: logs, and the Prometheus recorder built from the `idem_metrics` catalogue;
 //! - [`starting`]: what the API answers while the store cannot be reached yet at start-up;
 //! - [`cli`]: the `idem` command line (`serve`, `health`, client verbs, `import`, `token new`).
+//! - [`resp`]: the Redis protocol's codec (#41; no listener yet).
 //!
 //! Dependencies run one way: `cli` → `run` → `router` → `api` / `ui` → `actions` → `web` →
 //! `config`. [`run`] is the one way a server starts: the binary and every test call it with a
@@ -29,6 +30,7 @@ pub mod embedded;
 pub mod identity;
 pub mod jwks;
 pub mod proxy;
+pub mod resp;
 pub mod router;
 pub mod starting;
 pub mod telemetry;
