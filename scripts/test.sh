@@ -2,7 +2,8 @@
 # Every test of the project, as the README's quick start runs it: the Rust workspace, then the
 # TypeScript, Python, Go and PHP clients against the `idem` binary that cargo built (target/debug/idem)
 # (the Go suite also runs the Go example and the PHP handler under `php -S`), then Stripe's own Node
-# and Python SDKs through its gateway (tests/sdk: Node 20+), then the dashboard in
+# and Python SDKs through its gateway (tests/sdk: Node 20+), then redis-py against its Redis
+# protocol (tests/redis), then the dashboard in
 # a real headless Chromium, then the OpenAPI document against an independent validator and
 # Schemathesis, then the deploy/ pack, then what ships (scripts/check-shipping.sh).
 #
@@ -83,6 +84,11 @@ say "Stripe's own SDKs (tests/sdk): stripe-node and stripe-python, with their re
 python3 -m pip install --quiet --disable-pip-version-check -r tests/sdk/requirements.txt 2>&1 | tee -a "$LOG"
 IDEM_TEST_BIN="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/idem" \
     python3 -m pytest -q -p no:cacheprovider tests/sdk 2>&1 | tee -a "$LOG"
+
+say "Redis clients (tests/redis): redis-py, sync and asyncio, RESP2 and RESP3, against idem's [resp] listener"
+python3 -m pip install --quiet --disable-pip-version-check -r tests/redis/requirements.txt 2>&1 | tee -a "$LOG"
+IDEM_TEST_BIN="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/idem" \
+    python3 -m pytest -q -p no:cacheprovider tests/redis 2>&1 | tee -a "$LOG"
 
 say "Dashboard (tests/dashboard): Selenium driving Debian's headless Chromium against a real idem"
 if scripts/ensure-chromium.sh; then

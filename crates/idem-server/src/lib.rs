@@ -15,7 +15,7 @@
 //! - [`telemetry`]: logs, and the Prometheus recorder built from the `idem_metrics` catalogue;
 //! - [`starting`]: what the API answers while the store cannot be reached yet at start-up;
 //! - [`cli`]: the `idem` command line (`serve`, `health`, client verbs, `import`, `token new`).
-//! - [`resp`]: the Redis protocol's codec (#41; no listener yet).
+//! - [`resp`]: the Redis protocol on its own listener (`[resp]`, #41);
 //!
 //! Dependencies run one way: `cli` → `run` → `router` → `api` / `ui` → `actions` → `web` →
 //! `config`. [`run`] is the one way a server starts: the binary and every test call it with a
@@ -59,6 +59,8 @@ pub struct Listeners {
     pub api: TcpListener,
     /// The gateway proxy, when `[gateway]` is configured.
     pub gateway: Option<TcpListener>,
+    /// The Redis protocol, when `[resp]` is configured.
+    pub resp: Option<TcpListener>,
 }
 
 impl Listeners {
@@ -75,7 +77,11 @@ impl Listeners {
             Some(g) => Some(bind(g.listen).await?),
             None => None,
         };
-        Ok(Self { api, gateway })
+        let resp = match &config.resp {
+            Some(r) => Some(bind(r.listen).await?),
+            None => None,
+        };
+        Ok(Self { api, gateway, resp })
     }
 }
 
@@ -115,6 +121,8 @@ pub async fn run(
         move || read_tokens_again(&state)
     };
     let reloads = tokio::spawn(tls::watch(tls.certificates, hangup, read_tokens, stopped.clone()));
+    let resp_addr = listeners.resp.as_ref().and_then(|l| l.local_addr().ok());
+    let resp = start_resp(&state, listeners.resp, tls.api.clone(), limits.max_connections, &stopped);
     let router = app(state);
     let api_addr = listeners.api.local_addr()?;
     let api = conn::serve_tls(listeners.api, router, limits, tls.api, stopped);
@@ -123,10 +131,13 @@ pub async fn run(
         let _ = stop.send(true);
     });
     log_listening(&describe, api_addr, gateway_addr);
+    if let Some(addr) = resp_addr {
+        tracing::info!(addr = %addr, tls = describe.tls, "idem Redis protocol listening");
+    }
     api.await;
     trigger.abort();
     // The API has drained: the rest stops, then the store closes with every write on disk.
-    for task in [gateway, delivery].into_iter().flatten().chain([housekeeping, reloads]) {
+    for task in [gateway, delivery, resp].into_iter().flatten().chain([housekeeping, reloads]) {
         let _ = task.await;
     }
     lifecycle.close().await;
@@ -151,6 +162,26 @@ fn start_gateway(
     let proxy = proxy::Proxy::new(gateway, config.limits.max_body_bytes, requests, Arc::clone(clock), &tls.client, jwt);
     let engine = proxy.engine();
     Some((engine, tokio::spawn(proxy.serve(listener, limits, tls.gateway.take(), stopped.clone()))))
+}
+
+/// The Redis protocol's listener, when `[resp]` is configured, serving until `stopped` with the API
+/// listener's TLS.
+fn start_resp(
+    state: &AppState,
+    listener: Option<TcpListener>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    max_connections: usize,
+    stopped: &watch::Receiver<bool>,
+) -> Option<JoinHandle<()>> {
+    let (Some(config), Some(listener)) = (&state.config.resp, listener) else { return None };
+    let shared = resp::Resp::new(
+        Arc::clone(&state.stores.claims),
+        Arc::clone(&state.tokens),
+        config.namespace.clone(),
+        Arc::clone(&state.clock),
+        state.max_body_bytes,
+    );
+    Some(tokio::spawn(resp::serve(listener, Arc::new(shared), tls, max_connections, stopped.clone())))
 }
 
 /// An `https://` handler, result webhook or upstream with nothing to verify it against fails every

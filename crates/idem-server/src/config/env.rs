@@ -29,6 +29,7 @@ pub const TOP_LEVEL_KEYS: &[&str] = &[
     "log",
     "namespaces",
     "gateway",
+    "resp",
     "sources",
 ];
 

@@ -15,6 +15,7 @@ mod gateway;
 mod identity;
 mod jwt;
 mod locate;
+mod resp;
 mod source;
 mod syntax;
 mod value;
@@ -35,6 +36,7 @@ pub use errors::{ErrorStyle, TemplateFile};
 pub use gateway::{GatewayConfig, Route, Upstream};
 pub use identity::IdentityConfig;
 pub use jwt::JwtConfig;
+pub use resp::RespConfig;
 pub use source::SourceConfig;
 pub use value::{ConfigDuration, HttpUrl, Secret};
 
@@ -59,6 +61,8 @@ pub struct Config {
     pub namespaces: NamespacesConfig,
     /// The Idempotency-Key reverse proxy; absent: not started.
     pub gateway: Option<GatewayConfig>,
+    /// The Redis protocol on the claims of one namespace; absent: not started.
+    pub resp: Option<RespConfig>,
     /// Inbound event sources, each delivered to its handler.
     pub sources: Vec<SourceConfig>,
     /// What loading noticed without refusing: `IDEM_` variables that are not config. Logged by
@@ -103,6 +107,7 @@ impl Default for Config {
             log: LogConfig::default(),
             namespaces: NamespacesConfig::default(),
             gateway: None,
+            resp: None,
             sources: Vec::new(),
             warnings: Vec::new(),
             origin: Origin::default(),
@@ -450,6 +455,11 @@ impl Config {
         }
         if let Some(gateway) = &self.gateway {
             errors.extend(gateway.mistakes(self.listen).into_iter().map(|(key, message)| key_error(key, &message)));
+        }
+        if let Some(resp) = &self.resp {
+            let mut others = vec![("listen", self.listen)];
+            others.extend(self.gateway.as_ref().map(|g| ("gateway.listen", g.listen)));
+            errors.extend(resp.mistakes(&others).into_iter().map(|(key, message)| key_error(key, &message)));
         }
         for (i, source) in self.sources.iter().enumerate() {
             if let Err((field, message)) = source.validate() {

@@ -1,7 +1,13 @@
-//! The Redis protocol (contract §13): what idem needs to speak to the idempotency libraries that
-//! already run on Redis. [`codec`] turns the bytes a client sends into commands, [`reply`] replies
-//! into bytes, for RESP2 and RESP3; neither does I/O or knows a command. (Issue #41: the server
-//! that uses them is still to come; nothing listens yet.)
+//! The Redis protocol (contract §13, issue #41): `[resp] listen` serves the Redis commands that
+//! idempotency libraries use on the claims of `[resp] namespace` (docs/reference/redis.md).
+//! [`codec`] turns the bytes a client sends into commands and [`reply`] replies into bytes, for
+//! RESP2 and RESP3; [`server`] accepts connections, [`session`] answers the connection commands,
+//! [`data`] the data commands.
 
 pub mod codec;
+pub mod data;
 pub mod reply;
+pub mod server;
+pub mod session;
+
+pub use server::{Resp, serve};

@@ -403,6 +403,7 @@ fn the_example_config_checks_clean() {
         "[namespaces",
         "[gateway]",
         "[[gateway.routes]]",
+        "[resp]",
         "[[sources]]",
     ] {
         assert!(text.contains(section), "the example shows {section}");

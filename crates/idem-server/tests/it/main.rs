@@ -20,6 +20,7 @@ mod operations;
 mod pg_restart;
 mod pooler;
 mod process;
+mod resp;
 mod sessions;
 mod store_faults;
 mod support;

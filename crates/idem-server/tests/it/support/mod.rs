@@ -23,6 +23,8 @@ pub struct TestServer {
     pub url: String,
     /// The gateway proxy's base URL, when the config has a `[gateway]`.
     pub gateway_url: Option<String>,
+    /// The Redis protocol's address, when the config has a `[resp]`.
+    pub resp_addr: Option<std::net::SocketAddr>,
     pub client: ApiClient,
     pub dir: tempfile::TempDir,
     stop: Option<oneshot::Sender<()>>,
@@ -85,22 +87,23 @@ impl TestServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let gateway = match config.gateway.as_mut() {
-            Some(g) => {
-                let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-                g.listen = listener.local_addr().expect("addr");
-                Some(listener)
-            }
+            Some(g) => Some(bind_anywhere(&mut g.listen).await),
             None => None,
         };
         let gateway_url = gateway.as_ref().map(|l| format!("http://{}", l.local_addr().expect("addr")));
-        let listeners = idem_server::Listeners { api: listener, gateway };
+        let resp = match config.resp.as_mut() {
+            Some(r) => Some(bind_anywhere(&mut r.listen).await),
+            None => None,
+        };
+        let resp_addr = resp.as_ref().map(|l| l.local_addr().expect("addr"));
+        let listeners = idem_server::Listeners { api: listener, gateway, resp };
         let (stop, stopped) = oneshot::channel::<()>();
         let shutdown = async move {
             let _ = stopped.await;
         };
         let task = tokio::spawn(idem_server::run(config, stores, clock, listeners, shutdown));
         let client = ApiClient::new(&url, None).expect("client");
-        Self { url, gateway_url, client, dir, stop: Some(stop), task }
+        Self { url, gateway_url, resp_addr, client, dir, stop: Some(stop), task }
     }
 
     pub fn client_with_token(&self, token: &str) -> ApiClient {
@@ -122,6 +125,13 @@ impl TestServer {
         }
         (&mut self.task).await.expect("server task").expect("server ran");
     }
+}
+
+/// A listener on a free loopback port, written into the config's `listen`.
+async fn bind_anywhere(listen: &mut std::net::SocketAddr) -> TcpListener {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    *listen = listener.local_addr().expect("addr");
+    listener
 }
 
 pub async fn expect(client: &ApiClient, method: Method, path: &str, body: Option<Value>, status: u16) -> Value {

@@ -1,0 +1,328 @@
+//! The data commands on claims: a Redis key is a claim's one part in `[resp] namespace`, its value
+//! the claim's data. What idem can answer as Redis does today is what never replaces a stored
+//! value: `SET … NX` (a claim; every `OK` durable first, as for HTTP), `SETNX`, `GET`, `MGET`,
+//! `EXISTS`, `DEL`/`UNLINK`, `TTL`/`PTTL`. A command that would replace a value or change an
+//! expiry (`SET` without `NX`, `SETEX`, `EXPIRE`, `PERSIST`, `EVAL`, …) is refused with an error
+//! that names it, never answered as if it had run (docs/reference/redis.md).
+
+use std::time::Duration;
+
+use base64::Engine;
+use bytes::Bytes;
+use idem_core::{ClaimId, ClaimRecord, NewClaim, Parts, StoreError};
+use serde_json::value::RawValue;
+
+use super::reply::Reply;
+use super::session::Context;
+
+/// The data of a claim whose Redis value is not UTF-8: `{"$redis_base64": "…"}`. A value that is
+/// UTF-8 is stored as a JSON string, so that the HTTP API shows it as text.
+const BINARY: &str = "$redis_base64";
+
+/// Where the refusals point.
+const DOCS: &str = "docs/reference/redis.md";
+
+/// Runs a data command (`name` upper-cased, `args` after it); `None` when `name` is not one.
+pub async fn run(cx: &Context<'_>, name: &str, args: &[Bytes]) -> Option<Reply> {
+    let (min, max) = match name {
+        "GET" | "TTL" | "PTTL" => (1, 1),
+        "MGET" | "EXISTS" | "DEL" | "UNLINK" => (1, usize::MAX),
+        "SET" => (2, usize::MAX),
+        "SETNX" => (2, 2),
+        "SETEX" | "PSETEX" | "GETSET" | "GETDEL" | "GETEX" | "APPEND" | "INCR" | "DECR" | "INCRBY" | "DECRBY"
+        | "EXPIRE" | "PEXPIRE" | "EXPIREAT" | "PEXPIREAT" | "PERSIST" | "EVAL" | "EVALSHA" | "EVAL_RO"
+        | "EVALSHA_RO" | "SCRIPT" | "MSET" | "MSETNX" => return Some(not_yet(name)),
+        _ => return None,
+    };
+    if !(min..=max).contains(&args.len()) {
+        return Some(Reply::error(format!(
+            "ERR wrong number of arguments for '{}' command",
+            name.to_ascii_lowercase()
+        )));
+    }
+    let answer = match name {
+        "GET" => get(cx, &args[0]).await,
+        "MGET" => mget(cx, args).await,
+        "EXISTS" => exists(cx, args).await,
+        "DEL" | "UNLINK" => del(cx, args).await,
+        "TTL" | "PTTL" => ttl(cx, &args[0], name == "PTTL").await,
+        "SET" => set(cx, args).await,
+        _ => setnx(cx, args).await,
+    };
+    Some(answer.unwrap_or_else(|e| e))
+}
+
+type Answer = Result<Reply, Reply>;
+
+fn not_yet(name: &str) -> Reply {
+    Reply::error(format!(
+        "ERR idem does not run '{}' yet: a key's value and expiry are written once, by SET … NX or SETNX ({DOCS})",
+        name.to_ascii_lowercase()
+    ))
+}
+
+/// A key as a claim's one part: UTF-8 text without NUL, as every claim key is.
+fn key(raw: &Bytes) -> Result<Parts, Reply> {
+    let text = std::str::from_utf8(raw)
+        .map_err(|_| Reply::error(format!("ERR idem keys are UTF-8 text: this one is not ({DOCS})")))?;
+    Parts::single(text.to_owned())
+        .map_err(|e| Reply::error(format!("ERR idem cannot store this key: {} ({DOCS})", e.message)))
+}
+
+fn id(raw: &Bytes) -> Result<ClaimId, Reply> {
+    key(raw).map(|parts| parts.id())
+}
+
+/// A value as a claim's data (see [`BINARY`]).
+fn data(value: &[u8]) -> Box<RawValue> {
+    let json = match std::str::from_utf8(value) {
+        Ok(text) => serde_json::Value::String(text.to_owned()),
+        Err(_) => serde_json::json!({ BINARY: base64::engine::general_purpose::STANDARD.encode(value) }),
+    };
+    RawValue::from_string(json.to_string()).unwrap_or_else(|_| RawValue::from_string("null".into()).expect("JSON"))
+}
+
+/// A claim's data as a Redis value: a JSON string's text, a [`BINARY`] object's bytes, or, for a
+/// claim made through the HTTP API with other data, that data's JSON text. No data: empty.
+fn value(record: &ClaimRecord) -> Bytes {
+    let Some(raw) = record.data.as_deref() else { return Bytes::new() };
+    match serde_json::from_str::<serde_json::Value>(raw.get()) {
+        Ok(serde_json::Value::String(text)) => Bytes::from(text),
+        Ok(serde_json::Value::Object(map)) if map.len() == 1 => match map.get(BINARY).and_then(|v| v.as_str()) {
+            Some(encoded) => base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .map(Bytes::from)
+                .unwrap_or_else(|_| Bytes::copy_from_slice(raw.get().as_bytes())),
+            None => Bytes::copy_from_slice(raw.get().as_bytes()),
+        },
+        _ => Bytes::copy_from_slice(raw.get().as_bytes()),
+    }
+}
+
+/// A store's failure as an error reply: Redis has no "outcome unknown", so its text says it.
+fn store_error(e: StoreError) -> Reply {
+    match e {
+        StoreError::OutcomeUnknown(_) => {
+            Reply::error("ERR idem: the store's answer was lost: the command may or may not have taken effect")
+        }
+        StoreError::Misconfigured(why) => Reply::error(format!("ERR idem: {why}")),
+        StoreError::Unavailable(_) | StoreError::Closed => {
+            Reply::error("TRYAGAIN idem: the store is unavailable; nothing was changed, retry")
+        }
+        StoreError::Internal(_) => Reply::error("ERR idem: internal error; see idem's log"),
+    }
+}
+
+async fn records(cx: &Context<'_>, keys: &[Bytes]) -> Result<Vec<Option<ClaimRecord>>, Reply> {
+    let ids = keys.iter().map(id).collect::<Result<Vec<_>, _>>()?;
+    cx.claims.lookup(cx.namespace, &ids).await.map_err(store_error)
+}
+
+async fn get(cx: &Context<'_>, key: &Bytes) -> Answer {
+    cx.may_read()?;
+    let found = records(cx, std::slice::from_ref(key)).await?;
+    Ok(found.into_iter().next().flatten().map_or(Reply::Null, |r| Reply::Bulk(value(&r))))
+}
+
+async fn mget(cx: &Context<'_>, keys: &[Bytes]) -> Answer {
+    cx.may_read()?;
+    let found = records(cx, keys).await?;
+    Ok(Reply::Array(found.into_iter().map(|r| r.map_or(Reply::Null, |r| Reply::Bulk(value(&r)))).collect()))
+}
+
+async fn exists(cx: &Context<'_>, keys: &[Bytes]) -> Answer {
+    cx.may_read()?;
+    let found = records(cx, keys).await?;
+    Ok(Reply::Integer(found.iter().filter(|r| r.is_some()).count() as i64))
+}
+
+async fn del(cx: &Context<'_>, keys: &[Bytes]) -> Answer {
+    cx.may_write()?;
+    let ids = keys.iter().map(id).collect::<Result<Vec<_>, _>>()?;
+    let mut deleted = 0;
+    for id in ids {
+        deleted += i64::from(cx.claims.delete(cx.namespace, &id).await.map_err(store_error)?);
+    }
+    Ok(Reply::Integer(deleted))
+}
+
+async fn ttl(cx: &Context<'_>, key: &Bytes, millis: bool) -> Answer {
+    cx.may_read()?;
+    let found = records(cx, std::slice::from_ref(key)).await?;
+    let Some(record) = found.into_iter().next().flatten() else { return Ok(Reply::Integer(-2)) };
+    let Some(expires) = record.expires_at else { return Ok(Reply::Integer(-1)) };
+    let left = (expires.millis() - cx.clock.now().millis()).max(0);
+    Ok(Reply::Integer(if millis { left } else { (left + 500) / 1000 }))
+}
+
+/// `SET key value` and its options, as Redis reads them.
+#[derive(Debug, Default, PartialEq)]
+struct SetOptions {
+    nx: bool,
+    xx: bool,
+    get: bool,
+    keep_ttl: bool,
+    expiry: Option<Expiry>,
+}
+
+#[derive(Debug, PartialEq)]
+enum Expiry {
+    /// A time to live.
+    In(Duration),
+    /// An absolute Unix time in milliseconds.
+    At(i64),
+}
+
+fn syntax_error() -> Reply {
+    Reply::error("ERR syntax error")
+}
+
+fn parse_set(options: &[Bytes]) -> Result<SetOptions, Reply> {
+    let mut set = SetOptions::default();
+    let mut rest = options.iter();
+    while let Some(option) = rest.next() {
+        let word = String::from_utf8_lossy(option).to_ascii_uppercase();
+        match word.as_str() {
+            "NX" if !set.xx => set.nx = true,
+            "XX" if !set.nx => set.xx = true,
+            "GET" => set.get = true,
+            "KEEPTTL" if set.expiry.is_none() => set.keep_ttl = true,
+            "EX" | "PX" | "EXAT" | "PXAT" if set.expiry.is_none() && !set.keep_ttl => {
+                let amount = rest.next().ok_or_else(syntax_error)?;
+                set.expiry = Some(expiry(&word, amount)?);
+            }
+            _ => return Err(syntax_error()),
+        }
+    }
+    Ok(set)
+}
+
+fn expiry(unit: &str, amount: &Bytes) -> Result<Expiry, Reply> {
+    let n: i64 = std::str::from_utf8(amount)
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(|| Reply::error("ERR value is not an integer or out of range"))?;
+    let invalid = || Reply::error("ERR invalid expire time in 'set' command");
+    if n <= 0 {
+        return Err(invalid());
+    }
+    let millis = if matches!(unit, "EX" | "EXAT") { n.checked_mul(1000).ok_or_else(invalid)? } else { n };
+    Ok(if unit.ends_with("AT") { Expiry::At(millis) } else { Expiry::In(Duration::from_millis(millis as u64)) })
+}
+
+async fn set(cx: &Context<'_>, args: &[Bytes]) -> Answer {
+    let options = parse_set(&args[2..])?;
+    if !options.nx {
+        return Err(Reply::error(format!(
+            "ERR idem runs SET only with NX: a key's value is written once, and SET without NX would replace it ({DOCS})"
+        )));
+    }
+    cx.may_write()?;
+    let claimed = claim(cx, &args[0], &args[1], options.expiry).await?;
+    Ok(match (claimed, options.get) {
+        (Claimed::Won, false) => Reply::ok(),
+        (Claimed::Won, true) | (Claimed::Lost(_), false) => Reply::Null,
+        (Claimed::Lost(existing), true) => Reply::Bulk(existing),
+    })
+}
+
+async fn setnx(cx: &Context<'_>, args: &[Bytes]) -> Answer {
+    cx.may_write()?;
+    let claimed = claim(cx, &args[0], &args[1], None).await?;
+    Ok(Reply::Integer(i64::from(matches!(claimed, Claimed::Won))))
+}
+
+enum Claimed {
+    Won,
+    /// The key was live: its value.
+    Lost(Bytes),
+}
+
+/// Claims `key` with `value`: the store answers only once the claim is durable.
+async fn claim(
+    cx: &Context<'_>,
+    key_bytes: &Bytes,
+    value_bytes: &Bytes,
+    expiry: Option<Expiry>,
+) -> Result<Claimed, Reply> {
+    let parts = key(key_bytes)?;
+    if value_bytes.len() > cx.max_value {
+        return Err(Reply::error(format!(
+            "ERR idem stores values of at most {} bytes (limits.max_body_bytes)",
+            cx.max_value
+        )));
+    }
+    let ttl = match expiry {
+        None => None,
+        Some(Expiry::In(ttl)) => Some(ttl),
+        Some(Expiry::At(at)) => {
+            let left = at - cx.clock.now().millis();
+            if left <= 0 {
+                // Redis sets the key and it expires at once: nothing to store, but NX still asks
+                // whether the key is free.
+                let found = records(cx, std::slice::from_ref(key_bytes)).await?;
+                return Ok(found.into_iter().next().flatten().map_or(Claimed::Won, |r| Claimed::Lost(value(&r))));
+            }
+            Some(Duration::from_millis(left as u64))
+        }
+    };
+    let claim = NewClaim { parts, data: Some(data(value_bytes)), ttl, client: None, created_at: None };
+    let outcome = cx.claims.claim(cx.namespace, vec![claim]).await.map_err(store_error)?;
+    let outcome = outcome.into_iter().next().ok_or_else(|| store_error(StoreError::Internal("no answer".into())))?;
+    Ok(if outcome.claimed { Claimed::Won } else { Claimed::Lost(value(&outcome.record)) })
+}
+
+#[cfg(test)]
+mod tests {
+    use idem_core::Timestamp;
+
+    use super::*;
+
+    fn words(text: &str) -> Vec<Bytes> {
+        text.split_whitespace().map(|w| Bytes::copy_from_slice(w.as_bytes())).collect()
+    }
+
+    #[test]
+    fn set_options_as_redis_reads_them() {
+        let parsed = parse_set(&words("nx EX 10 get")).expect("valid");
+        assert_eq!(
+            parsed,
+            SetOptions { nx: true, get: true, expiry: Some(Expiry::In(Duration::from_secs(10))), ..Default::default() }
+        );
+        assert_eq!(
+            parse_set(&words("PX 1500 NX")).expect("valid").expiry,
+            Some(Expiry::In(Duration::from_millis(1500)))
+        );
+        assert_eq!(
+            parse_set(&words("NX PXAT 1700000000000")).expect("valid").expiry,
+            Some(Expiry::At(1_700_000_000_000))
+        );
+        for (options, error) in [
+            ("NX XX", "ERR syntax error"),
+            ("EX 1 PX 1", "ERR syntax error"),
+            ("KEEPTTL EX 1", "ERR syntax error"),
+            ("EX", "ERR syntax error"),
+            ("NX FOO", "ERR syntax error"),
+            ("EX ten", "ERR value is not an integer or out of range"),
+            ("EX 0", "ERR invalid expire time in 'set' command"),
+            ("PX -5", "ERR invalid expire time in 'set' command"),
+        ] {
+            assert_eq!(parse_set(&words(options)), Err(Reply::error(error)), "{options}");
+        }
+    }
+
+    #[test]
+    fn values_round_trip_through_claim_data() {
+        for value_bytes in [&b""[..], b"plain text", b"{\"json\":true}", b"\0\r\n\xff\xfe binary"] {
+            let record = ClaimRecord {
+                namespace: idem_core::Namespace::new("redis").expect("valid"),
+                id: Parts::single("k".into()).expect("valid").id(),
+                parts: Parts::single("k".into()).expect("valid"),
+                data: Some(data(value_bytes)),
+                created_at: Timestamp(0),
+                expires_at: None,
+            };
+            assert_eq!(&value(&record)[..], value_bytes);
+        }
+    }
+}

@@ -1,0 +1,311 @@
+//! The Redis protocol (`[resp]`, contract §13) over real sockets: the bytes a Redis client sends,
+//! the bytes Redis would answer. `SET … NX` is a claim the HTTP API sees; one of 100 concurrent
+//! `SET NX` of a key wins, on one node and on two nodes of one PostgreSQL; tokens through `AUTH`
+//! and `HELLO … AUTH`; what idem does not run yet is refused by name. The replies are read by a
+//! small reader written here, not by idem's own codec.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use idem_core::SystemClock;
+use idem_server::config::{AuthConfig, RespConfig};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::support::TestServer;
+use crate::support::pg::TestSchema;
+
+/// A reply as it came: `+`/`-`/`:` lines as text, bulk strings as bytes, aggregates as lists.
+#[derive(Debug, Clone, PartialEq)]
+enum R {
+    Simple(String),
+    Error(String),
+    Int(i64),
+    Bulk(Vec<u8>),
+    Nil,
+    List(Vec<R>),
+}
+
+fn bulk(text: &str) -> R {
+    R::Bulk(text.as_bytes().to_vec())
+}
+
+struct Client {
+    stream: TcpStream,
+    buffer: Vec<u8>,
+}
+
+impl Client {
+    async fn connect(addr: SocketAddr) -> Self {
+        Self { stream: TcpStream::connect(addr).await.expect("connect"), buffer: Vec::new() }
+    }
+
+    /// Sends `args` as one multibulk command.
+    async fn send(&mut self, args: &[&[u8]]) {
+        let mut out = format!("*{}\r\n", args.len()).into_bytes();
+        for arg in args {
+            out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+            out.extend_from_slice(arg);
+            out.extend_from_slice(b"\r\n");
+        }
+        self.stream.write_all(&out).await.expect("write");
+    }
+
+    async fn call(&mut self, args: &[&str]) -> R {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        self.send(&args).await;
+        self.read().await
+    }
+
+    async fn line(&mut self) -> String {
+        loop {
+            if let Some(end) = self.buffer.windows(2).position(|w| w == b"\r\n") {
+                let line = String::from_utf8_lossy(&self.buffer[..end]).into_owned();
+                self.buffer.drain(..end + 2);
+                return line;
+            }
+            self.fill().await;
+        }
+    }
+
+    async fn fill(&mut self) {
+        let mut chunk = [0u8; 4096];
+        let n = self.stream.read(&mut chunk).await.expect("read");
+        assert!(n > 0, "the connection closed");
+        self.buffer.extend_from_slice(&chunk[..n]);
+    }
+
+    async fn read(&mut self) -> R {
+        let line = self.line().await;
+        let (kind, rest) = line.split_at(1);
+        let n = || rest.parse::<i64>().expect("a length");
+        match kind {
+            "+" => R::Simple(rest.to_owned()),
+            "-" => R::Error(rest.to_owned()),
+            ":" => R::Int(n()),
+            "_" => R::Nil,
+            "$" if n() < 0 => R::Nil,
+            "*" if n() < 0 => R::Nil,
+            "$" => {
+                let len = n() as usize;
+                while self.buffer.len() < len + 2 {
+                    self.fill().await;
+                }
+                let value = self.buffer[..len].to_vec();
+                self.buffer.drain(..len + 2);
+                R::Bulk(value)
+            }
+            "*" | "%" => {
+                let count = n() as usize * if kind == "%" { 2 } else { 1 };
+                let mut items = Vec::with_capacity(count);
+                for _ in 0..count {
+                    items.push(Box::pin(self.read()).await);
+                }
+                R::List(items)
+            }
+            other => panic!("unexpected reply type {other}: {line}"),
+        }
+    }
+
+    /// Whether the server closed the connection (reads end).
+    async fn closed(&mut self) -> bool {
+        let mut chunk = [0u8; 64];
+        matches!(tokio::time::timeout(std::time::Duration::from_secs(5), self.stream.read(&mut chunk)).await, Ok(Ok(0)))
+    }
+}
+
+fn with_resp(config: &mut idem_server::Config) {
+    config.resp = Some(RespConfig { listen: "127.0.0.1:0".parse().expect("addr"), namespace: ns("redis") });
+}
+
+fn ns(name: &str) -> idem_core::Namespace {
+    idem_core::Namespace::new(name).expect("valid")
+}
+
+async fn start() -> TestServer {
+    TestServer::start_with(with_resp, Arc::new(SystemClock)).await
+}
+
+fn is_error(reply: &R, starting: &str) -> bool {
+    matches!(reply, R::Error(text) if text.starts_with(starting))
+}
+
+#[tokio::test]
+async fn set_nx_is_a_claim_the_http_api_sees() {
+    let server = start().await;
+    let mut redis = Client::connect(server.resp_addr.expect("resp")).await;
+    assert_eq!(redis.call(&["PING"]).await, R::Simple("PONG".into()));
+    assert_eq!(redis.call(&["SET", "order:1", "in-progress", "NX", "EX", "100"]).await, R::Simple("OK".into()));
+    assert_eq!(redis.call(&["SET", "order:1", "other", "NX", "EX", "100"]).await, R::Nil, "the first writer wins");
+    assert_eq!(redis.call(&["set", "order:1", "other", "nx", "get"]).await, bulk("in-progress"));
+    assert_eq!(redis.call(&["GET", "order:1"]).await, bulk("in-progress"));
+    let R::Int(ttl) = redis.call(&["TTL", "order:1"]).await else { panic!("TTL answers an integer") };
+    assert!((99..=100).contains(&ttl), "TTL {ttl}");
+    assert_eq!(redis.call(&["TTL", "absent"]).await, R::Int(-2));
+    assert_eq!(redis.call(&["SETNX", "forever", "1"]).await, R::Int(1));
+    assert_eq!(redis.call(&["SETNX", "forever", "2"]).await, R::Int(0));
+    assert_eq!(redis.call(&["PTTL", "forever"]).await, R::Int(-1));
+    assert_eq!(redis.call(&["EXISTS", "order:1", "forever", "absent", "forever"]).await, R::Int(3));
+    assert_eq!(redis.call(&["MGET", "order:1", "absent"]).await, R::List(vec![bulk("in-progress"), R::Nil]));
+
+    // The same key through the HTTP API: the Redis key is the claim's one part.
+    let found = server.post("/v1/claims/redis/lookup", json!({"items": [{"key": "order:1"}]}), 200).await;
+    assert_eq!(found["results"][0]["record"]["data"], json!("in-progress"));
+    server.post("/v1/claims/redis", json!({"key": "from-http", "data": {"a": 1}}), 201).await;
+    assert_eq!(redis.call(&["GET", "from-http"]).await, bulk(r#"{"a":1}"#));
+
+    // Values are binary-safe: empty, NUL, CRLF, bytes that are not UTF-8.
+    for (key, value) in [("empty", &b""[..]), ("binary", &b"\0\r\n\xff\xfe-\r\n"[..])] {
+        redis.send(&[b"SET", key.as_bytes(), value, b"NX"]).await;
+        assert_eq!(redis.read().await, R::Simple("OK".into()));
+        assert_eq!(redis.call(&["GET", key]).await, R::Bulk(value.to_vec()), "{key}");
+    }
+    assert_eq!(redis.call(&["DEL", "order:1", "absent"]).await, R::Int(1));
+    assert_eq!(redis.call(&["GET", "order:1"]).await, R::Nil);
+    assert_eq!(redis.call(&["SET", "order:1", "again", "NX"]).await, R::Simple("OK".into()), "free once deleted");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn pipelined_commands_are_answered_in_order_and_refusals_name_the_command() {
+    let server = start().await;
+    let mut redis = Client::connect(server.resp_addr.expect("resp")).await;
+    redis.send(&[b"SET", b"p", b"1", b"NX"]).await;
+    redis.send(&[b"GET", b"p"]).await;
+    redis.send(&[b"SET", b"p", b"2", b"NX"]).await;
+    redis.send(&[b"ECHO", b"done"]).await;
+    let replies = [redis.read().await, redis.read().await, redis.read().await, redis.read().await];
+    assert_eq!(replies, [R::Simple("OK".into()), bulk("1"), R::Nil, bulk("done")]);
+
+    for (command, expected) in [
+        (&["SET", "p", "2"][..], "ERR idem runs SET only with NX"),
+        (&["SET", "p", "2", "XX"], "ERR idem runs SET only with NX"),
+        (&["EXPIRE", "p", "10"], "ERR idem does not run 'expire' yet"),
+        (&["EVAL", "return 1", "0"], "ERR idem does not run 'eval' yet"),
+        (&["SET", "p", "2", "NX", "EX", "0"], "ERR invalid expire time in 'set' command"),
+        (&["SET", "p", "2", "NX", "XX"], "ERR syntax error"),
+        (&["GET"], "ERR wrong number of arguments for 'get' command"),
+        (&["HSET", "h", "f", "v"], "ERR unknown command 'HSET', with args beginning with: 'h' 'f' 'v'"),
+        (&["SELECT", "1"], "ERR DB index is out of range"),
+    ] {
+        let reply = redis.call(command).await;
+        assert!(is_error(&reply, expected), "{command:?}: {reply:?}");
+    }
+    assert_eq!(redis.call(&["GET", "p"]).await, bulk("1"), "no refusal changed anything");
+    assert_eq!(redis.call(&["SELECT", "0"]).await, R::Simple("OK".into()));
+
+    // HELLO 3 switches to RESP3 (a map, `_` for nil); a protocol error closes the connection.
+    let R::List(hello) = redis.call(&["HELLO", "3"]).await else { panic!("HELLO answers a map") };
+    let proto = hello.chunks(2).find(|kv| kv[0] == bulk("proto")).map(|kv| kv[1].clone());
+    assert_eq!(proto, Some(R::Int(3)));
+    assert_eq!(redis.call(&["GET", "absent"]).await, R::Nil);
+    redis.stream.write_all(b"*1\r\n$x\r\n").await.expect("write");
+    assert_eq!(redis.read().await, R::Error("ERR Protocol error: invalid bulk length".into()));
+    assert!(redis.closed().await, "closed after a protocol error");
+    let mut again = Client::connect(server.resp_addr.expect("resp")).await;
+    assert_eq!(again.call(&["QUIT"]).await, R::Simple("OK".into()));
+    assert!(again.closed().await);
+    server.stop().await;
+}
+
+/// 100 clients at once, each on its own connection, `SET k v NX` of one key: one `OK`, and every
+/// other client reads the winner's value.
+async fn one_of_100_wins(addrs: &[SocketAddr], key: &str) {
+    let tasks: Vec<_> = (0..100)
+        .map(|i| {
+            let (addr, key) = (addrs[i % addrs.len()], key.to_owned());
+            tokio::spawn(async move {
+                let mut redis = Client::connect(addr).await;
+                let set = redis.call(&["SET", &key, &format!("client-{i}"), "NX", "PX", "60000"]).await;
+                (set, redis.call(&["GET", &key]).await)
+            })
+        })
+        .collect();
+    let (mut wins, mut seen) = (0, std::collections::HashSet::new());
+    for task in tasks {
+        let (set, got) = task.await.expect("task");
+        match set {
+            R::Simple(ok) if ok == "OK" => wins += 1,
+            R::Nil => {}
+            other => panic!("SET NX answered {other:?}"),
+        }
+        seen.insert(format!("{got:?}"));
+    }
+    assert_eq!(wins, 1, "one of 100 concurrent SET NX gets OK");
+    assert_eq!(seen.len(), 1, "every client reads the winner's value: {seen:?}");
+}
+
+#[tokio::test]
+async fn one_of_100_concurrent_set_nx_wins() {
+    let server = start().await;
+    one_of_100_wins(&[server.resp_addr.expect("resp")], "contested").await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn one_of_100_concurrent_set_nx_wins_across_two_nodes_of_one_postgresql() {
+    let Some(schema) = TestSchema::create("resp_two_nodes").await else { return };
+    let options = idem_postgres::PgOptions::default();
+    let a = TestServer::start_postgres(&schema.url, &options, with_resp).await;
+    let b = TestServer::start_postgres(&schema.url, &options, with_resp).await;
+    one_of_100_wins(&[a.resp_addr.expect("resp"), b.resp_addr.expect("resp")], "contested").await;
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn tokens_are_redis_passwords_with_their_roles_and_namespaces() {
+    let auth: AuthConfig = toml::from_str(
+        r#"
+[[token]]
+name = "worker"
+token = "worker-s3cret"
+can = "write"
+
+[[token]]
+name = "viewer"
+token = "viewer-s3cret"
+can = "read"
+
+[[token]]
+name = "elsewhere"
+token = "elsewhere-s3cret"
+can = "write"
+namespaces = ["survey"]
+"#,
+    )
+    .expect("auth");
+    let configure = move |config: &mut idem_server::Config| {
+        with_resp(config);
+        config.auth = auth;
+    };
+    let server = TestServer::start_with(configure, Arc::new(SystemClock)).await;
+    let addr = server.resp_addr.expect("resp");
+    let mut redis = Client::connect(addr).await;
+    assert_eq!(redis.call(&["GET", "k"]).await, R::Error("NOAUTH Authentication required.".into()));
+    assert!(is_error(&redis.call(&["HELLO", "3"]).await, "NOAUTH HELLO must be called"));
+    assert_eq!(
+        redis.call(&["AUTH", "nope"]).await,
+        R::Error("WRONGPASS invalid username-password pair or user is disabled.".into())
+    );
+    assert!(is_error(&redis.call(&["AUTH", "someone", "worker-s3cret"]).await, "WRONGPASS"), "the user is default");
+    assert_eq!(redis.call(&["AUTH", "worker-s3cret"]).await, R::Simple("OK".into()));
+    assert_eq!(redis.call(&["SET", "k", "v", "NX"]).await, R::Simple("OK".into()));
+
+    // redis-py's handshake: HELLO 3 AUTH default <password> in one command.
+    let mut viewer = Client::connect(addr).await;
+    let R::List(_) = viewer.call(&["HELLO", "3", "AUTH", "default", "viewer-s3cret", "SETNAME", "v"]).await else {
+        panic!("HELLO with AUTH answers a map")
+    };
+    assert_eq!(viewer.call(&["GET", "k"]).await, bulk("v"));
+    assert!(is_error(&viewer.call(&["SET", "k2", "v", "NX"]).await, "NOPERM token viewer has can = \"read\""));
+    assert_eq!(viewer.call(&["CLIENT", "GETNAME"]).await, bulk("v"));
+
+    let mut elsewhere = Client::connect(addr).await;
+    assert_eq!(elsewhere.call(&["AUTH", "default", "elsewhere-s3cret"]).await, R::Simple("OK".into()));
+    assert!(is_error(&elsewhere.call(&["GET", "k"]).await, "NOPERM token elsewhere may not use namespace redis"));
+    assert_eq!(elsewhere.call(&["RESET"]).await, R::Simple("RESET".into()));
+    assert_eq!(elsewhere.call(&["PING"]).await, R::Error("NOAUTH Authentication required.".into()), "RESET forgets");
+    server.stop().await;
+}
