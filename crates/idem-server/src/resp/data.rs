@@ -54,6 +54,58 @@ pub async fn run(cx: &Context<'_>, name: &str, args: &[Bytes]) -> Option<Reply> 
 
 type Answer = Result<Reply, Reply>;
 
+/// A command that only claims a key (`SET k v NX [EX s | PX ms]`, `SETNX k v`), ready to be
+/// claimed together with the commands beside it in a pipeline: one store call, one fsync, the
+/// same answers as one after another (of two equal keys the first wins, as it would first).
+pub struct Pending {
+    claim: NewClaim,
+    /// `SETNX`: answered `1`/`0`; `SET … NX`: `OK`/nil.
+    integer: bool,
+}
+
+/// The claim `name args` makes, if it is one that [`claim_together`] can run (`None`: run it
+/// alone); `Err`: its reply already (a bad key, a value too large, no permission).
+pub fn pending(cx: &Context<'_>, name: &str, args: &[Bytes]) -> Option<Result<Pending, Reply>> {
+    let (integer, ttl) = match (name, args) {
+        ("SETNX", [_, _]) => (true, None),
+        ("SET", [_, _, options @ ..]) => {
+            let options = parse_set(options).ok()?;
+            let ttl = match options.expiry {
+                None => None,
+                Some(Expiry::In(ttl)) => Some(ttl),
+                Some(Expiry::At(_)) => return None,
+            };
+            if !options.nx || options.get {
+                return None;
+            }
+            (false, ttl)
+        }
+        _ => return None,
+    };
+    Some(new_claim(cx, &args[0], &args[1], ttl).map(|claim| Pending { claim, integer }))
+}
+
+/// Claims every pending command's key in one call; each one's reply, in order.
+pub async fn claim_together(cx: &Context<'_>, pending: Vec<Pending>) -> Vec<Reply> {
+    let integers: Vec<bool> = pending.iter().map(|p| p.integer).collect();
+    let claims = pending.into_iter().map(|p| p.claim).collect();
+    match cx.claims.claim(cx.namespace, claims).await {
+        Ok(outcomes) => outcomes
+            .iter()
+            .zip(integers)
+            .map(|(o, integer)| match (o.claimed, integer) {
+                (won, true) => Reply::Integer(i64::from(won)),
+                (true, false) => Reply::ok(),
+                (false, false) => Reply::Null,
+            })
+            .collect(),
+        Err(e) => {
+            let reply = store_error(e);
+            integers.iter().map(|_| reply.clone()).collect()
+        }
+    }
+}
+
 fn not_yet(name: &str) -> Reply {
     Reply::error(format!(
         "ERR idem does not run '{}' yet: a key's value and expiry are written once, by SET … NX or SETNX ({DOCS})",
@@ -238,13 +290,14 @@ enum Claimed {
     Lost(Bytes),
 }
 
-/// Claims `key` with `value`: the store answers only once the claim is durable.
-async fn claim(
+/// The claim of `key` with `value` for `ttl`, once the caller may write.
+fn new_claim(
     cx: &Context<'_>,
     key_bytes: &Bytes,
     value_bytes: &Bytes,
-    expiry: Option<Expiry>,
-) -> Result<Claimed, Reply> {
+    ttl: Option<Duration>,
+) -> Result<NewClaim, Reply> {
+    cx.may_write()?;
     let parts = key(key_bytes)?;
     if value_bytes.len() > cx.max_value {
         return Err(Reply::error(format!(
@@ -252,6 +305,16 @@ async fn claim(
             cx.max_value
         )));
     }
+    Ok(NewClaim { parts, data: Some(data(value_bytes)), ttl, client: None, created_at: None })
+}
+
+/// Claims `key` with `value`: the store answers only once the claim is durable.
+async fn claim(
+    cx: &Context<'_>,
+    key_bytes: &Bytes,
+    value_bytes: &Bytes,
+    expiry: Option<Expiry>,
+) -> Result<Claimed, Reply> {
     let ttl = match expiry {
         None => None,
         Some(Expiry::In(ttl)) => Some(ttl),
@@ -266,7 +329,7 @@ async fn claim(
             Some(Duration::from_millis(left as u64))
         }
     };
-    let claim = NewClaim { parts, data: Some(data(value_bytes)), ttl, client: None, created_at: None };
+    let claim = new_claim(cx, key_bytes, value_bytes, ttl)?;
     let outcome = cx.claims.claim(cx.namespace, vec![claim]).await.map_err(store_error)?;
     let outcome = outcome.into_iter().next().ok_or_else(|| store_error(StoreError::Internal("no answer".into())))?;
     Ok(if outcome.claimed { Claimed::Won } else { Claimed::Lost(value(&outcome.record)) })

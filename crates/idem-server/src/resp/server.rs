@@ -127,20 +127,21 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin>(
     let mut parser = Parser::default();
     let (mut input, mut output) = (BytesMut::with_capacity(16 * 1024), BytesMut::with_capacity(16 * 1024));
     loop {
-        let mut then = Then::Continue;
-        while then == Then::Continue {
+        // Every command read so far, then what broke the protocol, if anything did.
+        let mut commands = Vec::new();
+        let broken = loop {
             match parser.parse(&mut input, &limits) {
-                Ok(Some(command)) => {
-                    let (reply, next) = session.run(command).await;
-                    reply.encode(session.protocol, &mut output);
-                    then = next;
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    e.reply().encode(session.protocol, &mut output);
-                    then = Then::Close;
-                }
+                Ok(Some(command)) => commands.push(command),
+                Ok(None) => break None,
+                Err(e) => break Some(e),
             }
+        };
+        let mut then = session.run_all(commands, &mut output).await;
+        if let Some(e) = broken
+            && then == Then::Continue
+        {
+            e.reply().encode(session.protocol, &mut output);
+            then = Then::Close;
         }
         if !output.is_empty() {
             if stream.write_all(&output).await.is_err() {

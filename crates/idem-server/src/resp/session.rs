@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use idem_core::{ClaimStore, Clock, Namespace};
 
 use super::data;
@@ -75,6 +75,9 @@ fn wrong_arity(name: &str) -> Reply {
     Reply::error(format!("ERR wrong number of arguments for '{}' command", name.to_ascii_lowercase()))
 }
 
+/// The most claims of a pipeline run as one store call.
+const MOST_TOGETHER: usize = 1000;
+
 /// What the connection does after a reply.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Then {
@@ -96,6 +99,70 @@ impl Session {
     pub fn new(shared: Arc<Resp>, id: u64) -> Self {
         let caller = shared.unauthenticated();
         Self { shared, protocol: Protocol::Resp2, caller, id, name: None, library: (None, None) }
+    }
+
+    /// Runs commands in order (a pipeline as it was read), writing each reply to `out` in the
+    /// protocol in force after it. Consecutive commands that only claim a key run as one store
+    /// call ([`data::pending`]): one durable write for them all, the same replies.
+    pub async fn run_all(&mut self, commands: Vec<Vec<Bytes>>, out: &mut BytesMut) -> Then {
+        let mut group = Vec::new();
+        for command in commands {
+            if let Some(pending) = self.pending(&command) {
+                group.push(pending);
+                if group.len() == MOST_TOGETHER {
+                    self.claim_together(&mut group, out).await;
+                }
+                continue;
+            }
+            self.claim_together(&mut group, out).await;
+            let (reply, then) = self.run(command).await;
+            reply.encode(self.protocol, out);
+            if then == Then::Close {
+                return then;
+            }
+        }
+        self.claim_together(&mut group, out).await;
+        Then::Continue
+    }
+
+    fn pending(&self, command: &[Bytes]) -> Option<Result<data::Pending, Reply>> {
+        let (first, args) = command.split_first()?;
+        if matches!(self.caller, Caller::Anonymous) || first.len() > 5 {
+            return None;
+        }
+        data::pending(&self.context(), &String::from_utf8_lossy(first).to_ascii_uppercase(), args)
+    }
+
+    /// Runs the claims gathered in `group` (emptying it) and writes the replies of its commands.
+    async fn claim_together(&self, group: &mut Vec<Result<data::Pending, Reply>>, out: &mut BytesMut) {
+        if group.is_empty() {
+            return;
+        }
+        let (mut ready, mut refused) = (Vec::new(), Vec::new());
+        for (i, pending) in group.drain(..).enumerate() {
+            match pending {
+                Ok(p) => ready.push((i, p)),
+                Err(reply) => refused.push((i, reply)),
+            }
+        }
+        let order: Vec<usize> = ready.iter().map(|(i, _)| *i).collect();
+        let replies = data::claim_together(&self.context(), ready.into_iter().map(|(_, p)| p).collect()).await;
+        let mut all: Vec<(usize, Reply)> = order.into_iter().zip(replies).chain(refused).collect();
+        all.sort_by_key(|(i, _)| *i);
+        for (_, reply) in all {
+            reply.encode(self.protocol, out);
+        }
+    }
+
+    fn context(&self) -> Context<'_> {
+        let shared = &self.shared;
+        Context {
+            claims: shared.claims.as_ref(),
+            namespace: &shared.namespace,
+            clock: shared.clock.as_ref(),
+            caller: &self.caller,
+            max_value: shared.max_value,
+        }
     }
 
     /// Runs one command (its name first).
@@ -124,21 +191,14 @@ impl Session {
             "CLIENT" => self.client(args),
             "COMMAND" => command_info(args),
             "INFO" => Reply::Bulk(self.info().into()),
+            "CONFIG" => config(args),
             _ => self.data(&name, first, args).await,
         };
         (reply, Then::Continue)
     }
 
     async fn data(&self, name: &str, first: &Bytes, args: &[Bytes]) -> Reply {
-        let shared = &self.shared;
-        let cx = Context {
-            claims: shared.claims.as_ref(),
-            namespace: &shared.namespace,
-            clock: shared.clock.as_ref(),
-            caller: &self.caller,
-            max_value: shared.max_value,
-        };
-        match data::run(&cx, name, args).await {
+        match data::run(&self.context(), name, args).await {
             Some(reply) => reply,
             None => unknown_command(first, args),
         }
@@ -283,6 +343,15 @@ fn select(args: &[Bytes]) -> Reply {
         Some(0) => Reply::ok(),
         Some(_) => Reply::error("ERR DB index is out of range"),
         None => Reply::error("ERR value is not an integer or out of range"),
+    }
+}
+
+/// `CONFIG GET`: no Redis settings to show (redis-benchmark asks for some, and carries on without);
+/// idem's own settings are its config file's.
+fn config(args: &[Bytes]) -> Reply {
+    match args.first().map(|a| String::from_utf8_lossy(a).to_ascii_uppercase()).as_deref() {
+        Some("GET") if args.len() > 1 => Reply::Map(Vec::new()),
+        _ => Reply::error("ERR idem's settings are in its config file, not CONFIG (docs/reference/config.md)"),
     }
 }
 

@@ -5,7 +5,8 @@
 //! small reader written here, not by idem's own codec.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use idem_core::SystemClock;
 use idem_server::config::{AuthConfig, RespConfig};
@@ -14,6 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::support::TestServer;
+use crate::support::binary::{Idem, free_port};
 use crate::support::pg::TestSchema;
 
 /// A reply as it came: `+`/`-`/`:` lines as text, bulk strings as bytes, aggregates as lists.
@@ -58,51 +60,56 @@ impl Client {
         self.read().await
     }
 
-    async fn line(&mut self) -> String {
+    async fn line(&mut self) -> Option<String> {
         loop {
             if let Some(end) = self.buffer.windows(2).position(|w| w == b"\r\n") {
                 let line = String::from_utf8_lossy(&self.buffer[..end]).into_owned();
                 self.buffer.drain(..end + 2);
-                return line;
+                return Some(line);
             }
-            self.fill().await;
+            self.fill().await?;
         }
     }
 
-    async fn fill(&mut self) {
+    /// More bytes; `None` when the connection is gone.
+    async fn fill(&mut self) -> Option<()> {
         let mut chunk = [0u8; 4096];
-        let n = self.stream.read(&mut chunk).await.expect("read");
-        assert!(n > 0, "the connection closed");
+        let n = self.stream.read(&mut chunk).await.ok().filter(|n| *n > 0)?;
         self.buffer.extend_from_slice(&chunk[..n]);
+        Some(())
     }
 
     async fn read(&mut self) -> R {
-        let line = self.line().await;
+        self.try_read().await.expect("a reply before the connection closed")
+    }
+
+    /// The next reply; `None` when the connection closed first.
+    async fn try_read(&mut self) -> Option<R> {
+        let line = self.line().await?;
         let (kind, rest) = line.split_at(1);
         let n = || rest.parse::<i64>().expect("a length");
         match kind {
-            "+" => R::Simple(rest.to_owned()),
-            "-" => R::Error(rest.to_owned()),
-            ":" => R::Int(n()),
-            "_" => R::Nil,
-            "$" if n() < 0 => R::Nil,
-            "*" if n() < 0 => R::Nil,
+            "+" => Some(R::Simple(rest.to_owned())),
+            "-" => Some(R::Error(rest.to_owned())),
+            ":" => Some(R::Int(n())),
+            "_" => Some(R::Nil),
+            "$" | "*" if n() < 0 => Some(R::Nil),
             "$" => {
                 let len = n() as usize;
                 while self.buffer.len() < len + 2 {
-                    self.fill().await;
+                    self.fill().await?;
                 }
                 let value = self.buffer[..len].to_vec();
                 self.buffer.drain(..len + 2);
-                R::Bulk(value)
+                Some(R::Bulk(value))
             }
             "*" | "%" => {
                 let count = n() as usize * if kind == "%" { 2 } else { 1 };
                 let mut items = Vec::with_capacity(count);
                 for _ in 0..count {
-                    items.push(Box::pin(self.read()).await);
+                    items.push(Box::pin(self.try_read()).await?);
                 }
-                R::List(items)
+                Some(R::List(items))
             }
             other => panic!("unexpected reply type {other}: {line}"),
         }
@@ -177,6 +184,25 @@ async fn pipelined_commands_are_answered_in_order_and_refusals_name_the_command(
     redis.send(&[b"ECHO", b"done"]).await;
     let replies = [redis.read().await, redis.read().await, redis.read().await, redis.read().await];
     assert_eq!(replies, [R::Simple("OK".into()), bulk("1"), R::Nil, bulk("done")]);
+
+    // Claims side by side in a pipeline run as one store call, with the replies of one by one.
+    redis.send(&[b"SET", b"q", b"1", b"NX"]).await;
+    redis.send(&[b"SETNX", b"q", b"2"]).await;
+    redis.send(&[b"SET", b"r", b"1", b"NX", b"EX", b"10"]).await;
+    redis.send(&[b"SET", b"\xff", b"1", b"NX"]).await;
+    redis.send(&[b"SET", b"q", b"3", b"NX"]).await;
+    redis.send(&[b"GET", b"q"]).await;
+    let replies = [
+        redis.read().await,
+        redis.read().await,
+        redis.read().await,
+        redis.read().await,
+        redis.read().await,
+        redis.read().await,
+    ];
+    assert_eq!(replies[..3], [R::Simple("OK".into()), R::Int(0), R::Simple("OK".into())]);
+    assert!(is_error(&replies[3], "ERR idem keys are UTF-8 text"), "{:?}", replies[3]);
+    assert_eq!(replies[4..], [R::Nil, bulk("1")]);
 
     for (command, expected) in [
         (&["SET", "p", "2"][..], "ERR idem runs SET only with NX"),
@@ -308,4 +334,57 @@ namespaces = ["survey"]
     assert_eq!(elsewhere.call(&["RESET"]).await, R::Simple("RESET".into()));
     assert_eq!(elsewhere.call(&["PING"]).await, R::Error("NOAUTH Authentication required.".into()), "RESET forgets");
     server.stop().await;
+}
+
+/// Writers pipeline `SET … NX` 16 deep as fast as they can (so claims run together, one store call
+/// per pipeline); idem is killed with SIGKILL mid-stream. After a restart on the same data dir,
+/// every key that was answered `OK` is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_loses_no_key_answered_ok() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let env = [("IDEM_RESP__LISTEN", listen.as_str())];
+    let start = || Idem::serve_until_logged(dir.path(), &[], &env, None, "idem Redis protocol listening");
+    let mut idem = start();
+    let addr: SocketAddr = listen.parse().expect("addr");
+    let acknowledged = Arc::new(Mutex::new(Vec::<String>::new()));
+    let writers: Vec<_> = (0..16)
+        .map(|w| {
+            let acknowledged = Arc::clone(&acknowledged);
+            tokio::spawn(async move {
+                let mut redis = Client::connect(addr).await;
+                for round in 0.. {
+                    let keys: Vec<String> = (0..16).map(|i| format!("w{w}-{round}-{i}")).collect();
+                    for key in &keys {
+                        redis.send(&[b"SET", key.as_bytes(), b"v", b"NX"]).await;
+                    }
+                    for key in keys {
+                        match redis.try_read().await {
+                            Some(R::Simple(ok)) if ok == "OK" => acknowledged.lock().expect("lock").push(key),
+                            Some(other) => panic!("SET NX of a new key answered {other:?}"),
+                            None => return, // idem is gone
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while acknowledged.lock().expect("lock").len() < 5_000 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    idem.kill9();
+    for writer in writers {
+        writer.await.expect("writer");
+    }
+    let acknowledged = acknowledged.lock().expect("lock").clone();
+    assert!(acknowledged.len() >= 1_000, "the load ran: {} acknowledged", acknowledged.len());
+
+    let _idem = start();
+    let mut redis = Client::connect(addr).await;
+    for chunk in acknowledged.chunks(1_000) {
+        let mut exists: Vec<&str> = vec!["EXISTS"];
+        exists.extend(chunk.iter().map(String::as_str));
+        assert_eq!(redis.call(&exists).await, R::Int(chunk.len() as i64), "acknowledged keys lost after kill -9");
+    }
 }
