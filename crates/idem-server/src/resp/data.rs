@@ -89,7 +89,7 @@ pub fn pending(cx: &Context<'_>, name: &str, args: &[Bytes]) -> Option<Result<Pe
 pub async fn claim_together(cx: &Context<'_>, pending: Vec<Pending>) -> Vec<Reply> {
     let integers: Vec<bool> = pending.iter().map(|p| p.integer).collect();
     let claims = pending.into_iter().map(|p| p.claim).collect();
-    match cx.claims.claim(cx.namespace, claims).await {
+    match claim_all(cx, claims).await {
         Ok(outcomes) => outcomes
             .iter()
             .zip(integers)
@@ -165,9 +165,22 @@ fn store_error(e: StoreError) -> Reply {
     }
 }
 
+/// The live claims of `keys`, counted as lookups by id (`idem_lookups_total`), as the HTTP
+/// API counts them.
 async fn records(cx: &Context<'_>, keys: &[Bytes]) -> Result<Vec<Option<ClaimRecord>>, Reply> {
     let ids = keys.iter().map(id).collect::<Result<Vec<_>, _>>()?;
-    cx.claims.lookup(cx.namespace, &ids).await.map_err(store_error)
+    let found = cx.claims.lookup(cx.namespace, &ids).await.map_err(store_error)?;
+    idem_metrics::claims::looked_up(cx.namespace.as_str(), idem_metrics::claims::Lookup::Ids, ids.len() as u64);
+    Ok(found)
+}
+
+/// Claims, counted as the HTTP API counts them (`idem_claims_total`): metrics and the dashboard
+/// show Redis clients' claims with the others of the namespace.
+async fn claim_all(cx: &Context<'_>, claims: Vec<NewClaim>) -> Result<Vec<idem_core::ClaimOutcome>, StoreError> {
+    let outcomes = cx.claims.claim(cx.namespace, claims).await?;
+    let claimed = outcomes.iter().filter(|o| o.claimed).count() as u64;
+    idem_metrics::claims::claimed(cx.namespace.as_str(), claimed, outcomes.len() as u64 - claimed);
+    Ok(outcomes)
 }
 
 async fn get(cx: &Context<'_>, key: &Bytes) -> Answer {
@@ -195,6 +208,7 @@ async fn del(cx: &Context<'_>, keys: &[Bytes]) -> Answer {
     for id in ids {
         deleted += i64::from(cx.claims.delete(cx.namespace, &id).await.map_err(store_error)?);
     }
+    idem_metrics::claims::deleted(cx.namespace.as_str(), deleted as u64);
     Ok(Reply::Integer(deleted))
 }
 
@@ -330,7 +344,7 @@ async fn claim(
         }
     };
     let claim = new_claim(cx, key_bytes, value_bytes, ttl)?;
-    let outcome = cx.claims.claim(cx.namespace, vec![claim]).await.map_err(store_error)?;
+    let outcome = claim_all(cx, vec![claim]).await.map_err(store_error)?;
     let outcome = outcome.into_iter().next().ok_or_else(|| store_error(StoreError::Internal("no answer".into())))?;
     Ok(if outcome.claimed { Claimed::Won } else { Claimed::Lost(value(&outcome.record)) })
 }

@@ -168,6 +168,14 @@ async fn set_nx_is_a_claim_the_http_api_sees() {
         assert_eq!(redis.read().await, R::Simple("OK".into()));
         assert_eq!(redis.call(&["GET", key]).await, R::Bulk(value.to_vec()), "{key}");
     }
+    // Counted with the namespace's other claims, as the HTTP API's are.
+    for series in [
+        r#"idem_claims_total{namespace="redis",outcome="claimed"}"#,
+        r#"idem_claims_total{namespace="redis",outcome="existing"}"#,
+        r#"idem_lookups_total{namespace="redis",kind="ids"}"#,
+    ] {
+        assert!(crate::support::metric(&server.client, series).await >= 1.0, "{series}");
+    }
     assert_eq!(redis.call(&["DEL", "order:1", "absent"]).await, R::Int(1));
     assert_eq!(redis.call(&["GET", "order:1"]).await, R::Nil);
     assert_eq!(redis.call(&["SET", "order:1", "again", "NX"]).await, R::Simple("OK".into()), "free once deleted");
