@@ -322,3 +322,46 @@ async fn the_gateway_listens_with_tls_and_forwards_to_an_https_upstream() {
     assert_eq!(calls.load(Ordering::SeqCst), 1, "the upstream was called once, over TLS");
     s.stop().await;
 }
+
+/// `[resp]` serves TLS with the API listener's certificate when `[tls]` gives one: a Redis client
+/// that trusts the CA gets `PONG` and a durable `SET … NX`; a client in clear gets nothing.
+#[tokio::test]
+async fn the_redis_protocol_serves_tls_with_the_api_certificate() {
+    let certs = tempfile::tempdir().expect("dir");
+    let ca = Ca::new("idem test CA");
+    let leaf = ca.write_leaf(certs.path(), "api");
+    let tls = files(certs.path());
+    let s = TestServer::start_with(
+        |c| {
+            c.tls.cert = Some(tls.cert.clone());
+            c.tls.key = Some(tls.key.clone());
+            c.resp = Some(idem_server::config::RespConfig {
+                listen: "127.0.0.1:0".parse().expect("addr"),
+                namespace: idem_core::Namespace::new("redis").expect("valid"),
+            });
+        },
+        Arc::new(SystemClock),
+    )
+    .await;
+    let addr = s.resp_addr.expect("resp").to_string();
+    let (mut stream, presented) = handshake(&addr, &ca).await;
+    assert_eq!(presented, leaf, "the API listener's certificate");
+    stream
+        .write_all(b"*1\r\n$4\r\nPING\r\n*4\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n$2\r\nNX\r\n")
+        .await
+        .expect("write");
+    let mut replies = Vec::new();
+    while !replies.ends_with(b"+OK\r\n") {
+        let mut buf = [0u8; 256];
+        let n = stream.read(&mut buf).await.expect("read");
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&replies));
+        replies.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(replies, b"+PONG\r\n+OK\r\n");
+    let mut clear = TcpStream::connect(&addr).await.expect("connect");
+    clear.write_all(b"*1\r\n$4\r\nPING\r\n").await.expect("write");
+    let mut buf = [0u8; 64];
+    let answered = tokio::time::timeout(Duration::from_secs(15), clear.read(&mut buf)).await;
+    assert!(!matches!(answered, Ok(Ok(n)) if buf[..n].starts_with(b"+PONG")), "no Redis in clear on a TLS listener");
+    s.stop().await;
+}
