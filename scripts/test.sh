@@ -2,8 +2,9 @@
 # Every test of the project, as the README's quick start runs it: the Rust workspace, then the
 # TypeScript, Python, Go and PHP clients against the `idem` binary that cargo built (target/debug/idem)
 # (the Go suite also runs the Go example and the PHP handler under `php -S`), then Stripe's own Node
-# and Python SDKs through its gateway (tests/sdk: Node 20+), then redis-py against its Redis
-# protocol (tests/redis), then the dashboard in
+# and Python SDKs through its gateway (tests/sdk: Node 20+), then three Redis clients against its
+# Redis protocol (tests/redis: redis-py, ioredis (Node 20+) and phpredis (Debian's php-redis,
+# skipped loudly when missing; .ci/run installs it)), then the dashboard in
 # a real headless Chromium, then the OpenAPI document against an independent validator and
 # Schemathesis, then the deploy/ pack, then what ships (scripts/check-shipping.sh).
 #
@@ -90,6 +91,21 @@ python3 -m pip install --quiet --disable-pip-version-check -r tests/redis/requir
 IDEM_TEST_BIN="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/idem" \
     python3 -m pytest -q -p no:cacheprovider tests/redis 2>&1 | tee -a "$LOG"
 
+say "Redis clients (tests/redis/node): ioredis, RESP2 and RESP3, against idem's [resp] listener (node --test)"
+(cd tests/redis/node && npm ci --no-audit --no-fund --loglevel=error) 2>&1 | tee -a "$LOG"
+# TAP named, not left to Node's default (spec on a terminal, and everywhere from Node 23): its
+# "# pass N" / "# fail N" lines are what the summary below counts.
+IDEM_TEST_BIN="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/idem" \
+    node --test --test-reporter=tap tests/redis/node/ioredis.test.mjs 2>&1 | tee -a "$LOG"
+
+say "Redis clients (tests/redis/php): phpredis against idem's [resp] listener (a plain PHP script)"
+if command -v php >/dev/null 2>&1 && php -m 2>/dev/null | grep -x redis >/dev/null; then
+    IDEM_TEST_BIN="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/idem" \
+        php tests/redis/php/phpredis_test.php 2>&1 | tee -a "$LOG"
+else
+    say "SKIPPED: phpredis's tests need php (Debian: php-cli) with the redis extension (Debian: php-redis; \`php -m\` lists no redis); .ci/run installs them"
+fi
+
 say "Dashboard (tests/dashboard): Selenium driving Debian's headless Chromium against a real idem"
 if scripts/ensure-chromium.sh; then
     python3 -m pip install --quiet --disable-pip-version-check -r tests/dashboard/requirements.txt 2>&1 | tee -a "$LOG"
@@ -128,7 +144,7 @@ scripts/check-shipping.sh 2>&1 | tee -a "$LOG"
 
 # cargo: "test result: ok. N passed; M failed" (a Rust test that skipped reports as passed: the
 # lines in $IDEM_TEST_SKIPS move it to skipped); node --test: "# pass N" / "# fail M" / "# skipped N";
-# pytest: "N passed[, M failed][, K skipped]"; go test -v: one "--- PASS: Name" / "--- FAIL: Name" /
+# pytest, and tests/redis/php/phpredis_test.php: "N passed[, M failed][, K skipped]"; go test -v: one "--- PASS: Name" / "--- FAIL: Name" /
 # "--- SKIP: Name" line per top-level test (subtests are indented and not counted); PHPUnit:
 # "OK (N tests, M assertions)" when all passed, else "Tests: N, Assertions: M[, Errors: E][, Failures: F]
 # [, Skipped: S][, Incomplete: I][, Risky: R]." (errors and failures failed, skipped and incomplete skipped).
