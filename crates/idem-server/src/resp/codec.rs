@@ -34,12 +34,20 @@ pub struct Limits {
     /// Bytes in one line: an inline command, or a `*<n>` or `$<len>` line (Redis's
     /// `PROTO_INLINE_MAX_SIZE`). A line's bytes before its `\n` (inline) or `\r` (header) count.
     pub max_inline: usize,
+    /// The client has not authenticated (idem has tokens, and no `AUTH` yet): as Redis, at most
+    /// [`UNAUTHENTICATED_ARGS`] arguments of [`UNAUTHENTICATED_BULK`] bytes, so that anyone who
+    /// can connect cannot make idem hold large commands.
+    pub unauthenticated: bool,
 }
+
+/// Redis's bounds for a client that has not authenticated.
+pub const UNAUTHENTICATED_ARGS: usize = 10;
+pub const UNAUTHENTICATED_BULK: usize = 16 * 1024;
 
 impl Default for Limits {
     /// Redis's own: 1 Mi arguments (its cap before 6.0), 512 MiB per argument, 64 KiB per line.
     fn default() -> Self {
-        Self { max_args: 1024 * 1024, max_bulk: 512 * 1024 * 1024, max_inline: 64 * 1024 }
+        Self { max_args: 1024 * 1024, max_bulk: 512 * 1024 * 1024, max_inline: 64 * 1024, unauthenticated: false }
     }
 }
 
@@ -67,6 +75,12 @@ pub enum ProtocolError {
     /// A `$<len>` that is not a number, is negative, or is more than [`Limits::max_bulk`].
     #[error("Protocol error: invalid bulk length")]
     InvalidBulkLength,
+    /// More than [`UNAUTHENTICATED_ARGS`] arguments before `AUTH`.
+    #[error("Protocol error: unauthenticated multibulk length")]
+    UnauthenticatedMultibulkLength,
+    /// An argument of more than [`UNAUTHENTICATED_BULK`] bytes before `AUTH`.
+    #[error("Protocol error: unauthenticated bulk length")]
+    UnauthenticatedBulkLength,
 }
 
 impl ProtocolError {
@@ -202,6 +216,9 @@ fn header(buf: &[u8], limits: &Limits) -> Result<Header, ProtocolError> {
     if count <= 0 {
         return Ok(Header::Empty { len: next });
     }
+    if limits.unauthenticated && count > UNAUTHENTICATED_ARGS as i64 {
+        return Err(ProtocolError::UnauthenticatedMultibulkLength);
+    }
     let count = usize::try_from(count).ok().filter(|&count| count <= limits.max_args);
     let count = count.ok_or(ProtocolError::InvalidMultibulkLength)?;
     Ok(Header::Count { count, next })
@@ -220,6 +237,9 @@ fn bulk(buf: &[u8], start: usize, limits: &Limits) -> Result<Option<(Range<usize
         return Err(ProtocolError::ExpectedDollar(marker));
     }
     let len = string_to_i64(digits).and_then(|len| usize::try_from(len).ok());
+    if limits.unauthenticated && len.is_some_and(|len| len > UNAUTHENTICATED_BULK) {
+        return Err(ProtocolError::UnauthenticatedBulkLength);
+    }
     let len = len.filter(|&len| len <= limits.max_bulk).ok_or(ProtocolError::InvalidBulkLength)?;
     let end = data.saturating_add(len);
     let next = end.saturating_add(2);
@@ -589,7 +609,7 @@ mod tests {
         assert_eq!(error_of(b"*1048577\r\n", &limits), "Protocol error: invalid multibulk length");
         assert_eq!(error_of(b"*9223372036854775807\r\n", &limits), "Protocol error: invalid multibulk length");
         assert_eq!(parse_one(b"*1048576\r\n$1\r\na\r\n"), Ok(None));
-        let small = Limits { max_args: 2, max_bulk: 3, max_inline: 8 };
+        let small = Limits { max_args: 2, max_bulk: 3, max_inline: 8, unauthenticated: false };
         assert_eq!(error_of(b"*3\r\n", &small), "Protocol error: invalid multibulk length");
         assert_eq!(error_of(b"*2\r\n$4\r\n", &small), "Protocol error: invalid bulk length");
         assert_eq!(error_of(b"GET 12345\r\n", &small), "Protocol error: too big inline request");
@@ -696,7 +716,7 @@ mod tests {
     #[test]
     fn any_bytes_parse_the_same_however_they_are_split() {
         let mut random = Random(0xbad_b17e5);
-        let limits = Limits { max_args: 4, max_bulk: 16, max_inline: 24 };
+        let limits = Limits { max_args: 4, max_bulk: 16, max_inline: 24, unauthenticated: false };
         for round in 0..4000 {
             let input = if round % 2 == 0 { random.bytes(80) } else { random.damaged_command() };
             let whole = feed(&[&input], &limits);
@@ -705,5 +725,18 @@ mod tests {
             let bytes: Vec<&[u8]> = input.chunks(1).collect();
             assert_eq!(feed(&bytes, &limits), whole, "{input:?} byte by byte");
         }
+    }
+
+    #[test]
+    fn before_auth_commands_are_held_to_redis_bounds() {
+        let before = Limits { unauthenticated: true, ..Limits::default() };
+        let eleven = multibulk(&args(&[&b"a"[..]; 11]));
+        assert_eq!(error_of(&eleven, &before), "Protocol error: unauthenticated multibulk length");
+        let big = format!("*2\r\n$3\r\nGET\r\n${}\r\n", UNAUTHENTICATED_BULK + 1);
+        assert_eq!(error_of(big.as_bytes(), &before), "Protocol error: unauthenticated bulk length");
+        let ten = multibulk(&args(&[&[b'x'; UNAUTHENTICATED_BULK][..]; 10]));
+        let parsed = parse(&mut BytesMut::from(&ten[..]), &before);
+        assert_eq!(parsed.map(|c| c.map(|c| c.len())), Ok(Some(10)), "within the bounds");
+        assert!(parse(&mut BytesMut::from(&eleven[..]), &Limits::default()).is_ok(), "no bound once authenticated");
     }
 }

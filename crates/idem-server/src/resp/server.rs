@@ -66,9 +66,10 @@ impl Resp {
         self.tokens.find(password).map(Caller::Token).ok_or_else(wrong)
     }
 
-    /// The parser's limits: a value may be as large as `SET` accepts, with room for the rest.
-    fn limits(&self) -> Limits {
-        Limits { max_bulk: self.max_value.saturating_add(1024), ..Limits::default() }
+    /// The parser's limits: a value may be as large as `SET` accepts, with room for the rest;
+    /// before `AUTH`, Redis's bounds for a client that has not authenticated.
+    fn limits(&self, authenticated: bool) -> Limits {
+        Limits { max_bulk: self.max_value.saturating_add(1024), unauthenticated: !authenticated, ..Limits::default() }
     }
 }
 
@@ -121,17 +122,23 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin>(
     resp: Arc<Resp>,
     mut stopped: watch::Receiver<bool>,
 ) {
-    let limits = resp.limits();
     let id = resp.next_id.fetch_add(1, Ordering::Relaxed);
-    let mut session = Session::new(resp, id);
+    let mut session = Session::new(Arc::clone(&resp), id);
     let mut parser = Parser::default();
     let (mut input, mut output) = (BytesMut::with_capacity(16 * 1024), BytesMut::with_capacity(16 * 1024));
     loop {
-        // Every command read so far, then what broke the protocol, if anything did.
+        // Every command read so far (one at a time before `AUTH`, whose bounds it lifts for the
+        // commands after it), then what broke the protocol, if anything did.
         let mut commands = Vec::new();
         let broken = loop {
-            match parser.parse(&mut input, &limits) {
-                Ok(Some(command)) => commands.push(command),
+            let authenticated = session.authenticated();
+            match parser.parse(&mut input, &resp.limits(authenticated)) {
+                Ok(Some(command)) => {
+                    commands.push(command);
+                    if !authenticated {
+                        break None;
+                    }
+                }
                 Ok(None) => break None,
                 Err(e) => break Some(e),
             }

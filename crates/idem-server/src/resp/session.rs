@@ -101,6 +101,11 @@ impl Session {
         Self { shared, protocol: Protocol::Resp2, caller, id, name: None, library: (None, None) }
     }
 
+    /// Whether the client may run commands (`AUTH` done, or idem has no tokens).
+    pub fn authenticated(&self) -> bool {
+        !matches!(self.caller, Caller::Anonymous)
+    }
+
     /// Runs commands in order (a pipeline as it was read), writing each reply to `out` in the
     /// protocol in force after it. Consecutive commands that only claim a key run as one store
     /// call ([`data::pending`]): one durable write for them all, the same replies.

@@ -341,6 +341,18 @@ namespaces = ["survey"]
     assert!(is_error(&elsewhere.call(&["GET", "k"]).await, "NOPERM token elsewhere may not use namespace redis"));
     assert_eq!(elsewhere.call(&["RESET"]).await, R::Simple("RESET".into()));
     assert_eq!(elsewhere.call(&["PING"]).await, R::Error("NOAUTH Authentication required.".into()), "RESET forgets");
+
+    // Before AUTH, Redis's bounds: no large command from whoever can connect. AUTH and a large
+    // value pipelined behind it: the value is read once AUTH has run, as Redis reads it.
+    let large = vec![b'x'; 20_000];
+    let mut anyone = Client::connect(addr).await;
+    anyone.send(&[b"SET", b"big", &large, b"NX"]).await;
+    assert_eq!(anyone.read().await, R::Error("ERR Protocol error: unauthenticated bulk length".into()));
+    assert!(anyone.closed().await);
+    let mut worker = Client::connect(addr).await;
+    worker.send(&[b"AUTH", b"worker-s3cret"]).await;
+    worker.send(&[b"SET", b"big", &large, b"NX"]).await;
+    assert_eq!([worker.read().await, worker.read().await], [R::Simple("OK".into()), R::Simple("OK".into())]);
     server.stop().await;
 }
 
