@@ -6,8 +6,10 @@
 #
 # Each round runs, alternately for idem and Redis, `redis-benchmark -c 50 -n N -r 1000000`
 # with `SET key:__rand_int__ v NX EX 3600`, unpipelined (-P 1) and 16 deep (-P 16). idem runs on
-# the embedded store from a fresh data dir; Redis (redis-server, Debian's redis) from a fresh dir
-# with `appendonly yes`, `appendfsync always`, no RDB snapshots. Prints requests/s and the ratio.
+# the embedded store from a fresh data dir, or with DATABASE_URL=postgres://… on that PostgreSQL
+# (`idem migrate` first; its claims stay there, in namespace `redis`); Redis (redis-server, Debian's
+# redis) from a fresh dir with `appendonly yes`, `appendfsync always`, no RDB snapshots. Prints
+# requests/s and the ratio.
 # Needs: redis-server and redis-benchmark (Debian: redis-server, redis-tools).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +26,12 @@ trap 'kill "${PIDS[@]}" 2>/dev/null; wait "${PIDS[@]}" 2>/dev/null; rm -rf "$DIR
 
 API=$(free_port); IDEM_PORT=$(free_port); REDIS_PORT=$(free_port)
 printf 'listen = "127.0.0.1:%s"\ndata_dir = "%s/idem"\n[resp]\nlisten = "127.0.0.1:%s"\n' "$API" "$DIR" "$IDEM_PORT" >"$DIR/idem.toml"
+STORE="the embedded store"
+if [ -n "${DATABASE_URL:-}" ]; then
+  ./target/release/idem migrate --database-url "$DATABASE_URL" >/dev/null
+  printf '[store]\ntype = "postgres"\nurl = "%s"\n' "$DATABASE_URL" >>"$DIR/idem.toml"
+  STORE="PostgreSQL"
+fi
 ./target/release/idem serve --config "$DIR/idem.toml" 2>"$DIR/idem.log" &
 PIDS+=($!)
 mkdir -p "$DIR/redis"
@@ -40,7 +48,7 @@ rate() {
     tr '\r' '\n' | awk '/requests per second/ {for (i = 1; i <= NF; i++) if ($i == "requests") v = $(i - 1)} END {print v}'
 }
 
-echo "redis-benchmark -c 50 -n $N -r 1000000, SET key:__rand_int__ v NX EX 3600; $(date -u +'%F %H:%M UTC'); $(nproc) CPUs"
+echo "redis-benchmark -c 50 -n $N -r 1000000, SET key:__rand_int__ v NX EX 3600; idem on $STORE; $(date -u +'%F %H:%M UTC'); $(nproc) CPUs"
 printf '%-6s %-5s %14s %14s %8s\n' round depth "idem req/s" "redis req/s" ratio
 for round in $(seq "$ROUNDS"); do
   for depth in 1 16; do
