@@ -211,9 +211,16 @@ async fn decide(
     Ok(rows.into_iter().filter_map(|row| Some((ClaimId::from_slice(row.get::<_, &[u8]>(6))?, row))).collect())
 }
 
+/// How many times [`settle`] reads and claims a key that others keep taking and deleting before
+/// it answers 503. Each round misses only if another transaction took the key during it and a
+/// delete removed it before the next read: under batch claims and prefix deletes of the same keys
+/// racing flat out (tests/conformance.rs), three rounds were once not enough.
+const SETTLE_ROUNDS: u64 = 10;
+
 /// The answer to a claim whose statement found the key taken by a transaction that committed
 /// after the statement began: the row as that transaction left it, read now; or, if the row is
-/// gone again meanwhile (a delete committed after that), the claim made again, on its own.
+/// gone again meanwhile (a delete committed after that), the claim made again, on its own, after a
+/// pause that grows by a millisecond each round (at most 45 ms in all).
 async fn settle(
     client: &Object,
     ns: &Namespace,
@@ -221,7 +228,8 @@ async fn settle(
     item: &Encoded<'_>,
     now: Timestamp,
 ) -> Result<Row, StoreError> {
-    for _ in 0..3 {
+    for round in 0..SETTLE_ROUNDS {
+        tokio::time::sleep(std::time::Duration::from_millis(round)).await;
         let existing = client.query_opt(&EXISTING, &[&ns.as_str(), &&id.0[..], &item.token]).await;
         if let Some(row) = existing.map_err(store_error)? {
             return Ok(row);
@@ -232,7 +240,7 @@ async fn settle(
             return Ok(row);
         }
     }
-    Err(StoreError::Unavailable(format!("claim {id}: taken and deleted by others three times over; retry")))
+    Err(StoreError::Unavailable(format!("claim {id}: taken and deleted by others {SETTLE_ROUNDS} times over; retry")))
 }
 
 /// A claim's values, as CLAIM takes them.
