@@ -519,33 +519,43 @@ impl Config {
         errors
     }
 
-    /// Refuses a non-loopback `listen` with no tokens (anyone who can reach it could claim and
-    /// delete keys), unless the operator said `--insecure-no-auth`.
+    /// The listeners that take idem's tokens: `listen`, and `[resp] listen` (its clients' `AUTH`).
+    fn token_listeners(&self) -> impl Iterator<Item = (&'static str, SocketAddr)> + '_ {
+        std::iter::once(("listen", self.listen)).chain(self.resp.as_ref().map(|r| ("[resp] listen", r.listen)))
+    }
+
+    /// Refuses a non-loopback `listen` (or `[resp] listen`) with no tokens (anyone who can reach
+    /// it could claim and delete keys), unless the operator said `--insecure-no-auth`.
     pub fn check_exposure(&self, insecure_no_auth: bool) -> Result<(), String> {
-        if self.listen.ip().is_loopback() || self.auth.is_on() || insecure_no_auth {
+        if self.auth.is_on() || insecure_no_auth {
             return Ok(());
         }
+        let Some((key, addr)) = self.token_listeners().find(|(_, addr)| !addr.ip().is_loopback()) else {
+            return Ok(());
+        };
+        let which = if key == "listen" { String::new() } else { format!(" ({key})") };
         Err(format!(
-            "refusing to listen on {} with no [auth] tokens: anyone who can reach it could claim and delete keys. \
-             Set [auth] tokens in the config file or the environment variable IDEM_AUTH__TOKENS='[\"…\"]' (a \
-             list of admin tokens; `idem token new` makes one), listen on a loopback address, or pass \
-             --insecure-no-auth",
-            self.listen
+            "refusing to listen on {addr}{which} with no [auth] tokens: anyone who can reach it could claim and \
+             delete keys. Set [auth] tokens in the config file or the environment variable IDEM_AUTH__TOKENS='[\"…\"]' \
+             (a list of admin tokens; `idem token new` makes one), listen on a loopback address, or pass \
+             --insecure-no-auth"
         ))
     }
 
-    /// Refuses a non-loopback `listen` that serves plain HTTP: tokens would cross the network in
-    /// clear. `[tls] cert`/`key` or `[tls] terminated_by_proxy = true` (a proxy in front does TLS)
-    /// answers it. `idem config check` enforces this; `idem serve` warns.
+    /// Refuses a non-loopback `listen` (or `[resp] listen`) that serves in clear: tokens would
+    /// cross the network in clear. `[tls] cert`/`key` or `[tls] terminated_by_proxy = true` (a
+    /// proxy in front does TLS) answers it. `idem config check` enforces this; `idem serve` warns.
     pub fn check_transport(&self) -> Result<(), String> {
-        if self.listen.ip().is_loopback() || self.tls.listener().is_some() || self.tls.terminated_by_proxy {
+        if self.tls.listener().is_some() || self.tls.terminated_by_proxy {
             return Ok(());
         }
+        let Some((key, addr)) = self.token_listeners().find(|(_, addr)| !addr.ip().is_loopback()) else {
+            return Ok(());
+        };
         Err(format!(
-            "listen = {} is not a loopback address and [tls] has no cert and key: bearer tokens and events would \
-             cross the network in clear. Set [tls] cert and key, or [tls] terminated_by_proxy = true when a \
-             proxy in front of idem terminates TLS",
-            self.listen
+            "{key} = {addr} is not a loopback address and [tls] has no cert and key: tokens and what they carry \
+             would cross the network in clear. Set [tls] cert and key, or [tls] terminated_by_proxy = true when a \
+             proxy in front of idem terminates TLS"
         ))
     }
 

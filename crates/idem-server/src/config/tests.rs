@@ -305,6 +305,12 @@ fn mistakes_are_explained_in_plain_words() {
         "the file's key and the environment variable the container docs use"
     );
     assert!(public.check_exposure(true).is_ok());
+    // The Redis protocol takes the same tokens: a public [resp] listen needs them too.
+    let redis = load("[resp]\nlisten = \"0.0.0.0:6380\"\n", &[], &Overrides::default()).expect("load");
+    assert!(redis.check_exposure(false).is_err_and(|e| e.contains("0.0.0.0:6380 ([resp] listen)")));
+    assert!(redis.check_transport().is_err_and(|e| e.contains("[resp] listen = 0.0.0.0:6380")));
+    let local = load("[resp]\nlisten = \"127.0.0.1:6380\"\n", &[], &Overrides::default()).expect("load");
+    assert!(local.check_exposure(false).is_ok() && local.check_transport().is_ok());
 }
 
 #[test]
