@@ -129,13 +129,14 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin>(
     loop {
         // Every command read so far (one at a time before `AUTH`, whose bounds it lifts for the
         // commands after it), then what broke the protocol, if anything did.
-        let mut commands = Vec::new();
+        let (mut commands, mut one_only) = (Vec::new(), false);
         let broken = loop {
             let authenticated = session.authenticated();
             match parser.parse(&mut input, &resp.limits(authenticated)) {
                 Ok(Some(command)) => {
                     commands.push(command);
                     if !authenticated {
+                        one_only = true;
                         break None;
                     }
                 }
@@ -159,6 +160,10 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin>(
         if then == Then::Close {
             let _ = stream.shutdown().await;
             return;
+        }
+        if one_only {
+            // The commands after it may already be in the buffer: parse them before reading more.
+            continue;
         }
         tokio::select! {
             read = stream.read_buf(&mut input) => match read {

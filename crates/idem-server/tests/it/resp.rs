@@ -342,6 +342,15 @@ namespaces = ["survey"]
     assert_eq!(elsewhere.call(&["RESET"]).await, R::Simple("RESET".into()));
     assert_eq!(elsewhere.call(&["PING"]).await, R::Error("NOAUTH Authentication required.".into()), "RESET forgets");
 
+    // Commands sent together before AUTH are each answered, AUTH among them lifting NOAUTH for
+    // those after it (once, they waited for more bytes that never came).
+    let mut together = Client::connect(addr).await;
+    let bytes =
+        b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*2\r\n$4\r\nAUTH\r\n$13\r\nworker-s3cret\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
+    together.stream.write_all(bytes).await.expect("write");
+    let replies = [together.read().await, together.read().await, together.read().await];
+    assert_eq!(replies, [R::Error("NOAUTH Authentication required.".into()), R::Simple("OK".into()), bulk("v")]);
+
     // Before AUTH, Redis's bounds: no large command from whoever can connect. AUTH and a large
     // value pipelined behind it: the value is read once AUTH has run, as Redis reads it.
     let large = vec![b'x'; 20_000];
