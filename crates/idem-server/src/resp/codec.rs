@@ -410,13 +410,8 @@ mod tests {
     use bytes::BufMut;
 
     use super::super::reply::Protocol;
+    use super::super::reply::tests::encoded;
     use super::*;
-
-    fn encoded(reply: &Reply, protocol: Protocol) -> String {
-        let mut out = BytesMut::new();
-        reply.encode(protocol, &mut out);
-        String::from_utf8_lossy(&out).into_owned()
-    }
 
     #[test]
     fn a_protocol_error_is_replied_as_redis_does() {

@@ -182,10 +182,11 @@ fn format_double(value: f64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(in crate::resp) mod tests {
     use super::*;
 
-    fn encoded(reply: &Reply, protocol: Protocol) -> String {
+    /// `reply`'s bytes in `protocol`, as text (the codec's tests use it too).
+    pub(in crate::resp) fn encoded(reply: &Reply, protocol: Protocol) -> String {
         let mut out = BytesMut::new();
         reply.encode(protocol, &mut out);
         String::from_utf8_lossy(&out).into_owned()
