@@ -3,7 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::{ClaimStore, Parts, StoreError, StoreLifecycle};
+use idem_core::{
+    ClaimChange, ClaimRecord, ClaimStore, ClaimUpdate, Keep, Parts, StoreError, StoreLifecycle, Timestamp, UpdateWhen,
+};
+use serde_json::value::RawValue;
 
 use crate::{Harness, id, new_claim, ns, parts};
 
@@ -432,4 +435,160 @@ pub async fn an_imported_claim_keeps_when_it_was_made<S: ClaimStore + ?Sized>(h:
     let future = idem_core::Timestamp(crate::START.millis() + 3_600_000);
     let out = store.claim(&n, vec![import("https://c", future)]).await.expect("claim");
     assert_eq!(out[0].record.created_at, crate::START, "never later than now");
+}
+
+fn put(p: &[&str], when: UpdateWhen, data: Keep<Option<&str>>, expires_at: Keep<Option<Timestamp>>) -> ClaimUpdate {
+    let data = match data {
+        Keep::Keep => Keep::Keep,
+        Keep::Set(d) => Keep::Set(d.map(|d| RawValue::from_string(d.to_owned()).expect("test data is JSON"))),
+    };
+    ClaimUpdate { parts: parts(p), when, change: ClaimChange::Put { data, expires_at } }
+}
+
+fn data_of(record: &Option<ClaimRecord>) -> Option<String> {
+    record.as_ref().and_then(|r| r.data.as_deref()).map(|d| d.get().to_owned())
+}
+
+/// A plain `SET`: creates a key absent, replaces one live (a new claim, made now, without the
+/// client token it was claimed with), and says what it replaced.
+pub async fn an_update_replaces_whatever_the_key_holds<S: ClaimStore + ?Sized>(h: &Harness<S>) {
+    let (store, n) = (&h.store, ns("set"));
+    let set = |data| put(&["k"], UpdateWhen::Always, Keep::Set(Some(data)), Keep::Set(None));
+    let out = store.update(&n, set(r#""a""#)).await.expect("update");
+    assert!(out.applied && out.before.is_none(), "created");
+    let got = store.get(&n, &id(&["k"])).await.expect("get").expect("created");
+    assert_eq!(
+        (got.data.as_deref().map(RawValue::get), got.created_at, got.expires_at),
+        (Some(r#""a""#), crate::START, None)
+    );
+
+    h.clock.advance(Duration::from_secs(5));
+    let out = store.update(&n, set(r#""b""#)).await.expect("update");
+    assert_eq!((out.applied, data_of(&out.before)), (true, Some(r#""a""#.into())), "replaced, the old one answered");
+    let got = store.get(&n, &id(&["k"])).await.expect("get").expect("present");
+    assert_eq!(got.data.as_deref().map(RawValue::get), Some(r#""b""#));
+    assert_eq!(got.created_at, crate::START.plus(Duration::from_secs(5)), "new data is a new claim");
+    assert_eq!(store.count_claims().await.expect("count"), vec![("set".to_owned(), 1)], "one key, counted once");
+
+    assert!(store.claim(&n, vec![with_token(&["t"], "call-1")]).await.expect("claim")[0].claimed);
+    store.update(&n, put(&["t"], UpdateWhen::Always, Keep::Set(Some("1")), Keep::Keep)).await.expect("update");
+    let retry = store.claim(&n, vec![with_token(&["t"], "call-1")]).await.expect("claim");
+    assert!(!retry[0].claimed, "replaced data is no longer the claim the token made");
+    assert!(!store.claim(&n, vec![new_claim(&["k"], Some("2"), None)]).await.expect("claim")[0].claimed);
+}
+
+/// `EXPIRE`, `PERSIST`, `SET … KEEPTTL`: what an update does not set stays as it was.
+pub async fn an_update_keeps_what_it_does_not_set<S: ClaimStore + ?Sized>(h: &Harness<S>) {
+    let (store, n) = (&h.store, ns("keep"));
+    let claim = idem_core::NewClaim { ttl: Some(TEN_SECONDS), ..with_token(&["k"], "call-1") };
+    let claim = idem_core::NewClaim { data: Some(RawValue::from_string("7".into()).expect("json")), ..claim };
+    assert!(store.claim(&n, vec![claim.clone()]).await.expect("claim")[0].claimed);
+    h.clock.advance(Duration::from_secs(1));
+    let later = crate::START.plus(Duration::from_secs(60));
+    let out = store.update(&n, put(&["k"], UpdateWhen::Live, Keep::Keep, Keep::Set(Some(later)))).await;
+    assert!(out.expect("update").applied);
+    let got = store.get(&n, &id(&["k"])).await.expect("get").expect("present");
+    assert_eq!(
+        (got.data.as_deref().map(RawValue::get), got.created_at),
+        (Some("7"), crate::START),
+        "data and age kept"
+    );
+    assert_eq!(got.expires_at, Some(later));
+    assert!(store.claim(&n, vec![claim]).await.expect("claim")[0].claimed, "still the claim its token made");
+
+    let out = store.update(&n, put(&["k"], UpdateWhen::Live, Keep::Set(Some("8")), Keep::Keep)).await;
+    assert!(out.expect("update").applied);
+    assert_eq!(store.get(&n, &id(&["k"])).await.expect("get").expect("present").expires_at, Some(later), "KEEPTTL");
+    store.update(&n, put(&["k"], UpdateWhen::Expiring, Keep::Keep, Keep::Set(None))).await.expect("persist");
+    h.clock.advance(Duration::from_secs(3600));
+    let got = store.get(&n, &id(&["k"])).await.expect("get").expect("never expires now");
+    assert_eq!((got.data.as_deref().map(RawValue::get), got.expires_at), (Some("8"), None));
+}
+
+/// Each condition, as Redis's `XX`, `NX`, `GT`, `LT` and compare-and-delete state it; an expired
+/// key is absent; a condition that fails changes nothing.
+pub async fn update_conditions_hold_as_stated<S: ClaimStore + ?Sized>(h: &Harness<S>) {
+    let (store, n) = (&h.store, ns("when"));
+    let at = |s| crate::START.plus(Duration::from_secs(s));
+    let expire = |p: &[&str], when, s| put(p, when, Keep::Keep, Keep::Set(Some(at(s))));
+    let applied = |update| async { store.update(&n, update).await.expect("update").applied };
+    assert!(!applied(expire(&["absent"], UpdateWhen::Live, 5)).await, "XX: nothing to change");
+    assert!(!applied(expire(&["absent"], UpdateWhen::ExpiresAfter(at(99)), 5)).await);
+    assert!(store.get(&n, &id(&["absent"])).await.expect("get").is_none(), "and nothing was created");
+
+    store.claim(&n, vec![new_claim(&["lasting"], Some("1"), None)]).await.expect("claim");
+    store.claim(&n, vec![new_claim(&["expiring"], Some("2"), Some(TEN_SECONDS))]).await.expect("claim");
+    assert!(!applied(expire(&["lasting"], UpdateWhen::Expiring, 5)).await);
+    assert!(!applied(expire(&["expiring"], UpdateWhen::Lasting, 5)).await);
+    assert!(!applied(expire(&["lasting"], UpdateWhen::ExpiresBefore(at(20)), 20)).await, "GT: never is not sooner");
+    assert!(!applied(expire(&["expiring"], UpdateWhen::ExpiresBefore(at(5)), 5)).await, "GT: 10 s is not sooner");
+    assert!(!applied(expire(&["expiring"], UpdateWhen::ExpiresAfter(at(20)), 20)).await, "LT: 10 s is not later");
+    assert_eq!(store.get(&n, &id(&["expiring"])).await.expect("get").expect("live").expires_at, Some(at(10)));
+    assert!(applied(expire(&["expiring"], UpdateWhen::ExpiresBefore(at(20)), 20)).await, "GT: later");
+    assert!(applied(expire(&["expiring"], UpdateWhen::ExpiresAfter(at(15)), 15)).await, "LT: sooner");
+    assert!(applied(expire(&["lasting"], UpdateWhen::ExpiresAfter(at(30)), 30)).await, "LT: never is later");
+    assert_eq!(store.get(&n, &id(&["lasting"])).await.expect("get").expect("live").expires_at, Some(at(30)));
+
+    let delete_if = |data: &str| ClaimUpdate {
+        parts: parts(&["expiring"]),
+        when: UpdateWhen::DataIs(Some(data.to_owned())),
+        change: ClaimChange::Delete,
+    };
+    assert!(!applied(delete_if("1")).await, "another owner's value is not deleted");
+    assert!(applied(delete_if("2")).await, "the owner's is");
+    assert!(store.get(&n, &id(&["expiring"])).await.expect("get").is_none());
+
+    h.clock.advance(Duration::from_secs(30));
+    assert!(!applied(expire(&["lasting"], UpdateWhen::Live, 99)).await, "expired is absent");
+    let out = store.update(&n, put(&["lasting"], UpdateWhen::Always, Keep::Keep, Keep::Set(None))).await;
+    let out = out.expect("update");
+    assert!(out.applied && out.before.is_none(), "an expired key is replaced as absent");
+    let got = store.get(&n, &id(&["lasting"])).await.expect("get").expect("made again");
+    assert!(got.data.is_none(), "with no data: the expired key's is not kept");
+}
+
+/// An expiry not after now removes the key (`EXPIRE k 0`), as a delete does.
+pub async fn an_update_to_a_past_expiry_deletes<S: ClaimStore + ?Sized>(h: &Harness<S>) {
+    let (store, n) = (&h.store, ns("past"));
+    store.claim(&n, vec![new_claim(&["k"], Some("1"), None)]).await.expect("claim");
+    let out = store.update(&n, put(&["k"], UpdateWhen::Live, Keep::Keep, Keep::Set(Some(crate::START)))).await;
+    let out = out.expect("update");
+    assert_eq!((out.applied, data_of(&out.before)), (true, Some("1".into())));
+    assert!(store.get(&n, &id(&["k"])).await.expect("get").is_none());
+    assert_eq!(store.count_claims().await.expect("count").iter().map(|(_, c)| c).sum::<u64>(), 0);
+    let absent = store.update(&n, put(&["k"], UpdateWhen::Always, Keep::Set(Some("2")), Keep::Set(Some(crate::START))));
+    assert!(absent.await.expect("update").applied, "set, and at once expired");
+    assert!(store.get(&n, &id(&["k"])).await.expect("get").is_none());
+    assert!(store.claim(&n, vec![new_claim(&["k"], Some("3"), None)]).await.expect("claim")[0].claimed);
+}
+
+/// Compare-and-set is atomic: 40 tasks each add one to a counter by reading it and updating it
+/// only if it still holds what they read, over and over until they succeed: it ends at 40.
+pub async fn concurrent_updates_of_one_key_lose_nothing<S: ClaimStore + ?Sized>(h: &Harness<S>) {
+    let n = ns("cas");
+    h.store.claim(&n, vec![new_claim(&["counter"], Some("0"), None)]).await.expect("claim");
+    let tasks: Vec<_> = (0..40)
+        .map(|_| {
+            let (store, n) = (Arc::clone(&h.store), n.clone());
+            tokio::spawn(async move {
+                loop {
+                    let now = store.get(&n, &id(&["counter"])).await.expect("get").expect("present");
+                    let seen = now.data.as_deref().map(RawValue::get).expect("data").to_owned();
+                    let next = (seen.parse::<u64>().expect("a number") + 1).to_string();
+                    let update = put(&["counter"], UpdateWhen::DataIs(Some(seen)), Keep::Set(Some(&next)), Keep::Keep);
+                    match store.update(&n, update).await {
+                        Ok(out) if out.applied => return,
+                        Ok(_) => {}
+                        Err(StoreError::Unavailable(_)) => {}
+                        Err(e) => panic!("update: {e}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("task");
+    }
+    let got = h.store.get(&n, &id(&["counter"])).await.expect("get").expect("present");
+    assert_eq!(got.data.as_deref().map(RawValue::get), Some("40"), "no increment lost");
 }

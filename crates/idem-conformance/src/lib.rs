@@ -109,6 +109,11 @@ macro_rules! claim_suite {
             list_pages_a_prefix_in_parts_order,
             delete_prefix_removes_only_that_prefix,
             an_imported_claim_keeps_when_it_was_made,
+            an_update_replaces_whatever_the_key_holds,
+            an_update_keeps_what_it_does_not_set,
+            update_conditions_hold_as_stated,
+            an_update_to_a_past_expiry_deletes,
+            concurrent_updates_of_one_key_lose_nothing,
         );
     };
 }

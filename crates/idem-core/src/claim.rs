@@ -57,3 +57,118 @@ pub struct ClaimOutcome {
     pub claimed: bool,
     pub record: ClaimRecord,
 }
+
+/// A change to one key whatever it holds, made only if [`UpdateWhen`] holds of the key as it is,
+/// atomically with every claim, update and delete of the same key: what Redis's plain `SET`,
+/// `SETEX`, `EXPIRE`, `PERSIST`, `GETDEL` and its libraries' compare-and-delete scripts do.
+/// Claiming, where the first writer wins, stays [`ClaimStore::claim`](crate::ClaimStore::claim).
+#[derive(Debug, Clone)]
+pub struct ClaimUpdate {
+    pub parts: Parts,
+    pub when: UpdateWhen,
+    pub change: ClaimChange,
+}
+
+/// What an update asks of the key as it is (an expired key is absent).
+#[derive(Debug, Clone, PartialEq)]
+pub enum UpdateWhen {
+    /// Whatever it holds, nothing included.
+    Always,
+    /// The key is live.
+    Live,
+    /// The key is live and expires (Redis's `XX` for an expiry).
+    Expiring,
+    /// The key is live and never expires (Redis's `NX` for an expiry).
+    Lasting,
+    /// The key is live and expires before this instant (Redis's `GT`: the new expiry is later; a
+    /// key that never expires is never before).
+    ExpiresBefore(Timestamp),
+    /// The key is live and expires after this instant, or never (Redis's `LT`).
+    ExpiresAfter(Timestamp),
+    /// The key is live and its data is exactly this JSON text, as stored (compare-and-set).
+    DataIs(Option<String>),
+}
+
+/// What an update does when its condition holds.
+#[derive(Debug, Clone)]
+pub enum ClaimChange {
+    /// Sets the data, the expiry, or both; what is [`Keep`] stays as the key has it (nothing, on
+    /// a key created). New data makes a new claim: made now, without the client token of the one
+    /// it replaces. An expiry not after now deletes the key.
+    Put {
+        data: Keep<Option<Box<RawValue>>>,
+        expires_at: Keep<Option<Timestamp>>,
+    },
+    Delete,
+}
+
+/// A field an update sets, or keeps as it is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Keep<T> {
+    Keep,
+    Set(T),
+}
+
+/// What an update answers: whether its condition held (and the change was made), and the key's
+/// live record before it, if any.
+#[derive(Debug, Clone)]
+pub struct UpdateOutcome {
+    pub applied: bool,
+    pub before: Option<ClaimRecord>,
+}
+
+/// A key's live record, as a store holds it, for [`ClaimUpdate::decide`].
+#[derive(Debug, Clone, Copy)]
+pub struct Live<'a> {
+    pub data: Option<&'a str>,
+    pub created_at: Timestamp,
+    pub expires_at: Option<Timestamp>,
+}
+
+/// What a store writes for an update whose condition held.
+#[derive(Debug, Clone)]
+pub enum Decided {
+    /// The key's new record. Data kept is the record's it replaces (none on a key created), as is
+    /// its client token; new data comes without one.
+    Write { data: Keep<Option<Box<RawValue>>>, created_at: Timestamp, expires_at: Option<Timestamp> },
+    /// The key is removed (nothing to do when it is absent already).
+    Delete,
+}
+
+impl UpdateWhen {
+    /// Whether the condition holds of `live` (`None`: the key is absent or expired).
+    pub fn holds(&self, live: Option<Live<'_>>) -> bool {
+        let Some(live) = live else { return *self == UpdateWhen::Always };
+        match self {
+            UpdateWhen::Always | UpdateWhen::Live => true,
+            UpdateWhen::Expiring => live.expires_at.is_some(),
+            UpdateWhen::Lasting => live.expires_at.is_none(),
+            UpdateWhen::ExpiresBefore(at) => live.expires_at.is_some_and(|e| e < *at),
+            UpdateWhen::ExpiresAfter(at) => live.expires_at.is_none_or(|e| e > *at),
+            UpdateWhen::DataIs(data) => live.data == data.as_deref(),
+        }
+    }
+}
+
+impl ClaimUpdate {
+    /// What to write, decided on the key's live record at `now`; `None` when the condition does
+    /// not hold (nothing changes). Every store decides with this, so that they answer alike.
+    pub fn decide(&self, live: Option<Live<'_>>, now: Timestamp) -> Option<Decided> {
+        if !self.when.holds(live) {
+            return None;
+        }
+        let ClaimChange::Put { data, expires_at } = &self.change else { return Some(Decided::Delete) };
+        let expires_at = match expires_at {
+            Keep::Set(at) => *at,
+            Keep::Keep => live.and_then(|l| l.expires_at),
+        };
+        if expires_at.is_some_and(|at| at <= now) {
+            return Some(Decided::Delete);
+        }
+        let created_at = match data {
+            Keep::Set(_) => now,
+            Keep::Keep => live.map_or(now, |l| l.created_at),
+        };
+        Some(Decided::Write { data: data.clone(), created_at, expires_at })
+    }
+}

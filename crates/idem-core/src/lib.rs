@@ -16,7 +16,9 @@ pub mod request;
 pub mod store;
 pub mod throttle;
 
-pub use claim::{ClaimOutcome, ClaimRecord, NewClaim};
+pub use claim::{
+    ClaimChange, ClaimOutcome, ClaimRecord, ClaimUpdate, Decided, Keep, Live, NewClaim, UpdateOutcome, UpdateWhen,
+};
 pub use client_token::ClientToken;
 pub use clock::{Clock, ManualClock, SteadyClock, SystemClock, SystemTicks, Ticks, Timestamp};
 pub use duration::{format_duration, parse_duration};

@@ -32,7 +32,9 @@ use crate::event::{
     Accept, Job, NewEvent, QueueStats, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus, ReplayBatch, Transition,
 };
 use crate::request::{Begin, Forget, LeaseToken, NewRequest, RequestState};
-use crate::{ClaimId, ClaimOutcome, ClaimRecord, Namespace, NewClaim, Parts, StoreError, Timestamp};
+use crate::{
+    ClaimId, ClaimOutcome, ClaimRecord, ClaimUpdate, Namespace, NewClaim, Parts, StoreError, Timestamp, UpdateOutcome,
+};
 
 #[async_trait]
 pub trait ClaimStore: Send + Sync + 'static {
@@ -44,6 +46,10 @@ pub trait ClaimStore: Send + Sync + 'static {
 
     /// Is there a live claim whose parts begin with `prefix`? Answered from an index.
     async fn prefix_exists(&self, ns: &Namespace, prefix: &Parts) -> Result<bool, StoreError>;
+
+    /// Changes one key if the update's condition holds of it, atomically with every other claim,
+    /// update and delete of that key ([`ClaimUpdate::decide`] says what is written).
+    async fn update(&self, ns: &Namespace, update: ClaimUpdate) -> Result<UpdateOutcome, StoreError>;
 
     /// Deletes a claim; `false` when there was no live claim with that id.
     async fn delete(&self, ns: &Namespace, id: &ClaimId) -> Result<bool, StoreError>;

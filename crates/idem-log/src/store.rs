@@ -11,8 +11,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use idem_core::request::{Begin, Forget, LeaseToken, NewRequest, RequestState};
 use idem_core::{
-    ClaimId, ClaimOutcome, ClaimRecord, ClaimStore, Clock, Namespace, NewClaim, Parts, RequestStore, StoreError,
-    StoreLifecycle, Timestamp,
+    ClaimId, ClaimOutcome, ClaimRecord, ClaimStore, ClaimUpdate, Clock, Namespace, NewClaim, Parts, RequestStore,
+    StoreError, StoreLifecycle, Timestamp, UpdateOutcome,
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -170,6 +170,11 @@ impl ClaimStore for LogStore {
 
     async fn prefix_exists(&self, ns: &Namespace, prefix: &Parts) -> Result<bool, StoreError> {
         self.shared.prefix_exists(ns.as_str(), prefix, self.shared.clock.now().millis())
+    }
+
+    async fn update(&self, ns: &Namespace, update: ClaimUpdate) -> Result<UpdateOutcome, StoreError> {
+        let (ns, id) = (ns.clone(), update.parts.id());
+        self.send(|reply| Command::Update { ns, id, update, reply }).await
     }
 
     async fn delete(&self, ns: &Namespace, id: &ClaimId) -> Result<bool, StoreError> {

@@ -8,7 +8,10 @@
 
 use std::collections::HashMap;
 
-use idem_core::{ClaimId, ClaimOutcome, ClaimRecord, Namespace, NewClaim, Parts, StoreError, Timestamp};
+use idem_core::{
+    ClaimId, ClaimOutcome, ClaimRecord, ClaimUpdate, Decided, Keep, Live, Namespace, NewClaim, Parts, StoreError,
+    Timestamp, UpdateOutcome,
+};
 use serde_json::value::RawValue;
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
@@ -331,4 +334,80 @@ pub async fn delete_prefix(
             Err(e) => return Err(commit_error(e)),
         }
     }
+}
+
+/// The key's row, locked until the update's transaction ends (none: no row, live or expired).
+const LOCK_ONE: Sql = Sql::cached(
+    "SELECT parts, data, created_at, expires_at, false FROM claims WHERE ns = $1 AND id = $2 FOR UPDATE",
+    &[Type::TEXT, Type::BYTEA],
+);
+
+/// A row replaced in place: new data drops the client token it was claimed with.
+const REPLACE: Sql = Sql::cached(
+    "UPDATE claims SET data = $3, created_at = $4, expires_at = $5,
+         client_token = CASE WHEN $6 THEN client_token END
+     WHERE ns = $1 AND id = $2",
+    &[Type::TEXT, Type::BYTEA, Type::TEXT, Type::INT8, Type::INT8, Type::BOOL],
+);
+
+/// A key with no row: inserted unless another transaction inserted it meanwhile (then the update
+/// looks again, at that row locked).
+const INSERT_ONE: Sql = Sql::cached(
+    "INSERT INTO claims (ns, id, parts, data, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6)
+     ON CONFLICT (ns, id) DO NOTHING",
+    &[Type::TEXT, Type::BYTEA, Type::BYTEA, Type::TEXT, Type::INT8, Type::INT8],
+);
+
+const DELETE_ONE: Sql = Sql::cached("DELETE FROM claims WHERE ns = $1 AND id = $2", &[Type::TEXT, Type::BYTEA]);
+
+/// One key changed if the update's condition holds of its row, locked (`FOR UPDATE`), so that the
+/// decision and the write are one with respect to every claim, update and delete of the key.
+pub async fn update(
+    client: &mut Object,
+    ns: &Namespace,
+    update: &ClaimUpdate,
+    now: Timestamp,
+) -> Result<UpdateOutcome, StoreError> {
+    let id = update.parts.id();
+    let (ns_text, id_bytes): (&str, &[u8]) = (ns.as_str(), &id.0);
+    crate::retrying!(client, |tx| {
+        loop {
+            let row = tx.query_opt(&LOCK_ONE, &[&ns_text, &id_bytes]).await?;
+            let before = match row.as_ref().map(|row| record(ns, id, row)).transpose() {
+                Ok(found) => found.map(|f| f.record).filter(|r| r.is_live(now)),
+                Err(e) => break Err(e),
+            };
+            let live = before.as_ref().map(|r| Live {
+                data: r.data.as_deref().map(RawValue::get),
+                created_at: r.created_at,
+                expires_at: r.expires_at,
+            });
+            let Some(decided) = update.decide(live, now) else {
+                break Ok(UpdateOutcome { applied: false, before });
+            };
+            let (data, created_at, expires_at) = match decided {
+                Decided::Delete => {
+                    if row.is_some() {
+                        tx.execute(&DELETE_ONE, &[&ns_text, &id_bytes]).await?;
+                    }
+                    break Ok(UpdateOutcome { applied: true, before });
+                }
+                Decided::Write { data, created_at, expires_at } => (data, created_at, expires_at),
+            };
+            let (data, keeps_client) = match data {
+                Keep::Set(data) => (data.map(|d| d.get().to_owned()), false),
+                Keep::Keep => (before.as_ref().and_then(|b| b.data.as_deref()).map(|d| d.get().to_owned()), true),
+            };
+            let (created_at, expires_at) = (created_at.millis(), expires_at.map(Timestamp::millis));
+            if row.is_some() {
+                tx.execute(&REPLACE, &[&ns_text, &id_bytes, &data, &created_at, &expires_at, &keeps_client]).await?;
+                break Ok(UpdateOutcome { applied: true, before });
+            }
+            let parts = update.parts.encode();
+            let params: [&(dyn ToSql + Sync); 6] = [&ns_text, &id_bytes, &parts, &data, &created_at, &expires_at];
+            if tx.execute(&INSERT_ONE, &params).await? == 1 {
+                break Ok(UpdateOutcome { applied: true, before });
+            }
+        }
+    })
 }

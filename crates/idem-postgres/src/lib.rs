@@ -42,8 +42,8 @@ use idem_core::event::{
 };
 use idem_core::request::{Begin, Forget, LeaseToken, NewRequest, RequestState};
 use idem_core::{
-    ClaimId, ClaimOutcome, ClaimRecord, ClaimStore, Clock, EventStore, Namespace, NewClaim, Parts, RequestStore,
-    StoreError, StoreLifecycle, Timestamp,
+    ClaimId, ClaimOutcome, ClaimRecord, ClaimStore, ClaimUpdate, Clock, EventStore, Namespace, NewClaim, Parts,
+    RequestStore, StoreError, StoreLifecycle, Timestamp, UpdateOutcome,
 };
 use idem_metrics::store::Retry;
 use tokio_postgres::error::SqlState;
@@ -308,6 +308,11 @@ impl ClaimStore for PgStore {
                 .map_err(store_error)?;
             Ok(row.is_some())
         })
+    }
+
+    async fn update(&self, ns: &Namespace, update: ClaimUpdate) -> Result<UpdateOutcome, StoreError> {
+        let now = self.now();
+        with_conn!(self.db, true, |client| claim::update(&mut client, ns, &update, now).await)
     }
 
     async fn delete(&self, ns: &Namespace, id: &ClaimId) -> Result<bool, StoreError> {

@@ -8,8 +8,8 @@ use idem_core::event::{
     Accept, Job, NewEvent, QueueStats, Receipt, ReceiptFilter, ReceiptId, ReceiptStatus, ReplayBatch, Transition,
 };
 use idem_core::{
-    ClaimId, ClaimOutcome, ClaimRecord, ClaimStore, EventStore, Namespace, NewClaim, Parts, StoreError, StoreLifecycle,
-    Timestamp,
+    ClaimId, ClaimOutcome, ClaimRecord, ClaimStore, ClaimUpdate, EventStore, Namespace, NewClaim, Parts, StoreError,
+    StoreLifecycle, Timestamp, UpdateOutcome,
 };
 
 pub struct Unused;
@@ -27,6 +27,9 @@ impl ClaimStore for Unused {
         unused()
     }
     async fn prefix_exists(&self, _: &Namespace, _: &Parts) -> Result<bool, StoreError> {
+        unused()
+    }
+    async fn update(&self, _: &Namespace, _: ClaimUpdate) -> Result<UpdateOutcome, StoreError> {
         unused()
     }
     async fn delete(&self, _: &Namespace, _: &ClaimId) -> Result<bool, StoreError> {

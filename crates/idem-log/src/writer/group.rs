@@ -9,7 +9,10 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use idem_core::request::{Begin, Decision, Forget, LeaseToken, NewRequest, decide_begin};
-use idem_core::{ClaimId, ClaimOutcome, ClaimRecord, ClientToken, Namespace, NewClaim, Parts, StoreError, Timestamp};
+use idem_core::{
+    ClaimId, ClaimOutcome, ClaimRecord, ClaimUpdate, ClientToken, Decided, Keep, Live, Namespace, NewClaim, Parts,
+    StoreError, Timestamp, UpdateOutcome,
+};
 use serde_json::value::RawValue;
 
 use super::{Command, Reply, abandon};
@@ -179,6 +182,7 @@ impl<'a> Group<'a> {
                     ids.into_iter().zip(items).map(|(id, item)| self.claim(&ns, &shared_ns, id, item)).collect();
                 ran(reply, result)
             }
+            Command::Update { ns, id, update, reply } => ran(reply, self.update(&ns, id, update)),
             Command::Delete { ns, id, reply } => ran(reply, self.delete(&Rc::from(ns.as_str()), &id)),
             Command::DeleteMany { ns, ids, reply } => {
                 let ns: Rc<str> = Rc::from(ns.as_str());
@@ -309,6 +313,67 @@ impl<'a> Group<'a> {
         touched.parts = parts;
         touched.current = Some(Current { entry, created_at, data: item.data, client: item.client.map(|t| t.0) });
         Ok(ClaimOutcome { claimed: true, record })
+    }
+
+    /// Changes a key if the update's condition holds. A live record replaced gets a tombstone, as
+    /// a deleted one does: the new record may expire sooner, and its segment go first, and the old
+    /// one must not come back at the next start.
+    fn update(&mut self, ns: &Namespace, id: ClaimId, update: ClaimUpdate) -> Result<UpdateOutcome, StoreError> {
+        let now = self.now;
+        let shared_ns: Rc<str> = Rc::from(ns.as_str());
+        let touched = self.touch_claim(&shared_ns, &id)?;
+        if touched.parts.is_empty() {
+            touched.parts = update.parts.encode();
+        }
+        let live = touched.current.clone().filter(|c| c.entry.is_live(now));
+        let before = live.as_ref().map(|c| touched.record(ns, c)).transpose()?;
+        let view = live.as_ref().map(|c| Live {
+            data: c.data.as_deref().map(RawValue::get),
+            created_at: Timestamp(c.created_at),
+            expires_at: before.as_ref().and_then(|b| b.expires_at),
+        });
+        let Some(decided) = update.decide(view, Timestamp(now)) else {
+            return Ok(UpdateOutcome { applied: false, before });
+        };
+        let (data, created_at, expires_at) = match decided {
+            Decided::Delete => {
+                self.delete(&shared_ns, &id)?;
+                return Ok(UpdateOutcome { applied: true, before });
+            }
+            Decided::Write { data, created_at, expires_at } => (data, created_at, expires_at),
+        };
+        let parts = touched.parts.clone();
+        let replaced = touched.current.take();
+        let (data, client) = match (data, &live) {
+            (Keep::Set(data), _) => (data, None),
+            (Keep::Keep, Some(live)) => (live.data.clone(), live.client),
+            (Keep::Keep, None) => (None, None),
+        };
+        if let Some(old) = replaced {
+            self.dead(old.entry.loc(), old.entry.len());
+            if old.entry.is_live(now) {
+                let gone = Gone { target: old.entry.loc(), until: old.entry.expires_at() };
+                let (loc, len) = self.append(&Record::ClaimGone { ns: ns.as_str().to_owned(), id, gone });
+                self.dead(loc, len);
+            }
+        }
+        let (created_at, expires_at) = (created_at.millis(), expires_at.map_or(NEVER, Timestamp::millis));
+        let fields = ClaimFields {
+            ns: &shared_ns,
+            id: &id,
+            parts: &parts,
+            data: data.as_deref().map(RawValue::get),
+            created_at,
+            expires_at,
+            client: client.as_ref(),
+        };
+        let offset = self.base + self.buf.len() as u64;
+        let len = record::encode_claim(&mut self.buf, fields) as u32;
+        self.records += 1;
+        let entry = ClaimEntry::new(Loc { segment: self.segment, offset: offset as u32 }, len, expires_at);
+        let touched = self.touch_claim(&shared_ns, &id)?;
+        touched.current = Some(Current { entry, created_at, data, client });
+        Ok(UpdateOutcome { applied: true, before })
     }
 
     fn delete(&mut self, ns: &Rc<str>, id: &ClaimId) -> Result<bool, StoreError> {

@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use idem_core::request::{Begin, Forget, LeaseToken, NewRequest};
-use idem_core::{ClaimId, ClaimOutcome, Namespace, NewClaim, StoreError, Timestamp};
+use idem_core::{ClaimId, ClaimOutcome, ClaimUpdate, Namespace, NewClaim, StoreError, Timestamp, UpdateOutcome};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::disk::FileRef;
@@ -45,6 +45,12 @@ pub enum Command {
         /// a batch's instructions.
         ids: Vec<ClaimId>,
         reply: Reply<Vec<ClaimOutcome>>,
+    },
+    Update {
+        ns: Namespace,
+        id: ClaimId,
+        update: ClaimUpdate,
+        reply: Reply<UpdateOutcome>,
     },
     Delete {
         ns: Namespace,
@@ -454,6 +460,7 @@ fn abandon(command: Command) -> Pending {
         Command::Claim { reply, .. } => pending(reply, closed()),
         Command::Delete { reply, .. } | Command::Release { reply, .. } => pending(reply, closed()),
         Command::Complete { reply, .. } => pending(reply, closed()),
+        Command::Update { reply, .. } => pending(reply, closed()),
         Command::SweepClaims { reply, .. }
         | Command::SweepRequests { reply, .. }
         | Command::Relocate { reply, .. }

@@ -332,7 +332,7 @@ impl Sim {
         let now = self.now();
         let rng = &mut self.rng;
         let pick = rng.below(100);
-        if pick < 40 {
+        if pick < 36 {
             let ns = NAMESPACES[rng.below(2) as usize].to_owned();
             let n = if rng.chance(60) { 1 } else { 1 + rng.below(12) as usize };
             let items = (0..n)
@@ -355,6 +355,35 @@ impl Sim {
                 })
                 .collect();
             return Op::Claim { ns, items };
+        }
+        if pick < 46 {
+            let keys = all_keys();
+            let key =
+                (NAMESPACES[rng.below(2) as usize].to_owned(), keys[rng.below(keys.len() as u64) as usize].clone());
+            let at = now - 1000 + rng.below(8000) as i64;
+            let live_data = self.model.claim(&key, now).map(|c| c.data.clone());
+            let when = match rng.below(8) {
+                0 | 1 => When::Always,
+                2 => When::Live,
+                3 => When::Expiring,
+                4 => When::Lasting,
+                5 => When::ExpiresBefore(at),
+                6 => When::ExpiresAfter(at),
+                // The data it has (Laravel's lock release), or other data.
+                _ => When::DataIs(live_data.filter(|_| rng.chance(70)).unwrap_or(Some("\"other\"".into()))),
+            };
+            let data = match rng.below(3) {
+                0 => None,
+                1 => Some(None),
+                _ => Some(Some(format!("\"u{}\"", "u".repeat(rng.below(300) as usize)))),
+            };
+            let expires = match rng.below(4) {
+                0 => None,
+                1 => Some(None),
+                _ => Some(Some(at)),
+            };
+            let put = (!rng.chance(15)).then_some((data, expires));
+            return Op::Update { key, when, put };
         }
         if pick < 50 {
             let keys = all_keys();

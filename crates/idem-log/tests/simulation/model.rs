@@ -80,13 +80,44 @@ pub type ClaimItem = (Vec<String>, Option<String>, Option<Duration>, Option<Stri
 /// A step that changes the store.
 #[derive(Debug, Clone)]
 pub enum Op {
-    Claim { ns: String, items: Vec<ClaimItem> },
-    Delete { key: Key },
-    Begin { key: String, lease: Duration, fingerprint: [u8; 32], held: Vec<u8>, client: Option<String> },
-    Complete { key: String, token: LeaseToken, result: Vec<u8>, ttl: Duration },
-    Release { key: String, token: LeaseToken },
-    Extend { key: String, token: LeaseToken, lease: Duration },
-    Forget { key: String },
+    Claim {
+        ns: String,
+        items: Vec<ClaimItem>,
+    },
+    Delete {
+        key: Key,
+    },
+    /// A change whatever the key holds: a condition, then a put or (`None`) a delete.
+    Update {
+        key: Key,
+        when: When,
+        put: Option<Put>,
+    },
+    Begin {
+        key: String,
+        lease: Duration,
+        fingerprint: [u8; 32],
+        held: Vec<u8>,
+        client: Option<String>,
+    },
+    Complete {
+        key: String,
+        token: LeaseToken,
+        result: Vec<u8>,
+        ttl: Duration,
+    },
+    Release {
+        key: String,
+        token: LeaseToken,
+    },
+    Extend {
+        key: String,
+        token: LeaseToken,
+        lease: Duration,
+    },
+    Forget {
+        key: String,
+    },
 }
 
 impl Op {
@@ -94,7 +125,7 @@ impl Op {
     pub fn claim_keys(&self) -> Vec<Key> {
         match self {
             Op::Claim { ns, items } => items.iter().map(|(p, ..)| (ns.clone(), p.clone())).collect(),
-            Op::Delete { key } => vec![key.clone()],
+            Op::Delete { key } | Op::Update { key, .. } => vec![key.clone()],
             _ => Vec::new(),
         }
     }
@@ -111,11 +142,58 @@ impl Op {
     }
 }
 
+/// An update's new data (`None`: kept) and new expiry (`None`: kept; `Some(None)`: never).
+pub type Put = (Option<Option<String>>, Option<Option<i64>>);
+
+/// An update's condition, as the model states it (the store's is [`idem_core::UpdateWhen`]).
+#[derive(Debug, Clone)]
+pub enum When {
+    Always,
+    Live,
+    Expiring,
+    Lasting,
+    ExpiresBefore(i64),
+    ExpiresAfter(i64),
+    DataIs(Option<String>),
+}
+
+impl When {
+    fn holds(&self, live: Option<&MClaim>) -> bool {
+        match (self, live) {
+            (When::Always, _) => true,
+            (_, None) => false,
+            (When::Live, Some(_)) => true,
+            (When::Expiring, Some(c)) => c.expires_at != NEVER,
+            (When::Lasting, Some(c)) => c.expires_at == NEVER,
+            (When::ExpiresBefore(at), Some(c)) => c.expires_at < *at,
+            (When::ExpiresAfter(at), Some(c)) => c.expires_at > *at,
+            (When::DataIs(data), Some(c)) => c.data == *data,
+        }
+    }
+
+    fn store(&self) -> idem_core::UpdateWhen {
+        use idem_core::{Timestamp, UpdateWhen};
+        match self {
+            When::Always => UpdateWhen::Always,
+            When::Live => UpdateWhen::Live,
+            When::Expiring => UpdateWhen::Expiring,
+            When::Lasting => UpdateWhen::Lasting,
+            When::ExpiresBefore(at) => UpdateWhen::ExpiresBefore(Timestamp(*at)),
+            When::ExpiresAfter(at) => UpdateWhen::ExpiresAfter(Timestamp(*at)),
+            When::DataIs(data) => UpdateWhen::DataIs(data.clone()),
+        }
+    }
+}
+
+/// A claim as an answer shows it: data, made, expires.
+pub type Shown = (Option<String>, i64, i64);
+
 /// An answer, in a form both the model and the store give.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Answer {
     Claims(Vec<(bool, Option<String>, i64, i64)>),
     Done(bool),
+    Updated(bool, Option<Shown>),
     Started,
     Held { same: bool, until: i64 },
     Completed { same: bool, result: Vec<u8>, until: i64 },
@@ -148,6 +226,29 @@ pub fn expect(model: &Model, op: &Op, now: i64) -> (Answer, Model) {
             Answer::Claims(out)
         }
         Op::Delete { key } => Answer::Done(after.claim(key, now).is_some() && after.claims.remove(key).is_some()),
+        Op::Update { key, when, put } => {
+            let live = after.claim(key, now).cloned();
+            let shown = live.as_ref().map(|c| (c.data.clone(), c.created_at, c.expires_at));
+            if !when.holds(live.as_ref()) {
+                return (Answer::Updated(false, shown), after);
+            }
+            after.claims.remove(key);
+            if let Some((data, expires)) = put {
+                let expires_at = match expires {
+                    Some(at) => at.unwrap_or(NEVER),
+                    None => live.as_ref().map_or(NEVER, |c| c.expires_at),
+                };
+                if expires_at > now {
+                    let claim = match (data, &live) {
+                        (Some(data), _) => MClaim { data: data.clone(), created_at: now, expires_at, client: None },
+                        (None, Some(c)) => MClaim { expires_at, ..c.clone() },
+                        (None, None) => MClaim { data: None, created_at: now, expires_at, client: None },
+                    };
+                    after.claims.insert(key.clone(), claim);
+                }
+            }
+            Answer::Updated(true, shown)
+        }
         Op::Begin { key, lease, fingerprint, held, client } => match after.request(key, now) {
             Some(r) if r.completed => {
                 Answer::Completed { same: r.fingerprint == *fingerprint, result: r.body.clone(), until: r.until }
@@ -245,6 +346,28 @@ pub async fn run(store: &LogStore, op: &Op) -> Result<(Answer, Option<(LeaseToke
         }
         Op::Delete { key } => {
             (Answer::Done(store.delete(&namespace(&key.0), &parts_of(&key.1).id()).await.map_err(e)?), None)
+        }
+        Op::Update { key, when, put } => {
+            use idem_core::{ClaimChange, ClaimUpdate, Keep, Timestamp};
+            let keep = |k: &Option<_>, f: &dyn Fn(&_) -> _| k.as_ref().map_or(Keep::Keep, |v| Keep::Set(f(v)));
+            let change = match put {
+                None => ClaimChange::Delete,
+                Some((data, expires)) => ClaimChange::Put {
+                    data: keep(data, &|d: &Option<String>| {
+                        d.as_ref().map(|d| RawValue::from_string(d.clone()).expect("json"))
+                    }),
+                    expires_at: match expires {
+                        Some(at) => Keep::Set(at.map(Timestamp)),
+                        None => Keep::Keep,
+                    },
+                },
+            };
+            let update = ClaimUpdate { parts: parts_of(&key.1), when: when.store(), change };
+            let out = store.update(&namespace(&key.0), update).await.map_err(e)?;
+            let shown = out.before.map(|r| {
+                (r.data.map(|d| d.get().to_owned()), r.created_at.millis(), r.expires_at.map_or(NEVER, |t| t.millis()))
+            });
+            (Answer::Updated(out.applied, shown), None)
         }
         Op::Begin { key, lease, fingerprint, held, client } => {
             let request = NewRequest {
