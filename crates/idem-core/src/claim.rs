@@ -85,6 +85,8 @@ pub enum UpdateWhen {
     ExpiresBefore(Timestamp),
     /// The key is live and expires after this instant, or never (Redis's `LT`).
     ExpiresAfter(Timestamp),
+    /// The key is live and expires, after this instant (Redis's `XX LT`).
+    ExpiringAfter(Timestamp),
     /// The key is live and its data is exactly this JSON text, as stored (compare-and-set).
     DataIs(Option<String>),
 }
@@ -145,6 +147,7 @@ impl UpdateWhen {
             UpdateWhen::Lasting => live.expires_at.is_none(),
             UpdateWhen::ExpiresBefore(at) => live.expires_at.is_some_and(|e| e < *at),
             UpdateWhen::ExpiresAfter(at) => live.expires_at.is_none_or(|e| e > *at),
+            UpdateWhen::ExpiringAfter(at) => live.expires_at.is_some_and(|e| e > *at),
             UpdateWhen::DataIs(data) => live.data == data.as_deref(),
         }
     }

@@ -17,6 +17,11 @@ pub const DELETED: Family = Family::counter(
     &["namespace"],
     "Claims deleted through the API or the dashboard, by namespace.",
 );
+pub const UPDATED: Family = Family::counter(
+    "idem_claims_updated_total",
+    &["namespace", "outcome"],
+    "Claims changed whatever they held (the Redis protocol's SET, EXPIRE, PERSIST, GETDEL and scripts), by namespace and outcome: applied, or skipped when its condition did not hold.",
+);
 pub const LOOKUPS: Family = Family::counter(
     "idem_lookups_total",
     &["namespace", "kind"],
@@ -33,7 +38,7 @@ pub const STORED: Family = Family::gauge(
     "Live claims per namespace: on the embedded store kept exact as claims come, go and expire, read every 15 s; on PostgreSQL a count every 5 minutes in which expired ones count until swept.",
 );
 
-pub const FAMILIES: &[Family] = &[CLAIMS, DELETED, LOOKUPS, OPERATIONS, STORED];
+pub const FAMILIES: &[Family] = &[CLAIMS, DELETED, UPDATED, LOOKUPS, OPERATIONS, STORED];
 
 labels! {
     /// How a lookup named its keys.
@@ -96,6 +101,12 @@ pub fn claimed(namespace: &str, claimed: u64, existing: u64) {
 /// `n` claims deleted in `namespace`.
 pub fn deleted(namespace: &str, n: u64) {
     metrics::counter!(DELETED.name, "namespace" => namespace.to_owned()).increment(n);
+}
+
+/// An update in `namespace`, `applied` or skipped (its condition did not hold).
+pub fn updated(namespace: &str, applied: bool) {
+    let outcome = if applied { "applied" } else { "skipped" };
+    metrics::counter!(UPDATED.name, "namespace" => namespace.to_owned(), "outcome" => outcome).increment(1);
 }
 
 /// `keys` keys looked up in `namespace`, named as `how`.

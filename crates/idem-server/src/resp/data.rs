@@ -1,9 +1,9 @@
 //! The data commands on claims: a Redis key is a claim's one part in `[resp] namespace`, its value
-//! the claim's data. What idem can answer as Redis does today is what never replaces a stored
-//! value: `SET … NX` (a claim; every `OK` durable first, as for HTTP), `SETNX`, `GET`, `MGET`,
-//! `EXISTS`, `DEL`/`UNLINK`, `TTL`/`PTTL`. A command that would replace a value or change an
-//! expiry (`SET` without `NX`, `SETEX`, `EXPIRE`, `PERSIST`, `EVAL`, …) is refused with an error
-//! that names it, never answered as if it had run (docs/reference/redis.md).
+//! the claim's data. Here: `SET … NX` and `SETNX` (claims: the first writer wins, every `OK`
+//! durable first, as for HTTP), `GET`, `MGET`, `EXISTS`, `DEL`/`UNLINK`, `TTL`/`PTTL`; the
+//! commands that change a key whatever it holds are in write.rs, the scripts in script.rs. A
+//! command idem does not run is refused with an error that names it, never answered as if it had
+//! run (docs/reference/redis.md).
 
 use std::time::Duration;
 
@@ -14,13 +14,14 @@ use serde_json::value::RawValue;
 
 use super::reply::Reply;
 use super::session::Context;
+use super::{script, write};
 
 /// The data of a claim whose Redis value is not UTF-8: `{"$redis_base64": "…"}`. A value that is
 /// UTF-8 is stored as a JSON string, so that the HTTP API shows it as text.
 const BINARY: &str = "$redis_base64";
 
 /// Where the refusals point.
-const DOCS: &str = "docs/reference/redis.md";
+pub(super) const DOCS: &str = "docs/reference/redis.md";
 
 /// Runs a data command (`name` upper-cased, `args` after it); `None` when `name` is not one.
 pub async fn run(cx: &Context<'_>, name: &str, args: &[Bytes]) -> Option<Reply> {
@@ -28,10 +29,16 @@ pub async fn run(cx: &Context<'_>, name: &str, args: &[Bytes]) -> Option<Reply> 
         "GET" | "TTL" | "PTTL" => (1, 1),
         "MGET" | "EXISTS" | "DEL" | "UNLINK" => (1, usize::MAX),
         "SET" => (2, usize::MAX),
-        "SETNX" => (2, 2),
-        "SETEX" | "PSETEX" | "GETSET" | "GETDEL" | "GETEX" | "APPEND" | "INCR" | "DECR" | "INCRBY" | "DECRBY"
-        | "EXPIRE" | "PEXPIRE" | "EXPIREAT" | "PEXPIREAT" | "PERSIST" | "EVAL" | "EVALSHA" | "EVAL_RO"
-        | "EVALSHA_RO" | "SCRIPT" | "MSET" | "MSETNX" => return Some(not_yet(name)),
+        "SETNX" | "GETSET" => (2, 2),
+        "SETEX" | "PSETEX" => (3, 3),
+        "GETDEL" | "PERSIST" => (1, 1),
+        "EXPIRE" | "PEXPIRE" | "EXPIREAT" | "PEXPIREAT" => (2, usize::MAX),
+        "EVAL" | "EVALSHA" => (2, usize::MAX),
+        "SCRIPT" => (1, usize::MAX),
+        "GETEX" | "APPEND" | "INCR" | "DECR" | "INCRBY" | "DECRBY" | "INCRBYFLOAT" | "SETRANGE" | "GETRANGE"
+        | "STRLEN" | "EVAL_RO" | "EVALSHA_RO" | "FCALL" | "FUNCTION" | "MSET" | "MSETNX" | "RENAME" | "RENAMENX"
+        | "COPY" | "KEYS" | "SCAN" | "TYPE" | "FLUSHDB" | "FLUSHALL" | "MULTI" | "EXEC" | "DISCARD" | "WATCH"
+        | "UNWATCH" => return Some(not_run(name)),
         _ => return None,
     };
     if !(min..=max).contains(&args.len()) {
@@ -47,7 +54,14 @@ pub async fn run(cx: &Context<'_>, name: &str, args: &[Bytes]) -> Option<Reply> 
         "DEL" | "UNLINK" => del(cx, args).await,
         "TTL" | "PTTL" => ttl(cx, &args[0], name == "PTTL").await,
         "SET" => set(cx, args).await,
-        _ => setnx(cx, args).await,
+        "SETNX" => setnx(cx, args).await,
+        "SETEX" | "PSETEX" => write::setex(cx, name, args).await,
+        "GETSET" => write::getset(cx, args).await,
+        "GETDEL" => write::getdel(cx, args).await,
+        "PERSIST" => write::persist(cx, args).await,
+        "EVAL" | "EVALSHA" => script::eval(cx, name, args).await,
+        "SCRIPT" => script::script(cx, args),
+        _ => write::expire(cx, name, args).await,
     };
     Some(answer.unwrap_or_else(|e| e))
 }
@@ -106,15 +120,15 @@ pub async fn claim_together(cx: &Context<'_>, pending: Vec<Pending>) -> Vec<Repl
     }
 }
 
-fn not_yet(name: &str) -> Reply {
+fn not_run(name: &str) -> Reply {
     Reply::error(format!(
-        "ERR idem does not run '{}' yet: a key's value and expiry are written once, by SET … NX or SETNX ({DOCS})",
+        "ERR idem runs the commands idempotency libraries use, and '{}' is not one of them ({DOCS})",
         name.to_ascii_lowercase()
     ))
 }
 
 /// A key as a claim's one part: UTF-8 text without NUL, as every claim key is.
-fn key(raw: &Bytes) -> Result<Parts, Reply> {
+pub(super) fn key(raw: &Bytes) -> Result<Parts, Reply> {
     let text = std::str::from_utf8(raw)
         .map_err(|_| Reply::error(format!("ERR idem keys are UTF-8 text: this one is not ({DOCS})")))?;
     Parts::single(text.to_owned())
@@ -126,7 +140,7 @@ fn id(raw: &Bytes) -> Result<ClaimId, Reply> {
 }
 
 /// A value as a claim's data (see [`BINARY`]).
-fn data(value: &[u8]) -> Box<RawValue> {
+pub(super) fn data(value: &[u8]) -> Box<RawValue> {
     let json = match std::str::from_utf8(value) {
         Ok(text) => serde_json::Value::String(text.to_owned()),
         Err(_) => serde_json::json!({ BINARY: base64::engine::general_purpose::STANDARD.encode(value) }),
@@ -136,7 +150,7 @@ fn data(value: &[u8]) -> Box<RawValue> {
 
 /// A claim's data as a Redis value: a JSON string's text, a [`BINARY`] object's bytes, or, for a
 /// claim made through the HTTP API with other data, that data's JSON text. No data: empty.
-fn value(record: &ClaimRecord) -> Bytes {
+pub(super) fn value(record: &ClaimRecord) -> Bytes {
     let Some(raw) = record.data.as_deref() else { return Bytes::new() };
     match serde_json::from_str::<serde_json::Value>(raw.get()) {
         Ok(serde_json::Value::String(text)) => Bytes::from(text),
@@ -152,7 +166,7 @@ fn value(record: &ClaimRecord) -> Bytes {
 }
 
 /// A store's failure as an error reply: Redis has no "outcome unknown", so its text says it.
-fn store_error(e: StoreError) -> Reply {
+pub(super) fn store_error(e: StoreError) -> Reply {
     match e {
         StoreError::OutcomeUnknown(_) => {
             Reply::error("ERR idem: the store's answer was lost: the command may or may not have taken effect")
@@ -223,16 +237,16 @@ async fn ttl(cx: &Context<'_>, key: &Bytes, millis: bool) -> Answer {
 
 /// `SET key value` and its options, as Redis reads them.
 #[derive(Debug, Default, PartialEq)]
-struct SetOptions {
-    nx: bool,
-    xx: bool,
-    get: bool,
-    keep_ttl: bool,
-    expiry: Option<Expiry>,
+pub(super) struct SetOptions {
+    pub nx: bool,
+    pub xx: bool,
+    pub get: bool,
+    pub keep_ttl: bool,
+    pub expiry: Option<Expiry>,
 }
 
 #[derive(Debug, PartialEq)]
-enum Expiry {
+pub(super) enum Expiry {
     /// A time to live.
     In(Duration),
     /// An absolute Unix time in milliseconds.
@@ -279,12 +293,15 @@ fn expiry(unit: &str, amount: &Bytes) -> Result<Expiry, Reply> {
 async fn set(cx: &Context<'_>, args: &[Bytes]) -> Answer {
     let options = parse_set(&args[2..])?;
     if !options.nx {
-        return Err(Reply::error(format!(
-            "ERR idem runs SET only with NX: a key's value is written once, and SET without NX would replace it ({DOCS})"
-        )));
+        return write::set(cx, args, options).await;
     }
+    claim_set(cx, &args[0], &args[1], options).await
+}
+
+/// `SET key value NX …`: a claim.
+pub(super) async fn claim_set(cx: &Context<'_>, key: &Bytes, value: &Bytes, options: SetOptions) -> Answer {
     cx.may_write()?;
-    let claimed = claim(cx, &args[0], &args[1], options.expiry).await?;
+    let claimed = claim(cx, key, value, options.expiry).await?;
     Ok(match (claimed, options.get) {
         (Claimed::Won, false) => Reply::ok(),
         (Claimed::Won, true) | (Claimed::Lost(_), false) => Reply::Null,

@@ -16,6 +16,7 @@ use tokio_rustls::TlsAcceptor;
 
 use super::codec::{Limits, Parser};
 use super::reply::Reply;
+use super::script::Scripts;
 use super::session::{Session, Then};
 use crate::web::auth::{Caller, Tokens};
 
@@ -30,6 +31,8 @@ pub struct Resp {
     pub clock: Arc<dyn Clock>,
     /// The largest value a `SET` stores (`limits.max_body_bytes`).
     pub max_value: usize,
+    /// The scripts run or loaded, for `EVALSHA` (script.rs).
+    pub(super) scripts: Scripts,
     next_id: AtomicU64,
 }
 
@@ -41,7 +44,7 @@ impl Resp {
         clock: Arc<dyn Clock>,
         max_value: usize,
     ) -> Self {
-        Self { claims, tokens, namespace, clock, max_value, next_id: AtomicU64::new(1) }
+        Self { claims, tokens, namespace, clock, max_value, scripts: Scripts::default(), next_id: AtomicU64::new(1) }
     }
 
     /// Who a new connection is before `AUTH`: anyone when idem has no tokens (loopback use, as

@@ -10,6 +10,7 @@ use idem_core::{ClaimStore, Clock, Namespace};
 
 use super::data;
 use super::reply::{Protocol, Reply};
+use super::script::Scripts;
 use super::server::Resp;
 use crate::config::Can;
 use crate::web::auth::Caller;
@@ -25,6 +26,8 @@ pub struct Context<'a> {
     pub caller: &'a Caller,
     /// The largest value a `SET` may store (`limits.max_body_bytes`).
     pub max_value: usize,
+    /// The scripts run or loaded, for `EVALSHA`.
+    pub scripts: &'a Scripts,
 }
 
 impl Context<'_> {
@@ -167,6 +170,7 @@ impl Session {
             clock: shared.clock.as_ref(),
             caller: &self.caller,
             max_value: shared.max_value,
+            scripts: &shared.scripts,
         }
     }
 

@@ -1,8 +1,10 @@
 //! The Redis protocol (`[resp]`, contract §13) over real sockets: the bytes a Redis client sends,
 //! the bytes Redis would answer. `SET … NX` is a claim the HTTP API sees; one of 100 concurrent
 //! `SET NX` of a key wins, on one node and on two nodes of one PostgreSQL; tokens through `AUTH`
-//! and `HELLO … AUTH`; what idem does not run yet is refused by name. The replies are read by a
-//! small reader written here, not by idem's own codec.
+//! and `HELLO … AUTH`; plain `SET`, `SETEX`, the `EXPIRE` family, `PERSIST`, `GETDEL` and
+//! Laravel's scripts as Redis answers them, the lock scripts racing on two nodes; what idem does
+//! not run is refused by name. The replies are read by a small reader written here, not by idem's
+//! own codec.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -213,10 +215,14 @@ async fn pipelined_commands_are_answered_in_order_and_refusals_name_the_command(
     assert_eq!(replies[4..], [R::Nil, bulk("1")]);
 
     for (command, expected) in [
-        (&["SET", "p", "2"][..], "ERR idem runs SET only with NX"),
-        (&["SET", "p", "2", "XX"], "ERR idem runs SET only with NX"),
-        (&["EXPIRE", "p", "10"], "ERR idem does not run 'expire' yet"),
-        (&["EVAL", "return 1", "0"], "ERR idem does not run 'eval' yet"),
+        (&["INCR", "p"][..], "ERR idem runs the commands idempotency libraries use, and 'incr' is not one of them"),
+        (&["MULTI"], "ERR idem runs the commands idempotency libraries use, and 'multi' is not one of them"),
+        (&["EVAL", "return 1", "0"], "ERR idem runs only the scripts of the libraries it supports"),
+        (&["EVALSHA", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", "0"], "NOSCRIPT No matching script"),
+        (&["SCRIPT", "LOAD", "return redis.call('flushall')"], "ERR idem runs only the scripts"),
+        (&["SETEX", "p", "0", "2"], "ERR invalid expire time in 'setex' command"),
+        (&["EXPIRE", "p", "10", "NX", "GT"], "ERR NX and XX, GT or LT options at the same time are not compatible"),
+        (&["EXPIRE", "p", "ten"], "ERR value is not an integer or out of range"),
         (&["SET", "p", "2", "NX", "EX", "0"], "ERR invalid expire time in 'set' command"),
         (&["SET", "p", "2", "NX", "XX"], "ERR syntax error"),
         (&["GET"], "ERR wrong number of arguments for 'get' command"),
@@ -268,6 +274,150 @@ async fn one_of_100_wins(addrs: &[SocketAddr], key: &str) {
     }
     assert_eq!(wins, 1, "one of 100 concurrent SET NX gets OK");
     assert_eq!(seen.len(), 1, "every client reads the winner's value: {seen:?}");
+}
+
+#[tokio::test]
+async fn plain_set_setex_expire_persist_and_getdel_as_redis_answers_them() {
+    let server = start().await;
+    let mut redis = Client::connect(server.resp_addr.expect("resp")).await;
+    let ok = || R::Simple("OK".into());
+    assert_eq!(redis.call(&["SET", "k", "1"]).await, ok(), "a plain SET creates");
+    assert_eq!(redis.call(&["SET", "k", "2", "GET"]).await, bulk("1"), "and replaces, GET answering the old value");
+    assert_eq!(redis.call(&["SET", "absent", "1", "XX"]).await, R::Nil, "XX: only a key that exists");
+    assert_eq!(redis.call(&["EXISTS", "absent"]).await, R::Int(0));
+    assert_eq!(redis.call(&["SET", "k", "3", "XX", "EX", "100"]).await, ok());
+    assert_eq!(redis.call(&["SET", "k", "4", "KEEPTTL"]).await, ok());
+    let R::Int(ttl) = redis.call(&["TTL", "k"]).await else { panic!("TTL answers an integer") };
+    assert!((99..=100).contains(&ttl), "KEEPTTL kept it: {ttl}");
+    assert_eq!(redis.call(&["SET", "k", "5"]).await, ok());
+    assert_eq!(redis.call(&["TTL", "k"]).await, R::Int(-1), "a plain SET drops the expiry");
+    assert_eq!(redis.call(&["GETSET", "k", "6"]).await, bulk("5"));
+    assert_eq!(redis.call(&["SETEX", "s", "100", "v"]).await, ok());
+    assert_eq!(redis.call(&["PSETEX", "p", "100000", "v"]).await, ok());
+    let R::Int(pttl) = redis.call(&["PTTL", "p"]).await else { panic!("PTTL answers an integer") };
+    assert!((99_000..=100_000).contains(&pttl), "PSETEX: {pttl}");
+
+    // The EXPIRE family and its conditions; a key that never expires has an infinite TTL.
+    assert_eq!(redis.call(&["EXPIRE", "absent", "10"]).await, R::Int(0));
+    assert_eq!(redis.call(&["EXPIRE", "k", "50", "XX"]).await, R::Int(0), "k never expires");
+    assert_eq!(redis.call(&["EXPIRE", "k", "50", "GT"]).await, R::Int(0));
+    assert_eq!(redis.call(&["EXPIRE", "k", "50", "NX"]).await, R::Int(1));
+    assert_eq!(redis.call(&["EXPIRE", "k", "40", "GT"]).await, R::Int(0));
+    assert_eq!(redis.call(&["PEXPIRE", "k", "60000", "GT"]).await, R::Int(1));
+    assert_eq!(redis.call(&["EXPIRE", "k", "70", "LT"]).await, R::Int(0));
+    assert_eq!(redis.call(&["EXPIRE", "k", "30", "XX", "LT"]).await, R::Int(1));
+    let R::Int(ttl) = redis.call(&["TTL", "k"]).await else { panic!("TTL answers an integer") };
+    assert!((29..=30).contains(&ttl), "TTL {ttl}");
+    let at =
+        (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("time").as_secs() + 500).to_string();
+    assert_eq!(redis.call(&["EXPIREAT", "k", &at]).await, R::Int(1));
+    let R::Int(ttl) = redis.call(&["TTL", "k"]).await else { panic!("TTL answers an integer") };
+    assert!((499..=500).contains(&ttl), "EXPIREAT: TTL {ttl}");
+    assert_eq!(redis.call(&["PERSIST", "k"]).await, R::Int(1));
+    assert_eq!(redis.call(&["PERSIST", "k"]).await, R::Int(0), "no expiry left to remove");
+    assert_eq!(redis.call(&["TTL", "k"]).await, R::Int(-1));
+    assert_eq!(redis.call(&["GET", "k"]).await, bulk("6"), "the value through it all");
+    assert_eq!(redis.call(&["EXPIRE", "s", "0"]).await, R::Int(1), "an expiry past: deleted");
+    assert_eq!(redis.call(&["EXISTS", "s"]).await, R::Int(0));
+    assert_eq!(redis.call(&["GETDEL", "k"]).await, bulk("6"));
+    assert_eq!(redis.call(&["GETDEL", "k"]).await, R::Nil);
+
+    // A key replaced is the HTTP API's key replaced; counted as updates.
+    redis.call(&["SET", "shared", "from-redis"]).await;
+    let found = server.post("/v1/claims/redis/lookup", json!({"items": [{"key": "shared"}]}), 200).await;
+    assert_eq!(found["results"][0]["record"]["data"], json!("from-redis"));
+    for series in [
+        r#"idem_claims_updated_total{namespace="redis",outcome="applied"}"#,
+        r#"idem_claims_updated_total{namespace="redis",outcome="skipped"}"#,
+    ] {
+        assert!(crate::support::metric(&server.client, series).await >= 1.0, "{series}");
+    }
+    server.stop().await;
+}
+
+const RELEASE_LOCK: &str =
+    "if redis.call(\"get\",KEYS[1]) == ARGV[1] then\n    return redis.call(\"del\",KEYS[1])\nelse\n    return 0\nend";
+const REFRESH_LOCK: &str = "if redis.call(\"get\",KEYS[1]) == ARGV[1] then\n    if tonumber(ARGV[2]) > 0 then\n        return redis.call(\"expire\",KEYS[1],ARGV[2])\n    end\n\n    redis.call(\"persist\",KEYS[1])\n\n    return 1\nelse\n    return 0\nend";
+const ADD: &str = "return redis.call('exists',KEYS[1])<1 and redis.call('setex',KEYS[1],ARGV[2],ARGV[1])";
+
+/// Laravel's lock and `Cache::add` scripts as Laravel sends them: `EVAL`, then `EVALSHA` of what
+/// `SCRIPT LOAD` named.
+async fn laravel_scripts(addr: SocketAddr) {
+    let mut redis = Client::connect(addr).await;
+    assert_eq!(redis.call(&["SET", "lock", "owner-a", "EX", "10", "NX"]).await, R::Simple("OK".into()));
+    assert_eq!(redis.call(&["EVAL", RELEASE_LOCK, "1", "lock", "owner-b"]).await, R::Int(0), "not b's to release");
+    assert_eq!(redis.call(&["EVAL", REFRESH_LOCK, "1", "lock", "owner-b", "60"]).await, R::Int(0));
+    assert_eq!(redis.call(&["EVAL", REFRESH_LOCK, "1", "lock", "owner-a", "60"]).await, R::Int(1));
+    let R::Int(ttl) = redis.call(&["TTL", "lock"]).await else { panic!("TTL answers an integer") };
+    assert!((59..=60).contains(&ttl), "refreshed: TTL {ttl}");
+    assert_eq!(redis.call(&["EVAL", REFRESH_LOCK, "1", "lock", "owner-a", "0"]).await, R::Int(1));
+    assert_eq!(redis.call(&["TTL", "lock"]).await, R::Int(-1), "refreshed for ever");
+    let R::Bulk(sha) = redis.call(&["SCRIPT", "LOAD", RELEASE_LOCK]).await else { panic!("SCRIPT LOAD answers a SHA") };
+    let sha = String::from_utf8(sha).expect("hex");
+    assert_eq!(sha.len(), 40);
+    assert_eq!(redis.call(&["SCRIPT", "EXISTS", &sha, "0000"]).await, R::List(vec![R::Int(1), R::Int(0)]));
+    assert_eq!(redis.call(&["EVALSHA", &sha, "1", "lock", "owner-a"]).await, R::Int(1), "a's to release");
+    assert_eq!(redis.call(&["EXISTS", "lock"]).await, R::Int(0));
+
+    assert_eq!(redis.call(&["EVAL", ADD, "1", "cache:k", "v1", "60"]).await, R::Simple("OK".into()));
+    assert_eq!(redis.call(&["EVAL", ADD, "1", "cache:k", "v2", "60"]).await, R::Nil, "Lua's false: nil");
+    assert_eq!(redis.call(&["GET", "cache:k"]).await, bulk("v1"));
+    assert_eq!(redis.call(&["SCRIPT", "FLUSH"]).await, R::Simple("OK".into()));
+    assert!(is_error(&redis.call(&["EVALSHA", &sha, "1", "lock", "a"]).await, "NOSCRIPT"));
+}
+
+/// 50 workers, each acquiring one lock (`SET … EX … NX`), holding it, and releasing it with the
+/// release script, over and over, on however many nodes: never two holders at once, and no worker
+/// releases a lock another holds.
+async fn one_lock_holder_at_a_time(addrs: &[SocketAddr]) {
+    let holders = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..50)
+        .map(|i| {
+            let (addr, holders) = (addrs[i % addrs.len()], Arc::clone(&holders));
+            tokio::spawn(async move {
+                let mut redis = Client::connect(addr).await;
+                let owner = format!("worker-{i}");
+                let mut held = 0;
+                while held < 3 {
+                    let set = redis.call(&["SET", "the-lock", &owner, "EX", "30", "NX"]).await;
+                    if set == R::Nil {
+                        assert_eq!(redis.call(&["EVAL", RELEASE_LOCK, "1", "the-lock", &owner]).await, R::Int(0));
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                        continue;
+                    }
+                    assert_eq!(set, R::Simple("OK".into()));
+                    assert_eq!(holders.fetch_add(1, std::sync::atomic::Ordering::SeqCst), 0, "two holders at once");
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    holders.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                    assert_eq!(redis.call(&["EVAL", RELEASE_LOCK, "1", "the-lock", &owner]).await, R::Int(1));
+                    held += 1;
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("a worker");
+    }
+}
+
+#[tokio::test]
+async fn laravel_lock_scripts_run_atomically() {
+    let server = start().await;
+    laravel_scripts(server.resp_addr.expect("resp")).await;
+    one_lock_holder_at_a_time(&[server.resp_addr.expect("resp")]).await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn laravel_lock_scripts_run_atomically_across_two_nodes_of_one_postgresql() {
+    let Some(schema) = TestSchema::create("resp_scripts").await else { return };
+    let options = idem_postgres::PgOptions::default();
+    let a = TestServer::start_postgres(&schema.url, &options, with_resp).await;
+    let b = TestServer::start_postgres(&schema.url, &options, with_resp).await;
+    laravel_scripts(a.resp_addr.expect("resp")).await;
+    one_lock_holder_at_a_time(&[a.resp_addr.expect("resp"), b.resp_addr.expect("resp")]).await;
+    a.stop().await;
+    b.stop().await;
 }
 
 #[tokio::test]
