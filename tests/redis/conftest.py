@@ -5,6 +5,7 @@ listening, open (no tokens, loopback) and with tokens. `IDEM_TEST_BIN` names the
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -30,11 +31,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start(tokens: bool) -> Iterator[Idem]:
+def start(tokens: bool, database_url: Optional[str] = None) -> Iterator[Idem]:
     binary = os.environ.get("IDEM_TEST_BIN", str(REPO / "target" / "debug" / "idem"))
     with tempfile.TemporaryDirectory() as tmp:
         api, resp = free_port(), free_port()
-        config = f'listen = "127.0.0.1:{api}"\ndata_dir = "{tmp}/data"\n\n[resp]\nlisten = "127.0.0.1:{resp}"\n'
+        config = f'listen = "127.0.0.1:{api}"\ndata_dir = "{tmp}/data"\n'
+        if database_url:
+            config += f'\n[store]\ntype = "postgres"\nurl = "{database_url}"\n'
+        config += f'\n[resp]\nlisten = "127.0.0.1:{resp}"\n'
         if tokens:
             config += (
                 f'\n[[auth.token]]\nname = "writer"\ntoken = "{WRITER}"\ncan = "write"\n'
@@ -68,6 +72,31 @@ def wait_for(port: int, process: "subprocess.Popen[bytes]", log: Path) -> None:
 @pytest.fixture(scope="module")
 def idem() -> Iterator[Idem]:
     yield from start(tokens=False)
+
+
+def postgres_schema(name: str) -> Iterator[str]:
+    """A schema of its own in IDEM_TEST_DATABASE_URL's database, dropped after; its URL."""
+    base = os.environ["IDEM_TEST_DATABASE_URL"]
+    schema = f"{name}_{os.getpid()}"
+    subprocess.run(["psql", base, "-qc", f"DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"], check=True)
+    try:
+        sep = "&" if "?" in base else "?"
+        yield f"{base}{sep}options=-c%20search_path%3D{schema}"
+    finally:
+        subprocess.run(["psql", base, "-qc", f"DROP SCHEMA IF EXISTS {schema} CASCADE"], check=False)
+
+
+@pytest.fixture(scope="module", params=["embedded", "postgres"])
+def idem_on_each_store(request: pytest.FixtureRequest) -> Iterator[Idem]:
+    """idem on the embedded store, then on PostgreSQL (skipped, and counted so, without
+    IDEM_TEST_DATABASE_URL or psql)."""
+    if request.param == "embedded":
+        yield from start(tokens=False)
+        return
+    if not os.environ.get("IDEM_TEST_DATABASE_URL") or not shutil.which("psql"):
+        pytest.skip("IDEM_TEST_DATABASE_URL (and psql) not set: not run on PostgreSQL")
+    for url in postgres_schema("redis_py"):
+        yield from start(tokens=False, database_url=url)
 
 
 @pytest.fixture(scope="module")

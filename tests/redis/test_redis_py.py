@@ -1,6 +1,7 @@
 """redis-py, sync and asyncio, RESP2 and RESP3, against idem's Redis protocol (`[resp]`): what
 Python idempotency code does with Redis (`SET … NX EX`, `GET`, `DEL`, a pipeline), idem's tokens
-as the Redis password, and what idem does not run yet refused as an error, not answered."""
+as the Redis password, plain SET and the EXPIRE family, and what idem does not run refused as an
+error, not answered."""
 
 from __future__ import annotations
 
@@ -88,14 +89,31 @@ def test_asyncio(idem: Idem, protocol: int) -> None:
     asyncio.run(run())
 
 
-def test_what_idem_does_not_run_yet_is_refused(idem: Idem) -> None:
+def test_replacing_and_expiring_as_redis_does(idem: Idem, protocol: int) -> None:
+    r = redis.Redis(port=idem.port, protocol=protocol)
+    key = unique("update")
+    assert r.set(key, "first")
+    assert r.set(key, "second", get=True) == b"first"
+    assert r.set(unique("absent"), "v", xx=True) is None
+    assert r.set(key, "third", xx=True, px=50_000)
+    assert 49_000 <= r.pttl(key) <= 50_000
+    assert r.set(key, "fourth", keepttl=True) and r.ttl(key) > 0
+    assert r.expire(key, 100, gt=True) and 99 <= r.ttl(key) <= 100
+    assert not r.expire(key, 10, gt=True)
+    assert r.persist(key) and r.ttl(key) == -1
+    assert r.execute_command("SETEX", key, 60, "fifth") and 59 <= r.ttl(key) <= 60
+    assert r.getdel(key) == b"fifth"
+    assert r.get(key) is None
+
+
+def test_what_idem_does_not_run_is_refused(idem: Idem) -> None:
     r = redis.Redis(port=idem.port)
     key = unique("refused")
     assert r.set(key, "first", nx=True)
-    with pytest.raises(redis.ResponseError, match="SET only with NX"):
-        r.set(key, "replaced")
-    with pytest.raises(redis.ResponseError, match="does not run 'expire' yet"):
-        r.expire(key, 10)
+    with pytest.raises(redis.ResponseError, match="'incrby' is not one of them"):
+        r.incr(key)
+    with pytest.raises(redis.ResponseError, match="runs only the scripts of the libraries it supports"):
+        r.eval("return redis.call('del', KEYS[1])", 1, key)
     with pytest.raises(redis.ResponseError, match="unknown command 'HSET'"):
         r.hset(key + "h", "f", "v")
     assert r.get(key) == b"first"

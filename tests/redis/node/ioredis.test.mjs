@@ -164,12 +164,41 @@ describe("ioredis against idem, open (no tokens)", () => {
     assert.equal(await racers[0].get(key), String(winner));
   });
 
-  test("what idem does not run yet is refused, and nothing changes", async () => {
+  test("plain SET, the EXPIRE family, PERSIST and GETDEL answer as Redis does", async () => {
+    const redis = open();
+    const key = unique("update");
+    assert.equal(await redis.set(key, "first"), "OK");
+    assert.equal(await redis.set(key, "second", "GET"), "first");
+    assert.equal(await redis.set(unique("absent"), "v", "XX"), null);
+    assert.equal(await redis.set(key, "third", "PX", 50000, "XX"), "OK");
+    assert.equal(await redis.expire(key, 10, "GT"), 0);
+    assert.equal(await redis.pexpire(key, 100000, "GT"), 1);
+    assert.equal(await redis.persist(key), 1);
+    assert.equal(await redis.ttl(key), -1);
+    assert.equal(await redis.psetex(key, 60000, "fourth"), "OK");
+    assert.equal(await redis.getdel(key), "fourth");
+    assert.equal(await redis.exists(key), 0);
+  });
+
+  test("Laravel's lock release, defined as a command (EVALSHA, then EVAL on NOSCRIPT)", async () => {
+    const redis = open();
+    redis.defineCommand("releaseLock", {
+      numberOfKeys: 1,
+      lua: 'if redis.call("get",KEYS[1]) == ARGV[1] then\n    return redis.call("del",KEYS[1])\nelse\n    return 0\nend',
+    });
+    const lock = unique("lock");
+    assert.equal(await redis.set(lock, "owner-a", "EX", 10, "NX"), "OK");
+    assert.equal(await redis.releaseLock(lock, "owner-b"), 0);
+    assert.equal(await redis.releaseLock(lock, "owner-a"), 1);
+    assert.equal(await redis.exists(lock), 0);
+  });
+
+  test("what idem does not run is refused, and nothing changes", async () => {
     const redis = open();
     const key = unique("refused");
     assert.equal(await redis.set(key, "first", "NX"), "OK");
-    await assert.rejects(redis.set(key, "replaced"), /SET only with NX/);
-    await assert.rejects(redis.expire(key, 10), /does not run 'expire' yet/);
+    await assert.rejects(redis.incr(key), /'incr' is not one of them/);
+    await assert.rejects(redis.eval("return 1", 0), /runs only the scripts of the libraries it supports/);
     await assert.rejects(redis.hset(`${key}h`, "f", "v"), /unknown command 'hset'/i);
     assert.equal(await redis.get(key), "first");
   });
@@ -224,9 +253,13 @@ describe("ioredis against idem, with tokens", () => {
     });
   }
 
-  test("a plain SET (no NX) is refused", async () => {
-    const redis = open({ password: WRITER });
-    await assert.rejects(redis.set(unique("plain"), "v"), /SET only with NX/);
+  test("a plain SET needs a writer's token", async () => {
+    const writer = open({ password: WRITER });
+    const key = unique("plain");
+    assert.equal(await writer.set(key, "v"), "OK");
+    const reader = open({ password: READER });
+    await assert.rejects(reader.set(key, "w"), /NOPERM/);
+    assert.equal(await reader.get(key), "v");
   });
 });
 
