@@ -106,6 +106,26 @@ else
     say "SKIPPED: phpredis's tests need php (Debian: php-cli) with the redis extension (Debian: php-redis; \`php -m\` lists no redis); .ci/run installs them"
 fi
 
+# ioredis and phpredis again, on PostgreSQL: a schema of their own in IDEM_TEST_DATABASE_URL's
+# database (made with psql), so that Laravel's lock scripts and the rest run on both stores.
+if [ -n "${IDEM_TEST_DATABASE_URL:-}" ] && command -v psql >/dev/null 2>&1 \
+    && PGOPTIONS='-c client_min_messages=warning' psql "$IDEM_TEST_DATABASE_URL" -qc 'DROP SCHEMA IF EXISTS resp_clients CASCADE; CREATE SCHEMA resp_clients' 2>&1 | tee -a "$LOG"; then
+    case "$IDEM_TEST_DATABASE_URL" in *\?*) sep='&' ;; *) sep='?' ;; esac
+    export IDEM_TEST_RESP_DATABASE_URL="${IDEM_TEST_DATABASE_URL}${sep}options=-c%20search_path%3Dresp_clients"
+    say "Redis clients (tests/redis/node): ioredis again, idem on PostgreSQL"
+    IDEM_TEST_BIN="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/idem" \
+        node --test --test-reporter=tap tests/redis/node/ioredis.test.mjs 2>&1 | tee -a "$LOG"
+    if command -v php >/dev/null 2>&1 && php -m 2>/dev/null | grep -x redis >/dev/null; then
+        say "Redis clients (tests/redis/php): phpredis again, idem on PostgreSQL"
+        IDEM_TEST_BIN="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/idem" \
+            php tests/redis/php/phpredis_test.php 2>&1 | tee -a "$LOG"
+    fi
+    unset IDEM_TEST_RESP_DATABASE_URL
+    psql "$IDEM_TEST_DATABASE_URL" -qc 'DROP SCHEMA IF EXISTS resp_clients CASCADE' >/dev/null 2>&1 || true
+else
+    say "SKIPPED: ioredis and phpredis on PostgreSQL need IDEM_TEST_DATABASE_URL and psql"
+fi
+
 say "Dashboard (tests/dashboard): Selenium driving Debian's headless Chromium against a real idem"
 if scripts/ensure-chromium.sh; then
     python3 -m pip install --quiet --disable-pip-version-check -r tests/dashboard/requirements.txt 2>&1 | tee -a "$LOG"

@@ -78,12 +78,15 @@ def postgres_schema(name: str) -> Iterator[str]:
     """A schema of its own in IDEM_TEST_DATABASE_URL's database, dropped after; its URL."""
     base = os.environ["IDEM_TEST_DATABASE_URL"]
     schema = f"{name}_{os.getpid()}"
-    subprocess.run(["psql", base, "-qc", f"DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"], check=True)
+    quiet = {**os.environ, "PGOPTIONS": "-c client_min_messages=warning"}
+    subprocess.run(
+        ["psql", base, "-qc", f"DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"], check=True, env=quiet
+    )
     try:
         sep = "&" if "?" in base else "?"
         yield f"{base}{sep}options=-c%20search_path%3D{schema}"
     finally:
-        subprocess.run(["psql", base, "-qc", f"DROP SCHEMA IF EXISTS {schema} CASCADE"], check=False)
+        subprocess.run(["psql", base, "-qc", f"DROP SCHEMA IF EXISTS {schema} CASCADE"], check=False, env=quiet)
 
 
 @pytest.fixture(scope="module", params=["embedded", "postgres"])

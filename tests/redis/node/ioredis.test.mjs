@@ -47,7 +47,12 @@ async function startIdem({ tokens }) {
   const dir = await mkdtemp(join(tmpdir(), "idem-ioredis-"));
   const api = await freePort();
   const port = await freePort();
-  let config = `listen = "127.0.0.1:${api}"\ndata_dir = "${dir}/data"\n\n[resp]\nlisten = "127.0.0.1:${port}"\n`;
+  let config = `listen = "127.0.0.1:${api}"\ndata_dir = "${dir}/data"\n`;
+  // scripts/test.sh runs this file twice: on the embedded store, then on PostgreSQL.
+  if (process.env.IDEM_TEST_RESP_DATABASE_URL) {
+    config += `\n[store]\ntype = "postgres"\nurl = "${process.env.IDEM_TEST_RESP_DATABASE_URL}"\n`;
+  }
+  config += `\n[resp]\nlisten = "127.0.0.1:${port}"\n`;
   if (tokens) {
     config +=
       `\n[[auth.token]]\nname = "writer"\ntoken = "${WRITER}"\ncan = "write"\n` +

@@ -85,7 +85,13 @@ final class Idem
         mkdir($dir);
         $api = free_port();
         $port = free_port();
-        $config = "listen = \"127.0.0.1:$api\"\ndata_dir = \"$dir/data\"\n\n[resp]\nlisten = \"127.0.0.1:$port\"\n";
+        $config = "listen = \"127.0.0.1:$api\"\ndata_dir = \"$dir/data\"\n";
+        // scripts/test.sh runs this file twice: on the embedded store, then on PostgreSQL.
+        $database = getenv('IDEM_TEST_RESP_DATABASE_URL');
+        if ($database) {
+            $config .= "\n[store]\ntype = \"postgres\"\nurl = \"$database\"\n";
+        }
+        $config .= "\n[resp]\nlisten = \"127.0.0.1:$port\"\n";
         if ($tokens) {
             $config .= "\n[[auth.token]]\nname = \"writer\"\ntoken = \"" . WRITER . "\"\ncan = \"write\"\n";
             $config .= "\n[[auth.token]]\nname = \"reader\"\ntoken = \"" . READER . "\"\ncan = \"read\"\n";
