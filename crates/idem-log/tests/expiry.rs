@@ -94,6 +94,51 @@ async fn an_ended_lease_in_a_compacted_segment_frees_its_key() {
     while store.sweep_requests(100).await.expect("sweep") == 100 {}
 }
 
+/// A key that never expired, replaced (a plain `SET` of the Redis protocol) by a record that
+/// expires soon: once the new record's segment is compacted away, the old record, still in a
+/// segment kept for its live neighbours, must not come back at the next start. The tombstone the
+/// update wrote outlives the new record's segment for that.
+#[tokio::test]
+async fn a_claim_replaced_by_one_that_expired_never_comes_back() {
+    use idem_core::{ClaimChange, ClaimUpdate, Keep, UpdateWhen};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let clock = Arc::new(ManualClock::new(START));
+    let store = open(dir.path(), &clock);
+    let n = ns("replaced");
+    let data = format!("\"{}\"", "x".repeat(500));
+    // The old record among neighbours that stay live: its segment is never more than half dead.
+    store.claim(&n, vec![new_claim(&["k"], Some("\"old\""), None)]).await.expect("claim");
+    let neighbours = (0..25).map(|i| new_claim(&["stays", &i.to_string()], Some(&data), None));
+    store.claim(&n, neighbours.collect()).await.expect("claim");
+    // Claims that expire soon, past the old record's segment; the new record among them.
+    let expiring = |batch: usize| -> Vec<idem_core::NewClaim> {
+        let key = |i: usize| format!("{batch}-{i}");
+        (0..20).map(|i| new_claim(&["gone", &key(i)], Some(&data), Some(Duration::from_secs(1)))).collect()
+    };
+    for batch in 0..3 {
+        store.claim(&n, expiring(batch)).await.expect("claim");
+    }
+    let soon = Some(START.plus(Duration::from_secs(1)));
+    let new = serde_json::value::RawValue::from_string("\"new\"".into()).expect("json");
+    let set = ClaimChange::Put { data: Keep::Set(Some(new)), expires_at: Keep::Set(soon) };
+    let out = store.update(&n, ClaimUpdate { parts: parts(&["k"]), when: UpdateWhen::Always, change: set }).await;
+    assert!(out.expect("update").applied);
+    for batch in 3..40 {
+        store.claim(&n, expiring(batch)).await.expect("claim");
+    }
+    clock.advance(Duration::from_secs(2));
+    assert!(store.get(&n, &parts(&["k"]).id()).await.expect("get").is_none(), "expired");
+    while store.sweep_expired(100).await.expect("sweep") == 100 {}
+    assert!(store.compact_now().await.expect("compact") > 0, "the new record's segment went");
+    store.close().await;
+    drop(store);
+    let store = open(dir.path(), &clock);
+    assert!(store.get(&n, &parts(&["k"]).id()).await.expect("get").is_none(), "the old record stayed dead");
+    assert!(store.get(&n, &parts(&["stays", "3"]).id()).await.expect("get").is_some());
+    let again = store.claim(&n, vec![new_claim(&["k"], None, None)]).await.expect("claim");
+    assert!(again[0].claimed, "the key is free");
+}
+
 /// A record that cannot be read fails the one command that needs it; every other command, in
 /// the same group or not, succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
