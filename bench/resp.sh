@@ -9,11 +9,13 @@
 # the embedded store from a fresh data dir, or with DATABASE_URL=postgres://… on that PostgreSQL
 # (`idem migrate` first; its claims stay there, in namespace `redis`); Redis (redis-server, Debian's
 # redis) from a fresh dir with `appendonly yes`, `appendfsync always`, no RDB snapshots. Prints
-# requests/s and the ratio.
+# requests/s and the ratio. COMMAND='SET key:__rand_int__ v EX 3600' times another command (here a
+# plain SET, which replaces: one store update each, not grouped with its neighbours).
 # Needs: redis-server and redis-benchmark (Debian: redis-server, redis-tools).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-200000}; ROUNDS=${2:-2}
+read -r -a COMMAND <<<"${COMMAND:-SET key:__rand_int__ v NX EX 3600}"
 for tool in redis-server redis-benchmark redis-cli; do
   command -v $tool >/dev/null || { echo "$tool is needed (Debian: redis-server, redis-tools)" >&2; exit 1; }
 done
@@ -44,11 +46,11 @@ done
 
 # requests/s of one redis-benchmark run against $1 with pipeline depth $2.
 rate() {
-  redis-benchmark -p "$1" -c 50 -n "$N" -r 1000000 -P "$2" -q SET 'key:__rand_int__' v NX EX 3600 |
+  redis-benchmark -p "$1" -c 50 -n "$N" -r 1000000 -P "$2" -q "${COMMAND[@]}" |
     tr '\r' '\n' | awk '/requests per second/ {for (i = 1; i <= NF; i++) if ($i == "requests") v = $(i - 1)} END {print v}'
 }
 
-echo "redis-benchmark -c 50 -n $N -r 1000000, SET key:__rand_int__ v NX EX 3600; idem on $STORE; $(date -u +'%F %H:%M UTC'); $(nproc) CPUs"
+echo "redis-benchmark -c 50 -n $N -r 1000000, ${COMMAND[*]}; idem on $STORE; $(date -u +'%F %H:%M UTC'); $(nproc) CPUs"
 printf '%-6s %-5s %14s %14s %8s\n' round depth "idem req/s" "redis req/s" ratio
 for round in $(seq "$ROUNDS"); do
   for depth in 1 16; do
