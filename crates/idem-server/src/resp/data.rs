@@ -278,10 +278,7 @@ fn parse_set(options: &[Bytes]) -> Result<SetOptions, Reply> {
 }
 
 fn expiry(unit: &str, amount: &Bytes) -> Result<Expiry, Reply> {
-    let n: i64 = std::str::from_utf8(amount)
-        .ok()
-        .and_then(|t| t.parse().ok())
-        .ok_or_else(|| Reply::error("ERR value is not an integer or out of range"))?;
+    let n = integer(amount)?;
     let invalid = || Reply::error("ERR invalid expire time in 'set' command");
     if n <= 0 {
         return Err(invalid());
@@ -330,13 +327,26 @@ fn new_claim(
 ) -> Result<NewClaim, Reply> {
     cx.may_write()?;
     let parts = key(key_bytes)?;
+    Ok(NewClaim { parts, data: Some(sized_data(cx, value_bytes)?), ttl, client: None, created_at: None })
+}
+
+/// A value as a claim's data, within `limits.max_body_bytes`.
+pub(super) fn sized_data(cx: &Context<'_>, value_bytes: &[u8]) -> Result<Box<RawValue>, Reply> {
     if value_bytes.len() > cx.max_value {
         return Err(Reply::error(format!(
             "ERR idem stores values of at most {} bytes (limits.max_body_bytes)",
             cx.max_value
         )));
     }
-    Ok(NewClaim { parts, data: Some(data(value_bytes)), ttl, client: None, created_at: None })
+    Ok(data(value_bytes))
+}
+
+/// An integer argument, as Redis reads one.
+pub(super) fn integer(raw: &Bytes) -> Result<i64, Reply> {
+    std::str::from_utf8(raw)
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(|| Reply::error("ERR value is not an integer or out of range"))
 }
 
 /// Claims `key` with `value`: the store answers only once the claim is durable.

@@ -21,10 +21,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use idem_core::{ClaimChange, Keep, UpdateWhen};
 
-use super::data::{self, DOCS, Expiry, SetOptions};
+use super::data::{self, DOCS, Expiry, SetOptions, integer};
 use super::reply::Reply;
 use super::session::Context;
-use super::write::{integer, update};
+use super::write::update;
 
 type Answer = Result<Reply, Reply>;
 

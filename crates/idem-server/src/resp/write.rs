@@ -8,7 +8,7 @@
 use bytes::Bytes;
 use idem_core::{ClaimChange, ClaimUpdate, Keep, Timestamp, UpdateOutcome, UpdateWhen};
 
-use super::data::{Expiry, SetOptions, data, key, store_error, value};
+use super::data::{Expiry, SetOptions, integer, key, sized_data, store_error, value};
 use super::reply::Reply;
 use super::session::Context;
 
@@ -33,17 +33,6 @@ pub async fn update(
     Ok(outcome)
 }
 
-/// A value as new data, within `limits.max_body_bytes`.
-fn new_data(cx: &Context<'_>, value_bytes: &Bytes) -> Result<Keep<Option<Box<serde_json::value::RawValue>>>, Reply> {
-    if value_bytes.len() > cx.max_value {
-        return Err(Reply::error(format!(
-            "ERR idem stores values of at most {} bytes (limits.max_body_bytes)",
-            cx.max_value
-        )));
-    }
-    Ok(Keep::Set(Some(data(value_bytes))))
-}
-
 /// An expiry option as the instant it names, from now.
 fn instant(cx: &Context<'_>, expiry: &Expiry) -> Timestamp {
     match expiry {
@@ -55,7 +44,7 @@ fn instant(cx: &Context<'_>, expiry: &Expiry) -> Timestamp {
 /// `SET key value` without `NX`: replaces whatever the key holds (`XX`: only a live key). Without
 /// an expiry option the key no longer expires; `KEEPTTL` keeps the one it had.
 pub async fn set(cx: &Context<'_>, args: &[Bytes], options: SetOptions) -> Answer {
-    let data = new_data(cx, &args[1])?;
+    let data = Keep::Set(Some(sized_data(cx, &args[1])?));
     let expires_at = match (&options.expiry, options.keep_ttl) {
         (Some(expiry), _) => Keep::Set(Some(instant(cx, expiry))),
         (None, true) => Keep::Keep,
@@ -151,13 +140,6 @@ fn expire_condition(options: &[Bytes], at: Timestamp) -> Result<UpdateWhen, Repl
         (_, true, ..) => UpdateWhen::Expiring,
         _ => UpdateWhen::Live,
     })
-}
-
-pub fn integer(raw: &Bytes) -> Result<i64, Reply> {
-    std::str::from_utf8(raw)
-        .ok()
-        .and_then(|t| t.parse().ok())
-        .ok_or_else(|| Reply::error("ERR value is not an integer or out of range"))
 }
 
 #[cfg(test)]
