@@ -2,6 +2,14 @@
 //! whatever has gathered as one statement per namespace (claim.rs), so that many requests share a
 //! round trip and a commit. A batch that already holds many claims goes straight to the database.
 //!
+//! One group at a time per node: the claims that arrive while it commits make the next, so a group
+//! is as large as one commit's worth of claims, and PostgreSQL flushes its WAL less often than for
+//! the same claims sent as single `INSERT`s (docs/performance.md, "Single claims in groups"). Sending
+//! each group as soon as a connection was free split a commit's arrivals into groups of one or two.
+//! But a group held up (waiting on a row another transaction holds, on a connection that died
+//! without a word) would hold up every single claim on the node for `call_timeout`: once the last
+//! group has been out for [`HELD_UP`], the next goes beside it, up to half the pool's connections.
+//!
 //! Time limits: a claim waits at most `call_timeout` for its answer. One whose time has passed
 //! before its group is sent is not sent, and its caller is told the store is unavailable; one sent
 //! whose answer does not come in time may have been stored: its outcome is unknown.
@@ -20,6 +28,10 @@ use crate::pool::{Db, with_conn};
 
 /// Claims gathered into one transaction at most.
 const MAX_GROUP: usize = 512;
+
+/// How long the last group may be out before the next is sent beside it: many times a commit here
+/// (under a millisecond to a few), and short enough that claims behind a held-up group hardly notice.
+const HELD_UP: Duration = Duration::from_millis(20);
 
 const QUEUED: u8 = 0;
 const SENT: u8 = 1;
@@ -60,13 +72,19 @@ pub async fn claim_one(
     }
 }
 
-/// Starts the dispatcher; it ends when every sender is gone.
+/// Starts the dispatcher; it ends when every sender is gone. `in_flight` groups may be out at
+/// once, each on a connection of its own; but the next is sent only once the last one is answered,
+/// or has been out for [`HELD_UP`].
 pub fn spawn(db: Arc<Db>, clock: Arc<dyn Clock>, in_flight: usize) -> mpsc::Sender<Queued> {
     let (tx, mut rx) = mpsc::channel::<Queued>(8192);
     let slots = Arc::new(Semaphore::new(in_flight.max(1)));
     tokio::spawn(async move {
+        let mut last: Option<oneshot::Receiver<()>> = None;
         while let Some(first) = rx.recv().await {
-            // Wait for a free connection first: claims arriving meanwhile join this group.
+            // Claims arriving while the last group commits join this one.
+            if let Some(answered) = last.take() {
+                let _ = tokio::time::timeout(HELD_UP, answered).await;
+            }
             let Ok(slot) = Arc::clone(&slots).acquire_owned().await else { return };
             let mut group = vec![first];
             while group.len() < MAX_GROUP {
@@ -80,12 +98,14 @@ pub fn spawn(db: Arc<Db>, clock: Arc<dyn Clock>, in_flight: usize) -> mpsc::Send
                     by_ns.entry(q.ns.clone()).or_default().push(q);
                 }
             }
+            let (done, answered) = oneshot::channel::<()>();
+            last = Some(answered);
             let (db, clock) = (Arc::clone(&db), Arc::clone(&clock));
             tokio::spawn(async move {
                 for (ns, queued) in by_ns {
                     run(&db, clock.now(), &ns, queued).await;
                 }
-                drop(slot);
+                drop((slot, done));
             });
         }
     });
