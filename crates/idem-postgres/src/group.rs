@@ -79,11 +79,12 @@ pub fn spawn(db: Arc<Db>, clock: Arc<dyn Clock>, in_flight: usize) -> mpsc::Send
     let (tx, mut rx) = mpsc::channel::<Queued>(8192);
     let slots = Arc::new(Semaphore::new(in_flight.max(1)));
     tokio::spawn(async move {
-        let mut last: Option<oneshot::Receiver<()>> = None;
+        // The last group sent: when it is held up from, and its being answered.
+        let mut last: Option<(Instant, oneshot::Receiver<()>)> = None;
         while let Some(first) = rx.recv().await {
             // Claims arriving while the last group commits join this one.
-            if let Some(answered) = last.take() {
-                let _ = tokio::time::timeout(HELD_UP, answered).await;
+            if let Some((held_up_at, answered)) = last.take() {
+                let _ = tokio::time::timeout_at(held_up_at, answered).await;
             }
             let Ok(slot) = Arc::clone(&slots).acquire_owned().await else { return };
             let mut group = vec![first];
@@ -99,7 +100,7 @@ pub fn spawn(db: Arc<Db>, clock: Arc<dyn Clock>, in_flight: usize) -> mpsc::Send
                 }
             }
             let (done, answered) = oneshot::channel::<()>();
-            last = Some(answered);
+            last = Some((Instant::now() + HELD_UP, answered));
             let (db, clock) = (Arc::clone(&db), Arc::clone(&clock));
             tokio::spawn(async move {
                 for (ns, queued) in by_ns {
