@@ -1,28 +1,29 @@
 //! The in-memory index over the log: where each live record is, and little else.
 //!
-//! A claim costs one hash-table slot of 24 bytes: a 64-bit tag (the first 8 bytes of its SHA-256
-//! id mixed with its namespace) and a packed entry (the record's location, its length and its
-//! expiry). Everything else — parts, data, the full id — stays on disk and is read back (from the
+//! A claim costs one entry of 24 bytes in a [`Table`] (a sorted vector, not a hash table that
+//! doubles: `table`): a 64-bit tag (the first 8 bytes of its SHA-256 id mixed with its namespace)
+//! and a packed entry (the record's location, its length and its expiry). Everything else — parts, data, the full id — stays on disk and is read back (from the
 //! OS page cache, usually) when a caller needs it; the full id on disk is always compared, so two
 //! keys whose tags collide are told apart (the second goes to a small overflow map).
 //!
 //! Prefix lookups use two more maps keyed by a tag of (namespace, proper prefix); a claim of `n`
 //! parts is a member of its `n - 1` proper prefixes. Claims without expiry are only counted (a
-//! count answers "is any live?", and costs a 24-byte slot), except under their first part, where
-//! every claim is also listed, so that a prefix's claims can be listed and deleted (a prefix of
+//! count answers "is any live?", and costs a 24-byte entry), except under their first part, where
+//! every claim is also listed (8 bytes a member once there are more than a few), so that a prefix's claims can be listed and deleted (a prefix of
 //! any length reads its first part's members and keeps those under it): one tag more per claim of
 //! several parts. Claims with an expiry are listed under each of their prefixes.
 //!
 //! Both are split into shards, each behind its own lock, so that readers on every core proceed
 //! while the writer applies a group, and the sweeper walks one shard at a time.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::RwLock;
 
 use idem_core::ClaimId;
 
 use crate::record::{Loc, NEVER};
+use crate::table::{Key, Table};
 
 pub const SHARDS: usize = 64;
 
@@ -113,8 +114,6 @@ impl Hasher for TagHasher {
     }
 }
 
-type TagMap<V> = HashMap<u64, V, BuildHasherDefault<TagHasher>>;
-
 fn mix(mut x: u64) -> u64 {
     x ^= x >> 30;
     x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -156,12 +155,12 @@ fn prefix_shard(tag: u128) -> usize {
     shard_of(tag as u64)
 }
 
-/// The claims under one prefix. Small sets are a vector; large ones a hash set, so that removing
-/// one member stays cheap however many there are.
+/// The claims under one prefix. Small sets are a vector; large ones a [`Table`] (8 bytes a member),
+/// so that removing one member stays cheap however many there are.
 #[derive(Debug)]
 enum Members {
     Few(Vec<u64>),
-    Many(HashSet<u64, BuildHasherDefault<TagHasher>>),
+    Many(Box<Table<u64, ()>>),
 }
 
 const FEW: usize = 32;
@@ -171,12 +170,14 @@ impl Members {
         match self {
             Members::Few(v) if v.len() < FEW => v.push(tag),
             Members::Few(v) => {
-                let mut set: HashSet<u64, BuildHasherDefault<TagHasher>> = v.drain(..).collect();
-                set.insert(tag);
+                let mut set = Box::<Table<u64, ()>>::default();
+                for member in v.drain(..).chain([tag]) {
+                    set.insert(member, ());
+                }
                 *self = Members::Many(set);
             }
             Members::Many(s) => {
-                s.insert(tag);
+                s.insert(tag, ());
             }
         }
     }
@@ -200,14 +201,14 @@ impl Members {
     fn iter(&self) -> Box<dyn Iterator<Item = u64> + '_> {
         match self {
             Members::Few(v) => Box::new(v.iter().copied()),
-            Members::Many(s) => Box::new(s.iter().copied()),
+            Members::Many(s) => Box::new(s.iter().map(|(tag, ())| tag)),
         }
     }
 }
 
 /// A prefix's 128-bit tag as two words, so that a map slot keyed by it is 8-byte aligned (a
 /// `u128` key pads each slot to a multiple of 16 bytes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct PrefixKey(u64, u64);
 
 impl PrefixKey {
@@ -223,12 +224,18 @@ impl std::hash::Hash for PrefixKey {
     }
 }
 
+impl Key for PrefixKey {
+    fn spread(&self) -> u64 {
+        self.0
+    }
+}
+
 type PrefixMap<V> = HashMap<PrefixKey, V, BuildHasherDefault<TagHasher>>;
 
 /// The claims listed under one proper prefix: those with an expiry, and under a first part those
 /// without one too (`listed`), for listing a prefix's claims. Claims without expiry under a deeper
 /// prefix are only counted, in a map of their own ([`Shard::forever`]): most prefixes of most
-/// stores are only that, and a count costs a 24-byte slot where a listing costs a boxed set.
+/// stores are only that, and a count costs a 24-byte entry where a listing costs a boxed set.
 #[derive(Debug, Default)]
 struct Listed {
     expiring: Option<Members>,
@@ -246,9 +253,9 @@ pub enum PrefixAnswer {
 
 #[derive(Default)]
 struct Shard {
-    claims: TagMap<ClaimEntry>,
+    claims: Table<u64, ClaimEntry>,
     /// The claims without expiry under each proper prefix, counted (a count answers "is any live?").
-    forever: PrefixMap<u32>,
+    forever: Table<PrefixKey, u32>,
     /// The members listed under a prefix, for the prefixes that list any.
     listed: PrefixMap<Box<Listed>>,
     // A fixed hasher (ids are already random), so that what a sweep picks is the same every run.
@@ -262,12 +269,7 @@ impl Shard {
     fn move_member(&mut self, prefix: PrefixKey, first: bool, member: u64, before: Option<bool>, after: Option<bool>) {
         match before {
             Some(true) => {
-                if let Some(count) = self.forever.get_mut(&prefix) {
-                    *count -= 1;
-                    if *count == 0 {
-                        self.forever.remove(&prefix);
-                    }
-                }
+                self.forever.update(prefix, |count| count.filter(|c| *c > 1).map(|c| c - 1));
                 if first {
                     self.unlist(prefix, member, |l| &mut l.listed);
                 }
@@ -277,7 +279,7 @@ impl Shard {
         }
         match after {
             Some(true) => {
-                *self.forever.entry(prefix).or_default() += 1;
+                self.forever.update(prefix, |count| Some(count.unwrap_or(0) + 1));
                 if first {
                     let listed = self.listed.entry(prefix).or_default();
                     listed.listed.get_or_insert_with(|| Members::Few(Vec::new())).insert(member);
@@ -345,7 +347,20 @@ impl Index {
     /// The entry in the main map under `tag`: the claim itself, or another whose tag collides
     /// (the caller compares the full key on disk).
     pub fn claim_by_tag(&self, tag: u64) -> Option<ClaimEntry> {
-        self.read(tag).claims.get(&tag).copied()
+        self.read(tag).claims.get(&tag)
+    }
+
+    /// Reads where the entries of these claims are, shard by shard, so that looking each up next
+    /// finds it in the CPU's caches (a batch's lookups, one after another, would otherwise each
+    /// wait for memory in turn).
+    pub fn warm(&self, mut tags: Vec<u64>) {
+        tags.sort_unstable_by_key(|tag| shard_of(*tag));
+        let mut sum = 0u64;
+        for same in tags.chunk_by(|a, b| shard_of(*a) == shard_of(*b)) {
+            let shard = self.read(same[0]);
+            sum = same.iter().fold(sum, |sum, tag| sum ^ shard.claims.touch(tag));
+        }
+        std::hint::black_box(sum);
     }
 
     /// The entry of a claim whose tag collided.
@@ -427,11 +442,7 @@ impl Index {
         let members = found.expiring.iter().chain(found.listed.iter()).flat_map(|m| m.iter());
         members
             .filter_map(|member| {
-                if shard_of(member) == home {
-                    shard.claims.get(&member).copied()
-                } else {
-                    self.read(member).claims.get(&member).copied()
-                }
+                if shard_of(member) == home { shard.claims.get(&member) } else { self.read(member).claims.get(&member) }
             })
             .filter(|e| e.is_live(now))
             .collect()
@@ -451,9 +462,9 @@ impl Index {
         let mut out = Vec::new();
         for member in found.expiring.iter().flat_map(|m| m.iter()) {
             let entry = if shard_of(member) == home {
-                shard.claims.get(&member).copied()
+                shard.claims.get(&member)
             } else {
-                self.read(member).claims.get(&member).copied()
+                self.read(member).claims.get(&member)
             };
             if let Some(entry) = entry.filter(|e| e.is_live(now)) {
                 out.push(entry);
@@ -463,6 +474,22 @@ impl Index {
             }
         }
         PrefixAnswer::Candidates(out)
+    }
+
+    /// Merges each table's changes left by start-up's replay ([`crate::table::replaying`]).
+    pub fn settle(&self) {
+        for shard in &self.shards {
+            let mut shard = shard.write().unwrap_or_else(|e| e.into_inner());
+            shard.claims.settle();
+            shard.forever.settle();
+            for listed in shard.listed.values_mut() {
+                for members in [&mut listed.expiring, &mut listed.listed].into_iter().flatten() {
+                    if let Members::Many(table) = members {
+                        table.settle();
+                    }
+                }
+            }
+        }
     }
 
     /// Every overflow claim live at `now`.
@@ -487,7 +514,7 @@ impl Index {
     pub fn expired_claims(&self, shard: usize, now: i64, limit: usize) -> Vec<(Expired, ClaimEntry)> {
         let mut out: Vec<(Expired, ClaimEntry)> = {
             let shard = self.shards[shard].read().unwrap_or_else(|e| e.into_inner());
-            shard.claims.iter().filter(|(_, e)| !e.is_live(now)).take(limit).map(|(_, e)| (Expired::Tag, *e)).collect()
+            shard.claims.values().filter(|e| !e.is_live(now)).take(limit).map(|e| (Expired::Tag, e)).collect()
         };
         if shard == 0 && out.len() < limit {
             let overflow = self.overflow_read();

@@ -37,6 +37,7 @@ mod shared;
 #[cfg(feature = "sim")]
 pub mod sim;
 mod store;
+mod table;
 mod verify;
 mod writer;
 

@@ -20,6 +20,7 @@ use crate::index::{ClaimEntry, Index, RequestEntry, Slot, claim_part, request_pa
 use crate::manifest::Manifest;
 use crate::record::{self, ClaimView, Loc, Record, RequestRec};
 use crate::segment::{self, Segments, Unreadable};
+use crate::table;
 use crate::verify::{self, Damage, Torn, Verdict};
 use crate::writer::Active;
 use crate::{LogOptions, OpenError, Shared, Space};
@@ -69,17 +70,20 @@ pub fn open(dir: &Path, clock: Arc<dyn Clock>, options: &LogOptions) -> Result<(
 }
 
 /// Two threads read the whole log, each replaying the keys of its half of the index's shards
-/// (every record of a key in one thread, in order); both judge it the same way.
+/// (every record of a key in one thread, in order); both judge it the same way. The index's
+/// tables are merged less often meanwhile ([`table::replaying`]), and settled at the end.
 fn replay_all(shared: &Shared, dir: &Path) -> Result<(Verdict, Counts), OpenError> {
     let now = shared.clock.now().millis();
     let dir_error = |source| OpenError::Dir { dir: dir.to_owned(), source };
-    std::thread::scope(|scope| {
-        let other = scope.spawn(|| replay_part(shared, dir, now, 1));
-        let (verdict, mut counts) = replay_part(shared, dir, now, 0);
+    let replayed = std::thread::scope(|scope| {
+        let other = scope.spawn(|| table::replaying(|| replay_part(shared, dir, now, 1)));
+        let (verdict, mut counts) = table::replaying(|| replay_part(shared, dir, now, 0));
         let other = other.join().map_err(|_| dir_error(std::io::Error::other("a start-up thread panicked")))?;
         counts.merge(other.1);
         Ok((verdict, counts))
-    })
+    });
+    shared.index.settle();
+    replayed
 }
 
 /// The segment writes go to: the newest found (synced first: what start-up read may be in the

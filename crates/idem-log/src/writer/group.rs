@@ -178,6 +178,9 @@ impl<'a> Group<'a> {
         match command {
             Command::Claim { ns, items, ids, reply } => {
                 let shared_ns: Rc<str> = Rc::from(ns.as_str());
+                if ids.len() > 1 {
+                    self.shared.index.warm(ids.iter().map(|id| claim_tag(&shared_ns, id)).collect());
+                }
                 let result =
                     ids.into_iter().zip(items).map(|(id, item)| self.claim(&ns, &shared_ns, id, item)).collect();
                 ran(reply, result)
