@@ -2,14 +2,16 @@
 //!
 //! A claim costs one entry of 24 bytes in a [`Table`] (a sorted vector, not a hash table that
 //! doubles: `table`): a 64-bit tag (the first 8 bytes of its SHA-256 id mixed with its namespace)
-//! and a packed entry (the record's location, its length and its expiry). Everything else — parts, data, the full id — stays on disk and is read back (from the
+//! and a packed entry (the record's location, its length and its expiry). Everything else —
+//! parts, data, the full id — stays on disk and is read back (from the
 //! OS page cache, usually) when a caller needs it; the full id on disk is always compared, so two
 //! keys whose tags collide are told apart (the second goes to a small overflow map).
 //!
 //! Prefix lookups use two more maps keyed by a tag of (namespace, proper prefix); a claim of `n`
 //! parts is a member of its `n - 1` proper prefixes. Claims without expiry are only counted (a
 //! count answers "is any live?", and costs a 24-byte entry), except under their first part, where
-//! every claim is also listed (8 bytes a member once there are more than a few), so that a prefix's claims can be listed and deleted (a prefix of
+//! every claim is also listed (8 bytes a member once there are more than a few), so that a
+//! prefix's claims can be listed and deleted (a prefix of
 //! any length reads its first part's members and keeps those under it): one tag more per claim of
 //! several parts. Claims with an expiry are listed under each of their prefixes.
 //!
