@@ -25,4 +25,6 @@ pub use duration::{format_duration, parse_duration};
 pub use error::{Invalid, StoreError};
 pub use key::{ClaimId, Parts};
 pub use namespace::Namespace;
-pub use store::{ClaimStore, EventStore, RequestStore, SignalHandler, StoreLifecycle, StoreSignal, Stores};
+pub use store::{
+    Beside, ClaimStore, ClaimThen, EventStore, RequestStore, SignalHandler, StoreLifecycle, StoreSignal, Stores,
+};

@@ -23,6 +23,8 @@
 //!   by one worker at a time, a lease takes at most the jobs it asked for, and only its lease
 //!   holder can record the attempt's transition or release the job.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,6 +37,12 @@ use crate::request::{Begin, Forget, LeaseToken, NewRequest, RequestState};
 use crate::{
     ClaimId, ClaimOutcome, ClaimRecord, ClaimUpdate, Namespace, NewClaim, Parts, StoreError, Timestamp, UpdateOutcome,
 };
+
+/// What [`ClaimStore::claim_then`] calls with the outcome, once it is durable.
+pub type ClaimThen = Box<dyn FnOnce(Result<Vec<ClaimOutcome>, StoreError>) + Send>;
+
+/// A task a store may run on its own thread ([`ClaimStore::run_beside`]).
+pub type Beside = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 #[async_trait]
 pub trait ClaimStore: Send + Sync + 'static {
@@ -81,6 +89,32 @@ pub trait ClaimStore: Send + Sync + 'static {
     /// can be read at every metrics scrape?
     fn counts_are_live(&self) -> bool {
         false
+    }
+
+    /// Claims like [`claim`](Self::claim), but hands the outcome to `then` on whichever thread
+    /// learns it, without waking the caller: the embedded store calls it on its writer's thread
+    /// right after the sync, so that a caller who only has to write the answer somewhere (the Redis
+    /// listener, onto its client's socket) saves two thread switches a request. `then` must be
+    /// quick and must not block. `Err` gives both back untouched: this store cannot do it now (it
+    /// does not at all, or its queue is full), and the caller awaits `claim` instead.
+    fn claim_then(
+        &self,
+        ns: &Namespace,
+        items: Vec<NewClaim>,
+        then: ClaimThen,
+    ) -> Result<(), (Vec<NewClaim>, ClaimThen)> {
+        let _ = ns;
+        Err((items, then))
+    }
+
+    /// Runs `task` on the thread that writes this store, between its writes, as Redis runs its
+    /// clients and its `fsync`s on one thread: what the task asks of the store is handed over and
+    /// answered without waking another thread, and what its clients send while a write is under
+    /// way is read all at once after it. For the Redis listener's connections, whose every command
+    /// is short; sockets it holds must be registered on that thread (made inside the task). `Err`
+    /// gives it back: this store has no such thread, and the caller runs it where it would have.
+    fn run_beside(&self, task: Beside) -> Result<(), Beside> {
+        Err(task)
     }
 
     /// One claim by id.

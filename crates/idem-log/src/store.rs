@@ -11,19 +11,21 @@ use std::time::Duration;
 use async_trait::async_trait;
 use idem_core::request::{Begin, Forget, LeaseToken, NewRequest, RequestState};
 use idem_core::{
-    ClaimId, ClaimOutcome, ClaimRecord, ClaimStore, ClaimUpdate, Clock, Namespace, NewClaim, Parts, RequestStore,
-    StoreError, StoreLifecycle, Timestamp, UpdateOutcome,
+    Beside, ClaimId, ClaimOutcome, ClaimRecord, ClaimStore, ClaimThen, ClaimUpdate, Clock, Namespace, NewClaim, Parts,
+    RequestStore, StoreError, StoreLifecycle, Timestamp, UpdateOutcome,
 };
 use tokio::sync::{mpsc, oneshot};
 
 use crate::disk::{self, LockGuard, LockKind};
 use crate::record::{self, ClaimRec, NEVER, Record};
 use crate::shared::{Shared, claim_record};
-use crate::writer::Command;
+use crate::writer::{ClaimReply, Command};
 use crate::{LogOptions, MIN_FREE_BYTES, OpenError, Space, compact, recover, writer};
 
 pub struct LogStore {
     commands: mpsc::Sender<Command>,
+    /// The writer thread's runtime ([`ClaimStore::run_beside`]).
+    beside: tokio::runtime::Handle,
     shared: Arc<Shared>,
     writer: Mutex<Option<JoinHandle<()>>>,
     compactor: Mutex<Option<compact::Compactor>>,
@@ -67,12 +69,17 @@ impl LogStore {
             sweep_cursor: 0,
             buf: Vec::new(),
         };
-        let writer = std::thread::Builder::new().name("idem-log-writer".into()).spawn(move || writer.run());
+        // The writer's thread has a runtime of its own, for the tasks run beside it.
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(dir_error)?;
+        let beside = runtime.handle().clone();
+        let writer =
+            std::thread::Builder::new().name("idem-log-writer".into()).spawn(move || runtime.block_on(writer.run()));
         let writer = writer.map_err(dir_error)?;
         let compactor = compact::Compactor::spawn(Arc::clone(&shared), commands.clone(), &options);
         let compactor = compactor.map_err(dir_error)?;
         Ok(Self {
             commands,
+            beside,
             shared,
             writer: Mutex::new(Some(writer)),
             compactor: Mutex::new(Some(compactor)),
@@ -158,7 +165,33 @@ impl ClaimStore for LogStore {
             return Ok(existing);
         }
         let ns = ns.clone();
-        self.send(|reply| Command::Claim { ns, items, ids, reply }).await
+        self.send(|reply| Command::Claim { ns, items, ids, reply: ClaimReply::Wait(reply) }).await
+    }
+
+    fn claim_then(
+        &self,
+        ns: &Namespace,
+        items: Vec<NewClaim>,
+        then: ClaimThen,
+    ) -> Result<(), (Vec<NewClaim>, ClaimThen)> {
+        let ids: Vec<ClaimId> = items.iter().map(|item| item.parts.id()).collect();
+        if let Some(answer) = self.shared.all_claimed(ns, &items, &ids).transpose() {
+            then(answer);
+            return Ok(());
+        }
+        match self.commands.try_reserve() {
+            Ok(permit) => permit.send(Command::Claim { ns: ns.clone(), items, ids, reply: ClaimReply::Then(then) }),
+            Err(mpsc::error::TrySendError::Full(())) => return Err((items, then)),
+            // The writer has stopped: answered as `claim` answers then.
+            Err(mpsc::error::TrySendError::Closed(())) => then(Err(StoreError::Closed)),
+        }
+        Ok(())
+    }
+
+    /// Tasks run between the writer's groups; those still there when the store closes are dropped.
+    fn run_beside(&self, task: Beside) -> Result<(), Beside> {
+        drop(self.beside.spawn(task));
+        Ok(())
     }
 
     async fn lookup(&self, ns: &Namespace, ids: &[ClaimId]) -> Result<Vec<Option<ClaimRecord>>, StoreError> {

@@ -15,7 +15,7 @@ use idem_core::{
 };
 use serde_json::value::RawValue;
 
-use super::{Command, Reply, abandon};
+use super::{ClaimReply, Command, Reply, abandon};
 use crate::Shared;
 use crate::counts::Counts;
 use crate::index::{ClaimEntry, Expired, RequestEntry, SHARDS, Slot, TagHasher, claim_tag};
@@ -100,6 +100,19 @@ pub(super) fn pending<T: Send + 'static>(reply: Reply<T>, result: Result<T, Stor
     })
 }
 
+/// A claim's outcome, handed over as its caller asked ([`ClaimReply`]) once the group is written.
+pub(super) fn answer_claim(reply: ClaimReply, result: Result<Vec<ClaimOutcome>, StoreError>) -> Pending {
+    match reply {
+        ClaimReply::Wait(reply) => pending(reply, result),
+        ClaimReply::Then(then) => Box::new(move |failure| {
+            then(match failure {
+                Some(e) => Err(e.clone()),
+                None => result,
+            })
+        }),
+    }
+}
+
 /// One group being decided: its buffer and overlay.
 pub(super) struct Group<'a> {
     shared: &'a Shared,
@@ -181,9 +194,10 @@ impl<'a> Group<'a> {
                 if ids.len() > 1 {
                     self.shared.index.warm(ids.iter().map(|id| claim_tag(&shared_ns, id)).collect());
                 }
-                let result =
+                let result: Result<Vec<_>, _> =
                     ids.into_iter().zip(items).map(|(id, item)| self.claim(&ns, &shared_ns, id, item)).collect();
-                ran(reply, result)
+                let error = result.as_ref().err().cloned();
+                (answer_claim(reply, result), error)
             }
             Command::Update { ns, id, update, reply } => ran(reply, self.update(&ns, id, update)),
             Command::Delete { ns, id, reply } => ran(reply, self.delete(&Rc::from(ns.as_str()), &id)),

@@ -15,13 +15,21 @@
 //!
 //! The writer also keeps the manifest: it names a new segment when it starts one, forgets a
 //! segment compaction retired, and moves the mark up to what is acknowledged.
+//!
+//! Its thread runs a runtime of its own, on which the writer is one task and callers may put
+//! others ([`LogStore::run_beside`](crate::LogStore)): the Redis listener's connections. A group's
+//! write and sync block them all; after each group the writer yields, so that they read what their
+//! clients sent meanwhile and queue it for the next group, as Redis's one thread does around its
+//! `fsync`.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use idem_core::request::{Begin, Forget, LeaseToken, NewRequest};
-use idem_core::{ClaimId, ClaimOutcome, ClaimUpdate, Namespace, NewClaim, StoreError, Timestamp, UpdateOutcome};
+use idem_core::{
+    ClaimId, ClaimOutcome, ClaimThen, ClaimUpdate, Namespace, NewClaim, StoreError, Timestamp, UpdateOutcome,
+};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::disk::FileRef;
@@ -33,9 +41,13 @@ use crate::{Shared, io_error};
 
 mod group;
 
-use group::{Group, Pending, pending};
+use group::{Group, Pending, answer_claim, pending};
 
 type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
+
+/// How many more times the writer lets the tasks beside it run before taking a group that would
+/// be small ([`Writer::let_callers_in`]).
+const MORE_ROUNDS: usize = 2;
 
 pub enum Command {
     Claim {
@@ -44,7 +56,7 @@ pub enum Command {
         /// Each item's id, hashed by the caller: SHA-256 on the writer's one thread was a fifth of
         /// a batch's instructions.
         ids: Vec<ClaimId>,
-        reply: Reply<Vec<ClaimOutcome>>,
+        reply: ClaimReply,
     },
     Update {
         ns: Namespace,
@@ -128,6 +140,14 @@ pub enum Command {
     },
 }
 
+/// Where a claim's outcome goes: back to the caller awaiting it, or into the caller's own
+/// function ([`ClaimStore::claim_then`](idem_core::ClaimStore::claim_then)), called on the
+/// writer's thread once the group is durable.
+pub enum ClaimReply {
+    Wait(Reply<Vec<ClaimOutcome>>),
+    Then(ClaimThen),
+}
+
 /// An index entry that points into a segment being retired, and the record it points at.
 #[derive(Debug, Clone)]
 pub enum Stale {
@@ -179,9 +199,13 @@ pub struct Writer {
 }
 
 impl Writer {
-    pub fn run(mut self) {
+    /// Takes and commits groups until closed. It runs as the one task of its thread's own runtime
+    /// that is not a caller's ([`LogStore::run_beside`](crate::LogStore)): a group's write and sync
+    /// block the thread, then the tasks beside it read what their clients sent meanwhile before
+    /// the next group is taken.
+    pub async fn run(mut self) {
         let mut commands = Vec::new();
-        while let Some(first) = self.queue.blocking_recv() {
+        while let Some(first) = self.queue.recv().await {
             let mut weight = first.weight();
             commands.push(first);
             while weight < self.max_group_items {
@@ -189,13 +213,32 @@ impl Writer {
                 weight += next.weight();
                 commands.push(next);
             }
+            let taken = commands.len();
             if let Some(close) = self.commit_group(&mut commands) {
                 self.queue.close();
                 let _ = close.send(());
                 break;
             }
+            self.let_callers_in(taken).await;
         }
         tracing::debug!("log writer stopped");
+    }
+
+    /// Lets the tasks beside the writer run before the next group is taken: once, then up to
+    /// [`MORE_ROUNDS`] more while fewer than half as many commands as the last group's are waiting.
+    /// Each round reads what clients sent while the last one ran (their replies went out after the
+    /// sync, and their next commands come back over a few hundred microseconds), so that the next
+    /// group holds them and one sync serves more: unpipelined Redis clients at 50 connections made
+    /// groups of 28 commands instead of 21, as Redis's are, and 15–30 % more a second. A round
+    /// waits for nothing: with no task ready it costs one look at the sockets.
+    async fn let_callers_in(&self, taken: usize) {
+        tokio::task::yield_now().await;
+        for _ in 0..MORE_ROUNDS {
+            if self.queue.len() >= taken / 2 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
     }
 
     fn commit_group(&mut self, commands: &mut Vec<Command>) -> Option<oneshot::Sender<()>> {
@@ -457,7 +500,7 @@ fn abandon(command: Command) -> Pending {
         Err(StoreError::Closed)
     }
     match command {
-        Command::Claim { reply, .. } => pending(reply, closed()),
+        Command::Claim { reply, .. } => answer_claim(reply, closed()),
         Command::Delete { reply, .. } | Command::Release { reply, .. } => pending(reply, closed()),
         Command::Complete { reply, .. } => pending(reply, closed()),
         Command::Update { reply, .. } => pending(reply, closed()),

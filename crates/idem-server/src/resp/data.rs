@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use bytes::Bytes;
-use idem_core::{ClaimId, ClaimRecord, NewClaim, Parts, StoreError};
+use idem_core::{ClaimId, ClaimOutcome, ClaimRecord, NewClaim, Parts, StoreError};
 use serde_json::value::RawValue;
 
 use super::reply::Reply;
@@ -77,7 +77,7 @@ pub struct Pending {
     integer: bool,
 }
 
-/// The claim `name args` makes, if it is one that [`claim_together`] can run (`None`: run it
+/// The claim `name args` makes, if it is one that can run with others ([`Answers`]) (`None`: run it
 /// alone); `Err`: its reply already (a bad key, a value too large, no permission).
 pub fn pending(cx: &Context<'_>, name: &str, args: &[Bytes]) -> Option<Result<Pending, Reply>> {
     let (integer, ttl) = match (name, args) {
@@ -99,24 +99,52 @@ pub fn pending(cx: &Context<'_>, name: &str, args: &[Bytes]) -> Option<Result<Pe
     Some(new_claim(cx, &args[0], &args[1], ttl).map(|claim| Pending { claim, integer }))
 }
 
-/// Claims every pending command's key in one call; each one's reply, in order.
-pub async fn claim_together(cx: &Context<'_>, pending: Vec<Pending>) -> Vec<Reply> {
-    let integers: Vec<bool> = pending.iter().map(|p| p.integer).collect();
-    let claims = pending.into_iter().map(|p| p.claim).collect();
-    match claim_all(cx, claims).await {
-        Ok(outcomes) => outcomes
-            .iter()
-            .zip(integers)
-            .map(|(o, integer)| match (o.claimed, integer) {
-                (won, true) => Reply::Integer(i64::from(won)),
-                (true, false) => Reply::ok(),
-                (false, false) => Reply::Null,
+/// How to answer each command of a run of claims made as one store call, in order: those that
+/// claim by what the store answers (`SETNX`'s integer or `SET … NX`'s `OK`), those refused with
+/// their reply already.
+pub struct Answers(Vec<Result<bool, Reply>>);
+
+impl Answers {
+    /// The claims of a run of commands, for one store call, and how to answer them.
+    pub fn split(group: impl IntoIterator<Item = Result<Pending, Reply>>) -> (Vec<NewClaim>, Self) {
+        let mut claims = Vec::new();
+        let answers = group
+            .into_iter()
+            .map(|pending| {
+                pending.map(|p| {
+                    claims.push(p.claim);
+                    p.integer
+                })
             })
-            .collect(),
-        Err(e) => {
-            let reply = store_error(e);
-            integers.iter().map(|_| reply.clone()).collect()
-        }
+            .collect();
+        (claims, Self(answers))
+    }
+
+    /// Each command's reply, in order, from what the store answered for the claims; counted
+    /// (`idem_claims_total`). Called on whichever thread has the answer
+    /// ([`ClaimStore::claim_then`](idem_core::ClaimStore::claim_then)).
+    pub fn replies(self, ns: &str, result: Result<Vec<ClaimOutcome>, StoreError>) -> Vec<Reply> {
+        let outcomes = match result {
+            Ok(outcomes) => outcomes,
+            Err(e) => {
+                let reply = store_error(e);
+                return self.0.into_iter().map(|a| a.map_or_else(|refused| refused, |_| reply.clone())).collect();
+            }
+        };
+        count(ns, &outcomes);
+        let mut outcomes = outcomes.into_iter();
+        let answer = |integer: bool, won: bool| match (won, integer) {
+            (won, true) => Reply::Integer(i64::from(won)),
+            (true, false) => Reply::ok(),
+            (false, false) => Reply::Null,
+        };
+        self.0
+            .into_iter()
+            .map(|a| match a {
+                Ok(integer) => answer(integer, outcomes.next().is_some_and(|o| o.claimed)),
+                Err(refused) => refused,
+            })
+            .collect()
     }
 }
 
@@ -190,11 +218,15 @@ async fn records(cx: &Context<'_>, keys: &[Bytes]) -> Result<Vec<Option<ClaimRec
 
 /// Claims, counted as the HTTP API counts them (`idem_claims_total`): metrics and the dashboard
 /// show Redis clients' claims with the others of the namespace.
-async fn claim_all(cx: &Context<'_>, claims: Vec<NewClaim>) -> Result<Vec<idem_core::ClaimOutcome>, StoreError> {
+async fn claim_all(cx: &Context<'_>, claims: Vec<NewClaim>) -> Result<Vec<ClaimOutcome>, StoreError> {
     let outcomes = cx.claims.claim(cx.namespace, claims).await?;
-    let claimed = outcomes.iter().filter(|o| o.claimed).count() as u64;
-    idem_metrics::claims::claimed(cx.namespace.as_str(), claimed, outcomes.len() as u64 - claimed);
+    count(cx.namespace.as_str(), &outcomes);
     Ok(outcomes)
+}
+
+fn count(ns: &str, outcomes: &[ClaimOutcome]) {
+    let claimed = outcomes.iter().filter(|o| o.claimed).count() as u64;
+    idem_metrics::claims::claimed(ns, claimed, outcomes.len() as u64 - claimed);
 }
 
 async fn get(cx: &Context<'_>, key: &Bytes) -> Answer {

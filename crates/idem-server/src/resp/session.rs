@@ -6,12 +6,12 @@
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use idem_core::{ClaimStore, Clock, Namespace};
+use idem_core::{ClaimOutcome, ClaimStore, ClaimThen, Clock, Namespace, NewClaim, StoreError};
 
-use super::data;
+use super::data::{self, Answers};
 use super::reply::{Protocol, Reply};
 use super::script::Scripts;
-use super::server::Resp;
+use super::server::{Direct, Resp};
 use crate::config::Can;
 use crate::web::auth::Caller;
 
@@ -146,19 +146,45 @@ impl Session {
         if group.is_empty() {
             return;
         }
-        let (mut ready, mut refused) = (Vec::new(), Vec::new());
-        for (i, pending) in group.drain(..).enumerate() {
-            match pending {
-                Ok(p) => ready.push((i, p)),
-                Err(reply) => refused.push((i, reply)),
-            }
-        }
-        let order: Vec<usize> = ready.iter().map(|(i, _)| *i).collect();
-        let replies = data::claim_together(&self.context(), ready.into_iter().map(|(_, p)| p).collect()).await;
-        let mut all: Vec<(usize, Reply)> = order.into_iter().zip(replies).chain(refused).collect();
-        all.sort_by_key(|(i, _)| *i);
-        for (_, reply) in all {
+        let (claims, answers) = Answers::split(group.drain(..));
+        let result = if claims.is_empty() { Ok(Vec::new()) } else { self.claims(claims).await };
+        for reply in answers.replies(self.shared.namespace.as_str(), result) {
             reply.encode(self.protocol, out);
+        }
+    }
+
+    /// The claims of a pipeline in one store call.
+    async fn claims(&self, claims: Vec<NewClaim>) -> Result<Vec<ClaimOutcome>, StoreError> {
+        self.shared.claims.claim(&self.shared.namespace, claims).await
+    }
+
+    /// The commands as one run of claims, when that is all they are.
+    pub fn only_claims(&self, commands: &[Vec<Bytes>]) -> Option<Vec<Result<data::Pending, Reply>>> {
+        if commands.is_empty() || commands.len() > MOST_TOGETHER {
+            return None;
+        }
+        commands.iter().map(|command| self.pending(command)).collect()
+    }
+
+    /// Runs a run of claims ([`Session::only_claims`]) and has `direct` write their replies from
+    /// whichever thread learns the outcome ([`ClaimStore::claim_then`]): this task does not wait
+    /// for them. When the store cannot, this task waits and hands them over itself.
+    pub async fn claim_direct(&self, group: Vec<Result<data::Pending, Reply>>, direct: &Arc<Direct>) {
+        let (claims, answers) = Answers::split(group);
+        let (protocol, ns, direct) = (self.protocol, self.shared.namespace.clone(), Arc::clone(direct));
+        direct.begin();
+        let then: ClaimThen = Box::new(move |result| {
+            let mut out = BytesMut::new();
+            for reply in answers.replies(ns.as_str(), result) {
+                reply.encode(protocol, &mut out);
+            }
+            direct.deliver(&out);
+        });
+        if claims.is_empty() {
+            return then(Ok(Vec::new()));
+        }
+        if let Err((claims, then)) = self.shared.claims.claim_then(&self.shared.namespace, claims, then) {
+            then(self.claims(claims).await);
         }
     }
 

@@ -249,6 +249,39 @@ async fn pipelined_commands_are_answered_in_order_and_refusals_name_the_command(
     server.stop().await;
 }
 
+/// A client that pipelines 40,000 claims and reads nothing for half a second (its receive buffer
+/// small) gets every reply, in order, and the command after them sees what they claimed. (Replies
+/// the socket cannot take at all yet are the unit test's, in resp/server.rs: here the kernel's
+/// buffers hold them.)
+#[tokio::test]
+async fn a_slow_reader_gets_every_pipelined_reply_in_order() {
+    let server = start().await;
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4096).expect("small receive buffer");
+    let stream = socket.connect(server.resp_addr.expect("resp")).await.expect("connect");
+    let (count, keys) = (40_000, 20_000);
+    let mut pipeline = Vec::new();
+    for i in 0..count {
+        let key = format!("slow-{}", i % keys);
+        pipeline.extend_from_slice(
+            format!("*4\r\n$3\r\nSET\r\n${}\r\n{key}\r\n$1\r\nv\r\n$2\r\nNX\r\n", key.len()).as_bytes(),
+        );
+    }
+    pipeline.extend_from_slice(b"*2\r\n$6\r\nEXISTS\r\n$7\r\nslow-42\r\n");
+    let (mut reader, mut writer) = stream.into_split();
+    let sending = tokio::spawn(async move { writer.write_all(&pipeline).await.expect("write") });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // `+OK` for each first claim of a key, nil (RESP2) for each second, then `EXISTS`'s 1.
+    let mut expected = b"+OK\r\n".repeat(keys);
+    expected.extend_from_slice(&b"$-1\r\n".repeat(count - keys));
+    expected.extend_from_slice(b":1\r\n");
+    let mut received = vec![0; expected.len()];
+    reader.read_exact(&mut received).await.expect("every reply");
+    assert!(received == expected, "every reply, in order");
+    sending.await.expect("sent");
+    server.stop().await;
+}
+
 /// 100 clients at once, each on its own connection, `SET k v NX` of one key: one `OK`, and every
 /// other client reads the winner's value.
 async fn one_of_100_wins(addrs: &[SocketAddr], key: &str) {
