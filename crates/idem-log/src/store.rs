@@ -69,12 +69,7 @@ impl LogStore {
             sweep_cursor: 0,
             buf: Vec::new(),
         };
-        // The writer's thread has a runtime of its own, for the tasks run beside it.
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(dir_error)?;
-        let beside = runtime.handle().clone();
-        let writer =
-            std::thread::Builder::new().name("idem-log-writer".into()).spawn(move || runtime.block_on(writer.run()));
-        let writer = writer.map_err(dir_error)?;
+        let (writer, beside) = spawn_writer(writer).map_err(dir_error)?;
         let compactor = compact::Compactor::spawn(Arc::clone(&shared), commands.clone(), &options);
         let compactor = compactor.map_err(dir_error)?;
         Ok(Self {
@@ -153,6 +148,24 @@ impl LogStore {
             .await
             .map_err(|e| StoreError::Internal(e.to_string()))?
     }
+}
+
+/// Starts the writer on a thread of its own, with a runtime of its own for the tasks run beside it
+/// ([`ClaimStore::run_beside`]), made and dropped on that thread: a runtime may not be dropped where
+/// the caller may be, in a task.
+fn spawn_writer(writer: writer::Writer) -> std::io::Result<(JoinHandle<()>, tokio::runtime::Handle)> {
+    let (started, beside) = std::sync::mpsc::sync_channel(1);
+    let thread = std::thread::Builder::new().name("idem-log-writer".into()).spawn(move || {
+        match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(runtime) => {
+                let _ = started.send(Ok(runtime.handle().clone()));
+                runtime.block_on(writer.run());
+            }
+            Err(e) => drop(started.send(Err(e))),
+        }
+    })?;
+    let beside = beside.recv().unwrap_or_else(|_| Err(std::io::Error::other("the log writer's thread ended")))?;
+    Ok((thread, beside))
 }
 
 #[async_trait]
