@@ -122,7 +122,6 @@ async fn kill_9_under_gateway_load_loses_no_completed_key() {
     }
     let completed = completed.lock().expect("lock").clone();
     assert!(completed.len() >= 500, "the load ran: {} completed", completed.len());
-    let calls = upstream.count("/orders");
 
     let _idem = Idem::serve(&data, &args);
     let mut lost = Vec::new();
@@ -135,7 +134,15 @@ async fn kill_9_under_gateway_load_loses_no_completed_key() {
         }
     }
     assert!(lost.is_empty(), "completed keys not replayed after kill -9: {lost:?}");
-    assert_eq!(upstream.count("/orders"), calls, "no completed request reached the upstream again");
+    // Each completed key reached the upstream once, before the kill. (Its total count may still
+    // grow after the kill by a request idem sent just before dying and the upstream counted late:
+    // not a completed key, and never retried here.)
+    let mut times = std::collections::HashMap::new();
+    for key in upstream.keys().into_iter().flatten() {
+        *times.entry(key).or_insert(0) += 1;
+    }
+    let again: Vec<_> = completed.iter().filter(|k| times.get(*k) != Some(&1)).collect();
+    assert!(again.is_empty(), "completed requests that reached the upstream again: {again:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
