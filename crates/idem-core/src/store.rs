@@ -93,17 +93,17 @@ pub trait ClaimStore: Send + Sync + 'static {
 
     /// Claims like [`claim`](Self::claim), but hands the outcome to `then` on whichever thread
     /// learns it, without waking the caller: the embedded store calls it on its writer's thread
-    /// right after the sync, so that a caller who only has to write the answer somewhere (the Redis
+    /// right after the sync (or at once, on the caller's thread, when every key is claimed
+    /// already), so that a caller who only has to write the answer somewhere (the Redis
     /// listener, onto its client's socket) saves two thread switches a request. `then` must be
     /// quick and must not block. `Err` gives both back untouched: this store cannot do it now (it
     /// does not at all, or its queue is full), and the caller awaits `claim` instead.
     fn claim_then(
         &self,
-        ns: &Namespace,
+        _ns: &Namespace,
         items: Vec<NewClaim>,
         then: ClaimThen,
     ) -> Result<(), (Vec<NewClaim>, ClaimThen)> {
-        let _ = ns;
         Err((items, then))
     }
 
